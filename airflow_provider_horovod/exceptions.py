@@ -1,0 +1,39 @@
+"""Errors raised on the Airflow side of the provider.
+
+Hierarchy::
+
+    AirflowException
+    └── HorovodJobError            the Spark job failed; ``.failure`` holds the failing rank's details
+        └── HorovodResultError     the job succeeded but rank 0's return value cannot go to XCom
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+
+class HorovodJobError(AirflowException):
+    """
+    The Horovod job on Spark failed.
+
+    :param message: what happened, including the failing rank's traceback when a rank failed.
+    :param failure: the structured rank failure (``RankFailedError.to_dict()``: rank, exit_code, exc_type,
+        exc_message, traceback, output_tail, host), or ``None`` when no rank was at fault.
+    :param app_id: the Spark application id, when the application had started.
+    """
+
+    def __init__(self, message: str, *, failure: dict[str, Any] | None = None, app_id: str | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.app_id = app_id
+
+    @property
+    def rank(self) -> int | None:
+        """The failing rank, if a rank failed."""
+        return None if self.failure is None else self.failure.get("rank")
+
+
+class HorovodResultError(HorovodJobError):
+    """Training succeeded but rank 0's return value cannot be stored in XCom (the model files are kept)."""

@@ -1,0 +1,304 @@
+"""
+``HorovodHook``: submit a Horovod training payload to Spark with the Spark provider's ``SparkSubmitHook``.
+
+The hook spark-submits the runtime's driver program (:mod:`airflow_provider_horovod.runtime.driver`)
+with the payload beside it, and reads back what the driver wrote: the Spark application id, the
+artifact paths, and rank 0's return value (or the failing rank's error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+
+from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.runtime import driver as driver_program
+from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
+from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
+
+
+
+def local_spark_conf(np: int) -> dict[str, str]:
+    """
+    Spark properties for the embedded ``local[np]`` master: executors use this interpreter and Spark binds to
+    127.0.0.1 (user ``conf`` overrides any of them).
+    """
+    return {
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+    }
+
+
+BASE_SPARK_CONF: dict[str, str] = {
+    # A barrier stage waiting for slots that will never come fails after interval x maxFailures.
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "5s",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "6",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.executorEnv.PYTHONUNBUFFERED": "1",
+}
+"""Properties set on every submission unless the user's ``conf`` sets them."""
+
+
+SPARK_LOG4J2 = """\
+# Written by airflow-provider-horovod for the Spark driver: Spark at {level}, training output untouched.
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+# SparkSubmitHook reads driver ids from these in standalone cluster mode.
+logger.deploy.name = org.apache.spark.deploy
+logger.deploy.level = info
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+"""
+
+
+@dataclass
+class JobResult:
+    """
+    What a successful job brought back.
+
+    :param app_id: Spark application id (``None`` for ``np < 0``, which starts no Spark application).
+    :param ui_url: the application's Spark UI URL, if it had one.
+    :param artifact_paths: full paths/URIs of every file under the artifact directory, sorted.
+    :param return_value: rank 0's cloudpickled return value, or ``None`` if it returned nothing we kept.
+    """
+
+    app_id: str | None
+    ui_url: str | None
+    artifact_paths: list[str] = field(default_factory=list)
+    return_value: bytes | None = None
+
+
+class _SparkSubmit(SparkSubmitHook):
+    """
+    ``SparkSubmitHook`` with two additions: an embedded ``local[np]`` master when no connection is configured
+    (the stock hook falls back to YARN), and a watcher that reports the application id as soon as the
+    driver prints it.
+    """
+
+    def __init__(self, *, local_master: str | None, on_line: Callable[[str], None], **kwargs: Any) -> None:
+        self._local_master = local_master
+        self._on_line = on_line
+        super().__init__(**kwargs)
+
+    def _resolve_connection(self) -> dict[str, Any]:
+        if self._local_master is None:
+            return super()._resolve_connection()
+        return {"master": self._local_master, "queue": None, "deploy_mode": "client",
+                "spark_binary": self.spark_binary or "spark-submit", "namespace": None,
+                "principal": self._principal, "keytab": self._keytab, "rest_scheme": "http",
+                "rest_port": 6066, "rest_endpoint": None}
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        def watched() -> Iterator[Any]:
+            for line in itr:
+                self._on_line(line.rstrip("\n"))
+                yield line
+
+        super()._process_spark_submit_log(watched())
+
+
+class HorovodHook(BaseHook):
+    """
+    Submits Horovod training to Spark and brings back the result.
+
+    Construction does no I/O; the connection is read when :meth:`run_job` runs.
+
+    :param conn_id: a connection of the Spark provider's ``spark`` type (master URL in host/port, extras such
+        as ``deploy-mode``, ``spark-binary``). ``None``, or an id with no connection behind it, runs on an
+        embedded ``local[np]`` master bound to 127.0.0.1, with executors on this interpreter.
+    :param np: number of Horovod processes (see :class:`~airflow_provider_horovod.runtime.HorovodRunner`).
+    :param conf: extra Spark properties; they override the provider's defaults.
+    :param env_vars: environment variables for the Spark driver and every rank.
+    :param name: the Spark application name.
+    :param spark_submit_kwargs: further keyword arguments for ``SparkSubmitHook`` (``executor_memory``,
+        ``num_executors``, ``jars``, ...).
+    :param spark_log_level: log4j level of the Spark driver's own logging (``"WARN"`` keeps the task log to
+        training output and problems; ``None`` keeps Spark's default INFO). Ignored when ``conf`` sets
+        ``spark.driver.extraJavaOptions``.
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    hook_name = "Horovod on Spark"
+
+    def __init__(
+        self,
+        *,
+        conn_id: str | None = default_conn_name,
+        np: int,
+        conf: dict[str, Any] | None = None,
+        env_vars: dict[str, str] | None = None,
+        name: str = "airflow-horovod",
+        spark_submit_kwargs: dict[str, Any] | None = None,
+        spark_log_level: str | None = "WARN",
+    ) -> None:
+        super().__init__()
+        self.spark_log_level = spark_log_level
+        self.conn_id = conn_id
+        self.np = np
+        self.conf = dict(conf or {})
+        self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
+        self.name = name
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.app_id: str | None = None
+        self.ui_url: str | None = None
+        self._submit: _SparkSubmit | None = None
+
+    @cached_property
+    def uses_local_master(self) -> bool:
+        """True when no Spark connection is configured and the embedded ``local[np]`` master is used."""
+        if self.conn_id is None:
+            return True
+        try:
+            self.get_connection(self.conn_id)
+        except AirflowNotFoundException:
+            self.log.info("No connection %r: running on an embedded local[%d] Spark master", self.conn_id,
+                          abs(self.np))
+            return True
+        return False
+
+    def _watch(self, on_app_started: Callable[[str, str | None], None] | None) -> Callable[[str], None]:
+        marker = driver_program.APP_MARKER
+
+        def on_line(line: str) -> None:
+            if self.app_id is None and marker in line:
+                rest = line.split(marker, 1)[1].split()
+                self.app_id = rest[0]
+                self.ui_url = rest[3] if len(rest) > 3 and rest[3] != "-" else None
+                if on_app_started is not None:
+                    on_app_started(self.app_id, self.ui_url)
+
+        return on_line
+
+    def run_job(
+        self,
+        *,
+        payload_path: str,
+        staging_dir: str,
+        key: bytes,
+        artifact_dir: str,
+        driver_log_verbosity: str = "log_callback_only",
+        gloo_timeout_s: int | None = None,
+        on_app_started: Callable[[str, str | None], None] | None = None,
+    ) -> JobResult:
+        """
+        spark-submit the driver program for one payload and wait for it (client deploy mode).
+
+        :param payload_path: the payload file (owner-only permissions), signed with ``key``.
+        :param staging_dir: a private directory for the runtime zip and the driver's result files.
+        :param key: the payload's HMAC key; it reaches the driver through its environment only.
+        :param artifact_dir: path/URI the ranks write their model files under.
+        :param driver_log_verbosity: ``"log_callback_only"`` or ``"all"``.
+        :param gloo_timeout_s: Gloo timeout for every rank, seconds (``None``: the runtime default).
+        :param on_app_started: called with ``(app_id, ui_url)`` as soon as the driver reports them.
+        :return: the job's result.
+        :raises HorovodJobError: the job failed; the message carries the failing rank's traceback.
+        """
+        local = self.uses_local_master
+        staging = Path(staging_dir)
+        zip_path = staging / RUNTIME_ZIP_NAME
+        zip_path.write_bytes(runtime_zip())
+        conf = {**BASE_SPARK_CONF, **(local_spark_conf(self.np) if local else {}), **self.conf}
+        if self.spark_log_level and "spark.driver.extraJavaOptions" not in self.conf:
+            log4j = staging / "log4j2.properties"
+            log4j.write_text(SPARK_LOG4J2.format(level=self.spark_log_level.lower()))
+            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        env = {**self.env_vars, driver_program.KEY_ENV: key.hex()}
+        if self.env_vars:
+            env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))
+        # spark-submit ships with PySpark in this interpreter's bin/ even when that is not on PATH.
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+        if local:
+            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        args = ["--payload", payload_path, "--result-dir", str(staging), "--np", str(self.np),
+                "--artifact-dir", artifact_dir, "--driver-log-verbosity", driver_log_verbosity]
+        if gloo_timeout_s is not None:
+            args += ["--gloo-timeout-s", str(gloo_timeout_s)]
+        self._submit = _SparkSubmit(
+            local_master=f"local[{abs(self.np)}]" if local else None,
+            on_line=self._watch(on_app_started),
+            conn_id=self.conn_id or self.default_conn_name,
+            conf=conf, py_files=str(zip_path), name=self.name, application_args=args, env_vars=env,
+            **self.spark_submit_kwargs,
+        )
+        submit_error: AirflowException | None = None
+        try:
+            self._submit.submit(application=driver_program.__file__)
+        except AirflowException as err:
+            submit_error = err
+        return self._read_result(staging, submit_error)
+
+    def _read_result(self, staging: Path, submit_error: AirflowException | None) -> JobResult:
+        try:
+            outcome = json.loads((staging / "result.json").read_text())
+        except (OSError, ValueError):
+            raise HorovodJobError(
+                f"the Spark driver ended before running the job (no result was written): {submit_error}",
+                app_id=self.app_id,
+            ) from submit_error
+        self.app_id = outcome.get("app_id") or self.app_id
+        self.ui_url = outcome.get("ui_url") or self.ui_url
+        if outcome.get("status") != "success":
+            message = outcome.get("message") or "the Horovod job failed"
+            if outcome.get("artifact_paths"):
+                message += "\nFiles under the artifact directory: " + ", ".join(outcome["artifact_paths"])
+            raise HorovodJobError(message, failure=outcome.get("error"), app_id=self.app_id) from submit_error
+        if submit_error is not None:
+            raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
+                                  app_id=self.app_id) from submit_error
+        result_pkl = staging / "result.pkl"
+        value = result_pkl.read_bytes() if result_pkl.exists() else None
+        return JobResult(app_id=self.app_id, ui_url=self.ui_url,
+                         artifact_paths=list(outcome.get("artifact_paths") or []), return_value=value)
+
+    def on_kill(self) -> None:
+        """Stop the Spark job: terminate the driver's process tree, then let ``SparkSubmitHook`` clean up."""
+        if self._submit is None:
+            return
+        proc = getattr(self._submit, "_submit_sp", None)
+        if proc is not None and proc.poll() is None:
+            import psutil
+
+            try:
+                tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                tree = []
+            for p in tree:
+                try:
+                    p.terminate()
+                except psutil.NoSuchProcess:
+                    pass
+            _gone, alive = psutil.wait_procs(tree, timeout=15)
+            for p in alive:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+        self._submit.on_kill()
+
+    def get_conn(self) -> Any:
+        """Not used: the hook talks to Spark through ``spark-submit``."""
+        return None
+
+
+def cleanup_staging(path: str) -> None:
+    """Remove a staging directory made for one submission."""
+    shutil.rmtree(path, ignore_errors=True)

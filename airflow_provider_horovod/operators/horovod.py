@@ -1,0 +1,235 @@
+"""``HorovodRunnerOperator``: run a Horovod training function as a Spark barrier job from a DAG."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import tempfile
+from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_horovod.exceptions import HorovodJobError, HorovodResultError
+from airflow_provider_horovod.hooks.horovod import HorovodHook, cleanup_staging
+from airflow_provider_horovod.runtime.errors import PayloadError
+from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
+from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
+from airflow_provider_horovod.runtime.runner import validate_np, validate_verbosity
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+XCOM_RETURN_VALUE = "return_value"
+"""XCom key of rank 0's return value."""
+XCOM_ARTIFACT_PATHS = "artifact_paths"
+"""XCom key of the list of full paths/URIs of the files the job wrote under its artifact directory."""
+XCOM_SPARK_APP_ID = "spark_app_id"
+"""XCom key of the Spark application id (pushed as soon as the driver reports it)."""
+XCOM_ARTIFACT_DIR = "artifact_dir"
+"""XCom key of the artifact directory (path or URI) the ranks wrote to."""
+
+ARTIFACT_ROOT_ENV = "AIRFLOW__HOROVOD__ARTIFACT_ROOT"
+DEFAULT_MAX_RETURN_BYTES = 1024 * 1024
+
+
+def default_artifact_root() -> str:
+    """
+    Where per-try artifact directories go when the operator is not given ``artifact_dir``.
+
+    ``[horovod] artifact_root`` in the Airflow config (env ``AIRFLOW__HOROVOD__ARTIFACT_ROOT``), else
+    ``$AIRFLOW_HOME/horovod-artifacts``. It must be reachable by every executor (a shared filesystem or an
+    object-store URI) when Spark runs on more than one machine.
+    """
+    from airflow.sdk.configuration import conf
+
+    root = conf.get("horovod", "artifact_root", fallback=None)
+    if root:
+        return root
+    home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    return os.path.join(home, "horovod-artifacts")
+
+
+def _safe(part: object) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", str(part))
+
+
+def default_artifact_dir(context: Mapping[str, Any]) -> str:
+    """``<root>/<dag_id>/<run_id>/<task_id>[/map-<i>]/try-<n>``: unique per try, so no retry overwrites a model."""
+    ti = context["ti"]
+    parts = [_safe(ti.dag_id), _safe(ti.run_id), _safe(ti.task_id)]
+    if getattr(ti, "map_index", -1) not in (-1, None):
+        parts.append(f"map-{ti.map_index}")
+    parts.append(f"try-{ti.try_number}")
+    root = default_artifact_root()
+    return "/".join([root.rstrip("/"), *parts]) if "://" in root else os.path.join(root, *parts)
+
+
+def check_xcom_value(value: Any, *, max_bytes: int, artifact_paths: Sequence[str]) -> None:
+    """
+    Check that ``value`` can be stored in XCom as the task's return value.
+
+    :raises HorovodResultError: it cannot be serialized by Airflow's serde, or is larger than ``max_bytes``
+        once serialized; the message lists the artifact files (which stay where they are).
+    """
+    from airflow.sdk.serde import serialize
+
+    kept = ("; the model files are kept: " + ", ".join(artifact_paths)) if artifact_paths else ""
+    try:
+        size = len(json.dumps(serialize(value)))
+    except Exception as err:
+        raise HorovodResultError(
+            f"rank 0 returned a {type(value).__module__}.{type(value).__qualname__}, which XCom cannot store "
+            f"({type(err).__name__}: {err}). Return what downstream tasks need as plain values instead: file paths, "
+            f"metrics (floats), small dicts/lists; save models and tensors under artifact_dir(){kept}"
+        ) from err
+    if size > max_bytes:
+        raise HorovodResultError(
+            f"rank 0 returned {size} bytes once serialized, above max_return_value_bytes={max_bytes}. Write large "
+            f"results under artifact_dir() and return their paths{kept}"
+        )
+
+
+class HorovodRunnerOperator(BaseOperator):
+    """
+    Run a Horovod training function on Spark, the way Databricks' ``HorovodRunner`` does in a notebook.
+
+    The callable and its arguments are serialized with cloudpickle and spark-submitted (through the Spark
+    provider's ``SparkSubmitHook``) as one barrier stage of ``np`` tasks; each task starts one Horovod
+    process with Gloo. Rank 0's return value becomes the task's ``return_value`` XCom; the files the job
+    wrote under its artifact directory are pushed as ``artifact_paths``, the Spark application id as
+    ``spark_app_id``, the directory itself as ``artifact_dir``.
+
+    .. seealso:: ``docs/getting-started.md`` and ``docs/how-it-works.md``
+
+    :param python_callable: the training function; it calls ``hvd.init()``, trains, and writes its model under
+        :func:`airflow_provider_horovod.runtime.artifact_dir`. Define imports inside it.
+    :param op_args: positional arguments for the callable. (templated)
+    :param op_kwargs: keyword arguments for the callable. (templated)
+    :param np: number of Horovod processes: ``> 0`` runs a barrier stage of ``np`` Spark tasks; ``< 0`` runs
+        ``-np`` processes on the Spark driver. ``0`` is refused.
+    :param conn_id: a Spark provider ``spark`` connection (default ``spark_default``). ``None``, or an id with
+        no connection behind it, uses an embedded ``local[np]`` master on 127.0.0.1. (templated)
+    :param conf: extra Spark properties; they override the provider's defaults. (templated)
+    :param env_vars: environment variables for the Spark driver and every rank. (templated)
+    :param artifact_dir: path or URI where the ranks write model files; defaults to a directory unique to this
+        dag/run/task/try under ``[horovod] artifact_root``. (templated)
+    :param driver_log_verbosity: ``"log_callback_only"`` (rank 0's output in the task log) or ``"all"``
+        (every rank's). Every rank's full output is always in its executor's stderr.
+    :param gloo_timeout_s: seconds Gloo waits at rendezvous and in a collective before failing.
+    :param max_return_value_bytes: largest serialized return value accepted for XCom, bytes.
+    :param spark_name: the Spark application name; default ``airflow-horovod-<dag_id>-<task_id>``. (templated)
+    :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``, ``jars``, ...).
+    :raises ValueError: an argument is invalid (raised when the DAG is parsed).
+    :raises TypeError: ``python_callable`` is not callable.
+    """
+
+    template_fields: Sequence[str] = ("op_args", "op_kwargs", "conn_id", "conf", "env_vars", "artifact_dir",
+                                      "spark_name")
+    template_fields_renderers = {"op_kwargs": "py", "op_args": "py", "conf": "json", "env_vars": "json"}
+    ui_color = "#f6e3c5"
+
+    def __init__(
+        self,
+        *,
+        python_callable: Callable[..., Any],
+        op_args: Collection[Any] | None = None,
+        op_kwargs: Mapping[str, Any] | None = None,
+        np: int = 2,
+        conn_id: str | None = HorovodHook.default_conn_name,
+        conf: dict[str, Any] | None = None,
+        env_vars: dict[str, str] | None = None,
+        artifact_dir: str | None = None,
+        driver_log_verbosity: str = "log_callback_only",
+        gloo_timeout_s: int = DEFAULT_GLOO_TIMEOUT_S,
+        max_return_value_bytes: int = DEFAULT_MAX_RETURN_BYTES,
+        spark_name: str | None = None,
+        spark_submit_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not callable(python_callable):
+            raise TypeError(f"python_callable must be callable, got {type(python_callable).__name__}")
+        self.python_callable = python_callable
+        self.op_args = list(op_args or [])
+        self.op_kwargs = dict(op_kwargs or {})
+        self.np = validate_np(np)
+        self.driver_log_verbosity = validate_verbosity(driver_log_verbosity)
+        for pname, value in (("conf", conf), ("env_vars", env_vars), ("spark_submit_kwargs", spark_submit_kwargs)):
+            if value is not None and not isinstance(value, dict):
+                raise ValueError(f"{pname} must be a dict or None, got {type(value).__name__}")
+        if isinstance(gloo_timeout_s, bool) or not isinstance(gloo_timeout_s, int) or gloo_timeout_s <= 0:
+            raise ValueError(f"gloo_timeout_s must be a positive int (seconds), got {gloo_timeout_s!r}")
+        if isinstance(max_return_value_bytes, bool) or not isinstance(max_return_value_bytes, int) \
+                or max_return_value_bytes <= 0:
+            raise ValueError(f"max_return_value_bytes must be a positive int, got {max_return_value_bytes!r}")
+        if conf and str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+            raise ValueError("conf: spark.dynamicAllocation.enabled=true cannot be used; Spark refuses barrier "
+                             "stages with dynamic allocation (SPARK-24942). Allowed: false or unset")
+        self.conn_id = conn_id
+        self.conf = dict(conf or {})
+        self.env_vars = dict(env_vars or {})
+        self.artifact_dir = artifact_dir
+        self.gloo_timeout_s = gloo_timeout_s
+        self.max_return_value_bytes = max_return_value_bytes
+        self.spark_name = spark_name
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+
+    @cached_property
+    def hook(self) -> HorovodHook:
+        """The hook for this task (created on first use, never in ``__init__``)."""
+        return HorovodHook(
+            conn_id=self.conn_id, np=self.np, conf=self.conf, env_vars=self.env_vars,
+            name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}",
+            spark_submit_kwargs=self.spark_submit_kwargs,
+        )
+
+    def execute(self, context: Context) -> Any:
+        """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
+        import cloudpickle
+
+        ti = context["ti"]
+        artifact_dir = self.artifact_dir or default_artifact_dir(context)
+        key = secrets.token_bytes(32)
+        try:
+            payload = dumps_payload(self.python_callable, self.op_args, self.op_kwargs, key=key)
+        except PayloadError as err:
+            raise HorovodJobError(str(err)) from err
+        if len(payload) > LARGE_PAYLOAD_BYTES:
+            self.log.warning("The training payload is %.0f MiB: data captured in the callable or its arguments "
+                             "travels with every task; pass a path and load it inside the function instead",
+                             len(payload) / 2**20)
+        self.log.info("Horovod job: np=%d, payload %d bytes, artifact_dir %s", self.np, len(payload), artifact_dir)
+        ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
+        staging = tempfile.mkdtemp(prefix="horovod-airflow-")  # mode 0700
+        try:
+            payload_path = os.path.join(staging, "payload.bin")
+            fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+
+            def on_app_started(app_id: str, ui_url: str | None) -> None:
+                self.log.info("Spark application %s started%s", app_id, f"; Spark UI: {ui_url}" if ui_url else "")
+                ti.xcom_push(key=XCOM_SPARK_APP_ID, value=app_id)
+
+            result = self.hook.run_job(
+                payload_path=payload_path, staging_dir=staging, key=key, artifact_dir=artifact_dir,
+                driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
+                on_app_started=on_app_started,
+            )
+        finally:
+            cleanup_staging(staging)
+        ti.xcom_push(key=XCOM_SPARK_APP_ID, value=result.app_id)
+        ti.xcom_push(key=XCOM_ARTIFACT_PATHS, value=result.artifact_paths)
+        self.log.info("Artifacts pushed to XCom %r: %s", XCOM_ARTIFACT_PATHS, result.artifact_paths)
+        value = None if result.return_value is None else cloudpickle.loads(result.return_value)
+        check_xcom_value(value, max_bytes=self.max_return_value_bytes, artifact_paths=result.artifact_paths)
+        return value
+
+    def on_kill(self) -> None:
+        """Stop the Spark job and every training process of this try."""
+        if "hook" in self.__dict__:
+            self.hook.on_kill()

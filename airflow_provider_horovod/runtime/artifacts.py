@@ -1,0 +1,76 @@
+"""Where a training function writes its model, and how the job finds what it wrote afterwards."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+ARTIFACT_DIR_ENV = "HOROVOD_AIRFLOW_ARTIFACT_DIR"
+"""Environment variable that carries the artifact directory into every rank."""
+
+
+def _is_remote(location: str) -> bool:
+    scheme = urlparse(location).scheme
+    return len(scheme) > 1 and scheme != "file"  # a one-letter scheme is a Windows drive
+
+
+def _local_path(location: str) -> str:
+    return urlparse(location).path if location.startswith("file://") else location
+
+
+def ensure_dir(location: str) -> None:
+    """
+    Create ``location`` (a local path, ``file://`` URI, or any fsspec URI such as ``s3://bucket/x``).
+
+    :raises ImportError: a remote URI was given and ``fsspec`` (or its protocol's package) is not installed.
+    """
+    if _is_remote(location):
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(location)
+        fs.makedirs(path, exist_ok=True)
+    else:
+        os.makedirs(_local_path(location), exist_ok=True)
+
+
+def artifact_dir() -> str:
+    """
+    The directory (path or URI) where this training run should write its model files.
+
+    Call it inside the training function. The caller chose it (``HorovodRunner(artifact_dir=...)``, or the
+    operator's per-try default) and it is created if missing. Every file written below it is reported back
+    as ``artifact_paths`` (XCom) when the job succeeds.
+
+    :return: a local path or a URI (``s3://...``, ``gs://...``, ``file://...``), as given by the caller.
+    :raises RuntimeError: called outside a job that was given an artifact directory.
+    """
+    location = os.environ.get(ARTIFACT_DIR_ENV)
+    if not location:
+        raise RuntimeError(
+            f"artifact_dir() has no directory: {ARTIFACT_DIR_ENV} is not set. Call it inside a function run by "
+            "HorovodRunner(..., artifact_dir=...) or HorovodRunnerOperator (which always sets one)."
+        )
+    ensure_dir(location)
+    return location
+
+
+def list_artifacts(location: str) -> list[str]:
+    """
+    Every file below ``location``, as full paths (local) or full URIs (remote), sorted.
+
+    :param location: the artifact directory (path or URI).
+    :return: an empty list when the directory does not exist.
+    """
+    if _is_remote(location):
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(location)
+        if not fs.exists(path):
+            return []
+        return sorted(fs.unstrip_protocol(p) for p in fs.find(path))
+    root = _local_path(location)
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        found.extend(os.path.abspath(os.path.join(dirpath, f)) for f in files)
+    prefix = "file://" if location.startswith("file://") else ""
+    return sorted(prefix + p for p in found)

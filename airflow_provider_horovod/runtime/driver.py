@@ -1,0 +1,108 @@
+"""
+The Spark driver program that the Airflow hook submits with ``spark-submit``.
+
+``spark-submit [...] driver.py --payload FILE --result-dir DIR --np N [--artifact-dir LOC]
+[--driver-log-verbosity V] [--gloo-timeout-s S]``; the payload's HMAC key comes in the environment
+variable ``HOROVOD_AIRFLOW_PAYLOAD_KEY`` (hex), never on the command line or in Spark properties.
+
+It verifies the payload, runs it through :class:`~airflow_provider_horovod.runtime.HorovodRunner`, and
+writes into ``--result-dir``:
+
+- ``status.json`` as soon as the Spark application exists: ``{"app_id", "ui_url"}``;
+- ``result.pkl``: rank 0's cloudpickled return value (on success);
+- ``result.json``: ``{"status": "success"|"failed", "app_id", "ui_url", "artifact_paths", "error", "message"}``.
+
+Exit status 0 on success, 1 when the job failed (``result.json`` says why), 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+KEY_ENV = "HOROVOD_AIRFLOW_PAYLOAD_KEY"
+APP_MARKER = "airflow-provider-horovod: Spark application"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="airflow-provider-horovod-driver")
+    p.add_argument("--payload", required=True)
+    p.add_argument("--result-dir", required=True)
+    p.add_argument("--np", type=int, required=True)
+    p.add_argument("--artifact-dir")
+    p.add_argument("--driver-log-verbosity", default="log_callback_only")
+    p.add_argument("--gloo-timeout-s", type=int)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job described by the command line; see the module docstring."""
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
+    from airflow_provider_horovod.runtime.errors import RankFailedError
+    from airflow_provider_horovod.runtime.payload import verify_payload
+    from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
+    from airflow_provider_horovod.runtime.runner import HorovodRunner
+
+    result_dir = Path(args.result_dir)
+    outcome: dict = {"status": "failed", "app_id": None, "ui_url": None, "artifact_paths": [], "error": None,
+                     "message": None}
+    spark = None
+    try:
+        key_hex = os.environ.pop(KEY_ENV, None)
+        payload = Path(args.payload).read_bytes()
+        verify_payload(payload, key=bytes.fromhex(key_hex) if key_hex else None)
+        print(f"airflow-provider-horovod: payload verified ({len(payload)} bytes"
+              f"{', HMAC ok' if key_hex else ''}); np={args.np}", flush=True)
+        extra = {"gloo_timeout_s": args.gloo_timeout_s} if args.gloo_timeout_s else {}
+        names = [n for n in os.environ.get(RANK_ENV_NAMES, "").split(",") if n]
+        runner = HorovodRunner(np=args.np, driver_log_verbosity=args.driver_log_verbosity,
+                               artifact_dir=args.artifact_dir, env={n: os.environ[n] for n in names if n in os.environ},
+                               **extra)
+        if args.artifact_dir:
+            ensure_dir(args.artifact_dir)
+        if args.np > 0:
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession.builder.getOrCreate()
+            sc = spark.sparkContext
+            outcome["app_id"], outcome["ui_url"] = sc.applicationId, sc.uiWebUrl
+            _write_json(result_dir / "status.json", {"app_id": sc.applicationId, "ui_url": sc.uiWebUrl})
+            print(f"{APP_MARKER} {sc.applicationId} started; UI {sc.uiWebUrl or '-'}", flush=True)
+        result = runner.run_payload(payload)
+        if result is not None:
+            (result_dir / "result.pkl").write_bytes(result)
+        outcome["status"] = "success"
+        return 0
+    except RankFailedError as err:
+        outcome["error"], outcome["message"] = err.to_dict(), str(err)
+        print(f"airflow-provider-horovod: {err}", file=sys.stderr, flush=True)
+        return 1
+    except Exception as err:
+        outcome["message"] = f"{type(err).__name__}: {err}"
+        outcome["traceback"] = traceback.format_exc()
+        traceback.print_exc()
+        return 1
+    finally:
+        if args.artifact_dir:
+            try:
+                outcome["artifact_paths"] = list_artifacts(args.artifact_dir)
+            except Exception as err:  # listing must not hide the job's own outcome
+                print(f"airflow-provider-horovod: cannot list {args.artifact_dir}: {err}", file=sys.stderr)
+        _write_json(result_dir / "result.json", outcome)
+        if spark is not None:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Errors raised by the Spark-side runtime (plain exceptions: this package never imports Airflow).
+
+Hierarchy::
+
+    HorovodRuntimeError (RuntimeError)
+    ├── PayloadError        the serialized training function is corrupt, tampered with or incompatible
+    ├── LaunchError         the job could not be started (bad plan, not enough slots, Spark refused it)
+    └── RankFailedError     a Horovod rank exited non-zero; carries the rank, exit status and output tail
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import signal
+from typing import Any
+
+_MARK_START = "<<horovod-rank-failure:"
+_MARK_END = ":horovod-rank-failure>>"
+_MARK_RE = re.compile(re.escape(_MARK_START) + r"([A-Za-z0-9+/=]+)" + re.escape(_MARK_END))
+
+
+class HorovodRuntimeError(RuntimeError):
+    """Base class of every error raised by :mod:`airflow_provider_horovod.runtime`."""
+
+
+class PayloadError(HorovodRuntimeError):
+    """The training payload cannot be used: corrupt, tampered with, or made by another Python/cloudpickle."""
+
+
+class LaunchError(HorovodRuntimeError):
+    """The Horovod job could not be launched (invalid plan, missing slots, Spark refused the stage)."""
+
+
+class RankFailedError(HorovodRuntimeError):
+    """
+    A Horovod rank (one training process) failed.
+
+    The message names the rank, the exit status (or the signal that killed it), the exception type raised
+    by the training function when there was one, and the last lines of that rank's output, which include
+    its Python traceback.
+
+    :param rank: Horovod rank of the failed process (0 .. np-1).
+    :param exit_code: the process exit status; negative values are ``-signal`` as in :mod:`subprocess`.
+    :param exc_type: qualified name of the exception the training function raised, if any.
+    :param exc_message: ``str()`` of that exception, if any.
+    :param traceback: the formatted Python traceback of that exception, if any.
+    :param output_tail: the last lines the rank printed (stdout and stderr merged), oldest first.
+    :param host: the executor host the rank ran on, if known.
+    """
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        exit_code: int | None,
+        exc_type: str | None = None,
+        exc_message: str | None = None,
+        traceback: str | None = None,
+        output_tail: list[str] | None = None,
+        host: str | None = None,
+    ) -> None:
+        self.rank = rank
+        self.exit_code = exit_code
+        self.exc_type = exc_type
+        self.exc_message = exc_message
+        self.traceback = traceback
+        self.output_tail = list(output_tail or [])
+        self.host = host
+        super().__init__(self._format())
+
+    @property
+    def exit_reason(self) -> str:
+        """Human-readable exit status, e.g. ``"exit code 1"`` or ``"killed by signal SIGKILL"``."""
+        if self.exit_code is None:
+            return "unknown exit status"
+        if self.exit_code < 0:
+            try:
+                name = signal.Signals(-self.exit_code).name
+            except ValueError:
+                name = str(-self.exit_code)
+            return f"killed by signal {name}"
+        return f"exit code {self.exit_code}"
+
+    def _format(self) -> str:
+        where = f" on {self.host}" if self.host else ""
+        head = f"Horovod rank {self.rank}{where} failed ({self.exit_reason})"
+        if self.exc_type:
+            head += f": {self.exc_type}: {self.exc_message}"
+        parts = [head]
+        if self.traceback:
+            parts.append(f"Traceback of rank {self.rank}:\n{self.traceback.rstrip()}")
+        tail = self.output_tail
+        if self.traceback:  # the worker also printed its traceback: show it once
+            tb_lines = self.traceback.rstrip().splitlines()
+            if tail[-len(tb_lines):] == tb_lines:
+                tail = tail[: -len(tb_lines)]
+        if tail:
+            parts.append(f"Output of rank {self.rank} before that ({len(tail)} lines):\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, the inverse of :meth:`from_dict`."""
+        return {
+            "rank": self.rank,
+            "exit_code": self.exit_code,
+            "exc_type": self.exc_type,
+            "exc_message": self.exc_message,
+            "traceback": self.traceback,
+            "output_tail": self.output_tail,
+            "host": self.host,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankFailedError:
+        """Rebuild the error from :meth:`to_dict` output."""
+        return cls(**{k: data.get(k) for k in ("rank", "exit_code", "exc_type", "exc_message",
+                                                 "traceback", "output_tail", "host")})
+
+    def marker(self) -> str:
+        """
+        Encode the error as one token that survives Spark's exception wrapping.
+
+        Spark re-raises an executor-side Python exception on the driver as text inside a
+        ``Py4JJavaError``/``PythonException``; :meth:`find_in` recovers the structured error from that text.
+        """
+        blob = base64.b64encode(json.dumps(self.to_dict()).encode()).decode()
+        return f"{_MARK_START}{blob}{_MARK_END}"
+
+    @classmethod
+    def find_in(cls, text: str) -> RankFailedError | None:
+        """Return the first rank failure encoded in ``text`` by :meth:`marker`, or ``None``."""
+        match = _MARK_RE.search(text)
+        if match is None:
+            return None
+        return cls.from_dict(json.loads(base64.b64decode(match.group(1))))

@@ -1,0 +1,310 @@
+"""
+Starting and watching Horovod ranks: inside Spark barrier tasks (``np > 0``) or on the driver (``np < 0``).
+
+Both paths share :class:`RankProcess`: one fresh ``python -m airflow_provider_horovod.runtime.worker``
+process per rank, in its own process group, tied to its launcher by a lifeline pipe, with its output
+prefixed by rank, kept as a tail for error messages, and routed to the driver by a sink.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from airflow_provider_horovod.runtime import protocol
+from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
+from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError
+from airflow_provider_horovod.runtime.logs import LogClient
+from airflow_provider_horovod.runtime.plan import (
+    DEFAULT_GLOO_TIMEOUT_S,
+    Slot,
+    build_plan,
+    child_environ,
+    gloo_env,
+    interface_for,
+    local_plan,
+    to_slot_info,
+)
+
+OUTPUT_TAIL_LINES = 100
+"""How many of a rank's last output lines an error carries."""
+
+Sink = Callable[[Slot, str], None]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """
+    Everything a rank's launcher needs; plain values only, because it travels to executors in the task closure.
+
+    :param payload: the payload bytes (see :mod:`~airflow_provider_horovod.runtime.payload`).
+    :param np: number of ranks.
+    :param artifact_dir: path/URI exported to ranks as ``HOROVOD_AIRFLOW_ARTIFACT_DIR``, or ``None``.
+    :param log_address: ``(host, port)`` of the driver's log channel, or ``None`` to keep output on executors.
+    :param log_token: the channel's token.
+    :param forward_all: forward every rank's output (``driver_log_verbosity="all"``), else rank 0's only.
+    :param gloo_timeout_s: ``HOROVOD_GLOO_TIMEOUT_SECONDS`` for every rank.
+    :param env: extra environment variables for every rank.
+    :param executors_share_driver_stderr: executors run inside the driver process (``local[N]``), so their
+        stderr is the driver's: forwarded lines are not echoed there a second time.
+    """
+
+    payload: bytes
+    np: int
+    artifact_dir: str | None = None
+    log_address: tuple[str, int] | None = None
+    log_token: str | None = None
+    forward_all: bool = False
+    gloo_timeout_s: int = DEFAULT_GLOO_TIMEOUT_S
+    env: dict[str, str] = field(default_factory=dict)
+    executors_share_driver_stderr: bool = False
+
+    def forwards(self, slot: Slot) -> bool:
+        """Whether ``slot``'s output goes to the driver."""
+        return self.forward_all or slot.rank == 0
+
+
+class RankProcess:
+    """
+    One Horovod rank running the payload in a child process.
+
+    :param slot: the rank's place in the plan.
+    :param spec: the job.
+    :param gloo: the rank's Horovod/Gloo variables (from :func:`~.plan.gloo_env`).
+    :param workdir: a private directory for the payload copy, the result and the error file.
+    :param sink: called with every output line of the rank (without the newline).
+    """
+
+    def __init__(self, slot: Slot, spec: JobSpec, gloo: dict[str, str], workdir: str, sink: Sink) -> None:
+        self.slot = slot
+        self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
+        self._spec = spec
+        self._gloo = gloo
+        self._sink = sink
+        self._dir = os.path.join(workdir, f"rank-{slot.rank}")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lifeline: int | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def result_path(self) -> str:
+        return os.path.join(self._dir, "result.pkl")
+
+    @property
+    def error_path(self) -> str:
+        return os.path.join(self._dir, "error.json")
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode if self._proc else None
+
+    def start(self) -> None:
+        """Start the rank's process (returns at once)."""
+        os.makedirs(self._dir, mode=0o700)
+        payload_path = os.path.join(self._dir, "payload.bin")
+        fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(self._spec.payload)
+        read_end, self._lifeline = os.pipe()
+        extra = {
+            **self._spec.env,
+            **self._gloo,
+            protocol.ENV_PAYLOAD: payload_path,
+            protocol.ENV_RESULT: self.result_path,
+            protocol.ENV_ERROR: self.error_path,
+            protocol.ENV_LIFELINE: str(read_end),
+            protocol.ENV_CHECK_SIZE: str(self._spec.np),
+        }
+        if self._spec.artifact_dir:
+            extra[ARTIFACT_DIR_ENV] = self._spec.artifact_dir
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", protocol.WORKER_MODULE],
+                env=child_environ(os.environ, extra, sys.path),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(read_end,), cwd=self._dir,
+            )
+        finally:
+            os.close(read_end)
+        self._reader = threading.Thread(target=self._pump, name=f"rank-{self.slot.rank}-output", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            self.tail.append(line)
+            self._sink(self.slot, line)
+
+    def wait(self) -> int:
+        """Wait for the process to exit and its output to drain; return its exit status."""
+        assert self._proc is not None and self._reader is not None
+        code = self._proc.wait()
+        self._reader.join()
+        return code
+
+    def failure(self, host: str | None = None) -> RankFailedError:
+        """The error describing this rank's non-zero exit (reads the error file the worker wrote, if any)."""
+        details: dict[str, str] = {}
+        try:
+            with open(self.error_path, encoding="utf-8") as f:
+                details = json.load(f)
+        except (OSError, ValueError):
+            pass
+        return RankFailedError(rank=self.slot.rank, exit_code=self.returncode, host=host,
+                               exc_type=details.get("exc_type"), exc_message=details.get("exc_message"),
+                               traceback=details.get("traceback"), output_tail=list(self.tail))
+
+    def result(self) -> bytes | None:
+        """Rank 0's cloudpickled return value, or ``None`` for other ranks."""
+        if self.slot.rank != 0:
+            return None
+        with open(self.result_path, "rb") as f:
+            return f.read()
+
+    def kill(self) -> None:
+        """Kill the rank's whole process group (no-op when nothing is left) and drop the lifeline."""
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._proc.wait()
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+
+
+def _start_rendezvous(plan: list[Slot]):  # -> (RendezvousServer, port)
+    from horovod.runner.http.http_server import RendezvousServer
+
+    server = RendezvousServer()
+    port = server.start()
+    server.init([to_slot_info(s) for s in plan])
+    return server, port
+
+
+def _stderr_sink(slot: Slot, line: str) -> None:
+    sys.stderr.write(f"[rank {slot.rank}] {line}\n")
+    sys.stderr.flush()
+
+
+def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) -> bytes | None:
+    """
+    Run ``spec.np`` ranks as processes on this machine (``HorovodRunner(np=-N)``); no Spark tasks.
+
+    Output of forwarded ranks goes to ``stdout`` (default: this process's stdout), the rest to stderr.
+    The first rank to fail stops all others at once.
+
+    :return: rank 0's cloudpickled return value.
+    :raises RankFailedError: a rank exited non-zero.
+    """
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    out = stdout or emit
+
+    def sink(slot: Slot, line: str) -> None:
+        if spec.forwards(slot):
+            out(f"[rank {slot.rank}] {line}")
+        else:
+            _stderr_sink(slot, line)
+
+    plan = local_plan(spec.np)
+    workdir = tempfile.mkdtemp(prefix="horovod-ranks-")
+    server, port = _start_rendezvous(plan)
+    procs = [RankProcess(s, spec, gloo_env(s, rendezvous_addr="127.0.0.1", rendezvous_port=port, iface="lo",
+                                           gloo_timeout_s=spec.gloo_timeout_s), workdir, sink) for s in plan]
+    exited: queue.Queue[RankProcess] = queue.Queue()
+    try:
+        for p in procs:
+            p.start()
+            threading.Thread(target=lambda p=p: (p.wait(), exited.put(p)), daemon=True).start()
+        for _ in procs:
+            p = exited.get()
+            if p.returncode != 0:
+                raise p.failure(host="driver")
+        return procs[0].result()
+    finally:
+        for p in procs:
+            p.kill()
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _host_of(address: str) -> str:
+    import socket
+
+    host = address.rsplit(":", 1)[0] if address.count(":") == 1 else address
+    return socket.gethostbyname(host.strip("[]"))
+
+
+def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
+    """
+    The body of every task of the barrier stage: plan, rendezvous, start one rank, watch it.
+
+    Partition 0 runs Horovod's ``RendezvousServer`` and shares its port through ``allGather``; every task
+    then starts its rank with the full Gloo environment. A rank that fails raises at once (the barrier stage
+    aborts and Spark kills the other tasks, whose ranks die with their lifeline); only on success do the
+    tasks meet at a final ``barrier()`` so the rendezvous server outlives every rank.
+
+    :return: an iterator yielding rank 0's cloudpickled return value from partition 0, nothing elsewhere.
+    :raises RankFailedError: this task's rank failed; its message ends with a marker the driver decodes.
+    """
+    from pyspark import BarrierTaskContext
+
+    ctx = BarrierTaskContext.get()
+    partition = ctx.partitionId()
+    addresses = [_host_of(info.address) for info in ctx.getTaskInfos()]
+    if len(addresses) != spec.np:
+        raise LaunchError(f"barrier stage has {len(addresses)} tasks but np={spec.np}")
+    plan = build_plan(addresses)
+    slot = plan[partition]
+    server = None
+    if partition == 0:
+        server, port = _start_rendezvous(plan)
+    try:
+        port = int(ctx.allGather(str(port) if partition == 0 else "")[0])
+        rendezvous_addr = addresses[0]
+        gloo = gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=port,
+                        iface=interface_for(rendezvous_addr), gloo_timeout_s=spec.gloo_timeout_s)
+        client = LogClient(spec.log_address, spec.log_token or "") if spec.log_address and spec.forwards(slot) else None
+
+        def sink(s: Slot, line: str) -> None:
+            if client is None or not spec.executors_share_driver_stderr:
+                _stderr_sink(s, line)  # the executor's full copy
+            if client is not None:
+                client.send(f"[rank {s.rank}] {line}")
+
+        workdir = tempfile.mkdtemp(prefix="horovod-rank-")
+        proc = RankProcess(slot, spec, gloo, workdir, sink)
+        try:
+            proc.start()
+            if proc.wait() != 0:
+                err = proc.failure(host=addresses[partition])
+                err.args = (f"{err}\n{err.marker()}",)
+                raise err
+            result = proc.result()
+        finally:
+            proc.kill()
+            if client is not None:
+                client.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+        ctx.barrier()
+        if result is not None:
+            yield result
+    finally:
+        if server is not None:
+            server.stop()

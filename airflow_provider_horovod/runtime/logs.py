@@ -1,0 +1,166 @@
+"""
+A small authenticated channel that carries rank output from the executors to the driver's stdout.
+
+Executors may run on other machines than the driver, so output cannot be read from a local pipe. The
+driver listens on its own address (``spark.driver.host``); each barrier task connects, proves it belongs
+to this job with a per-job token (compared in constant time), then sends length-prefixed UTF-8 lines.
+The channel is best effort: a task that cannot reach it keeps its full copy in the executor's stderr and
+training goes on.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import socket
+import socketserver
+import struct
+import sys
+import threading
+from collections.abc import Callable
+from typing import TextIO
+
+_LEN = struct.Struct(">I")
+MAX_LINE_CHARS = 8000
+"""Longer lines are truncated before they are sent (the executor's stderr keeps them whole)."""
+_MAX_FRAME = 4 * MAX_LINE_CHARS + 16
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _read_frame(sock: socket.socket) -> bytes | None:
+    head = _read_exact(sock, _LEN.size)
+    if head is None:
+        return None
+    (size,) = _LEN.unpack(head)
+    if size > _MAX_FRAME:
+        return None
+    return _read_exact(sock, size)
+
+
+class LogServer:
+    """
+    Receives rank output lines and hands them to ``on_line`` (by default: prints them to stdout).
+
+    Use as a context manager; ``address`` and ``token`` are what tasks need to connect. Closing waits for
+    every connected task to finish sending, so no line that a finished task sent is lost.
+
+    :param host: the address to listen on (the driver's address, e.g. ``spark.driver.host``).
+    :param on_line: called with each received line (thread-safe: calls are serialized).
+    """
+
+    def __init__(self, host: str, on_line: Callable[[str], None] | None = None, stream: TextIO | None = None) -> None:
+        self.token = secrets.token_hex(16)
+        self._host = host
+        self._stream = stream
+        self._on_line = on_line or self._print
+        self._lock = threading.Lock()
+        self._server: socketserver.ThreadingTCPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def _print(self, line: str) -> None:
+        stream = self._stream or sys.stdout
+        stream.write(line + "\n")
+        stream.flush()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` the server listens on."""
+        assert self._server is not None, "LogServer is not started"
+        return self._host, self._server.server_address[1]
+
+    def __enter__(self) -> LogServer:
+        token = self.token.encode()
+        owner = self
+
+        class _Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                sock: socket.socket = self.request
+                first = _read_frame(sock)
+                if first is None or not hmac.compare_digest(first, token):
+                    return  # not one of this job's tasks
+                while (frame := _read_frame(sock)) is not None:
+                    line = frame.decode("utf-8", "replace")
+                    with owner._lock:
+                        owner._on_line(line)
+
+        class _Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = False
+            block_on_close = True
+
+        self._server = _Server((self._host, 0), _Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="horovod-log-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()  # joins handler threads: every finished task's lines are out
+        if self._thread is not None:
+            self._thread.join()
+
+
+class LogClient:
+    """
+    Sends lines to a :class:`LogServer`; never raises into training.
+
+    :param address: ``(host, port)`` of the server.
+    :param token: the server's token.
+    :param connect_timeout_s: seconds to wait for the connection before giving up on the channel.
+    """
+
+    def __init__(self, address: tuple[str, int], token: str, connect_timeout_s: float = 10.0) -> None:
+        self._address = address
+        self._token = token
+        self._timeout = connect_timeout_s
+        self._sock: socket.socket | None = None
+        self._broken = False
+
+    def _connect(self) -> None:
+        try:
+            sock = socket.create_connection(self._address, timeout=self._timeout)
+            sock.settimeout(None)
+            sock.sendall(self._frame(self._token))
+            self._sock = sock
+        except OSError as err:
+            self._broken = True
+            sys.stderr.write(f"airflow-provider-horovod: cannot reach the driver's log channel at "
+                             f"{self._address[0]}:{self._address[1]} ({err}); output stays in this executor's stderr\n")
+
+    @staticmethod
+    def _frame(text: str) -> bytes:
+        data = text[:MAX_LINE_CHARS].encode("utf-8", "replace")
+        return _LEN.pack(len(data)) + data
+
+    def send(self, line: str) -> None:
+        """Send one line (without its newline); silently drop it once the channel is broken."""
+        if self._broken:
+            return
+        if self._sock is None:
+            self._connect()
+            if self._sock is None:
+                return
+        try:
+            self._sock.sendall(self._frame(line))
+        except OSError:
+            self._broken = True
+
+    def close(self) -> None:
+        """Flush and close the connection."""
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            self._sock.close()
+            self._sock = None

@@ -1,0 +1,18 @@
+"""Names of the environment variables through which a launcher hands a rank its job (launcher <-> worker)."""
+
+from __future__ import annotations
+
+ENV_PAYLOAD = "HOROVOD_AIRFLOW_PAYLOAD"
+"""Path of the rank's private copy of the payload."""
+ENV_RESULT = "HOROVOD_AIRFLOW_RESULT"
+"""Where rank 0 writes its cloudpickled return value."""
+ENV_ERROR = "HOROVOD_AIRFLOW_ERROR"
+"""Where a failing rank writes ``{"exc_type", "exc_message", "traceback"}`` as JSON."""
+ENV_LIFELINE = "HOROVOD_AIRFLOW_LIFELINE_FD"
+"""File descriptor of the lifeline pipe's read end (EOF = the launcher is gone)."""
+ENV_CHECK_SIZE = "HOROVOD_AIRFLOW_CHECK_SIZE"
+"""The expected ``hvd.size()``; the worker initializes Horovod and checks it before calling the function."""
+WORKER_MODULE = "airflow_provider_horovod.runtime.worker"
+"""Run with ``python -m`` to start a rank."""
+RANK_ENV_NAMES = "HOROVOD_AIRFLOW_RANK_ENV"
+"""Comma-separated names of the driver's environment variables that go on to every rank (operator ``env_vars``)."""

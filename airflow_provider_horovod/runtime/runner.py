@@ -1,0 +1,209 @@
+"""``HorovodRunner``: the ``sparkdl.HorovodRunner`` API on a Spark barrier stage, with the launch done in the tasks."""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import re
+import uuid
+import zipfile
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError
+from airflow_provider_horovod.runtime.launch import JobSpec, barrier_task, run_on_driver
+from airflow_provider_horovod.runtime.logs import LogServer
+from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
+from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
+
+DRIVER_LOG_VERBOSITIES = ("log_callback_only", "all")
+RUNTIME_ZIP_NAME = "airflow_provider_horovod_runtime.zip"
+_shipped_to: set[str] = set()
+
+
+def validate_np(np: object) -> int:
+    """
+    Check the ``np`` argument.
+
+    :param np: number of processes: ``> 0`` runs a Spark barrier stage of ``np`` tasks; ``< 0`` runs ``-np``
+        processes on the driver.
+    :return: ``np`` as given.
+    :raises ValueError: ``np`` is 0 or not an ``int`` (``bool`` included).
+    """
+    if isinstance(np, bool) or not isinstance(np, int):
+        raise ValueError(f"np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
+                         f"driver), got {np!r} of type {type(np).__name__}")
+    if np == 0:
+        raise ValueError("np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
+                         "driver); np=0 ('all task slots') is not supported because Spark's slot count is unreliable")
+    return np
+
+
+def validate_verbosity(value: object) -> str:
+    """
+    Check ``driver_log_verbosity``.
+
+    :raises ValueError: not one of ``"log_callback_only"`` (rank 0's output only) or ``"all"``.
+    """
+    if value not in DRIVER_LOG_VERBOSITIES:
+        raise ValueError(f"driver_log_verbosity must be one of {DRIVER_LOG_VERBOSITIES}, got {value!r}")
+    return str(value)
+
+
+def runtime_zip() -> bytes:
+    """The runtime subpackage as a zip for ``--py-files`` / ``addPyFile`` (executors need no Airflow)."""
+    import airflow_provider_horovod
+
+    pkg_dir = os.path.dirname(airflow_provider_horovod.__file__)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.write(os.path.join(pkg_dir, "__init__.py"), "airflow_provider_horovod/__init__.py")
+        runtime_dir = os.path.join(pkg_dir, "runtime")
+        for name in sorted(os.listdir(runtime_dir)):
+            if name.endswith(".py"):
+                zf.write(os.path.join(runtime_dir, name), f"airflow_provider_horovod/runtime/{name}")
+    return buf.getvalue()
+
+
+def _local_master_slots(master: str) -> int | None:
+    """Task slots of a ``local``/``local[N]``/``local[*]``/``local[N,F]`` master; ``None`` for other masters."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return 1
+    if match.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(match.group(1))
+
+
+class HorovodRunner:
+    """
+    Run a Horovod training function on ``np`` processes and return what rank 0 returned.
+
+    The API of Databricks' ``sparkdl.HorovodRunner``. With ``np > 0`` the job is one Spark barrier stage of
+    ``np`` tasks on the active (or default) ``SparkSession``; each task starts one Horovod process with
+    Gloo, whose rendezvous server runs in task 0. With ``np < 0``, ``-np`` processes run on the driver.
+
+    :param np: number of processes (non-zero int); see above.
+    :param driver_log_verbosity: ``"log_callback_only"`` (default) sends only rank 0's output to the
+        driver's stdout; ``"all"`` sends every rank's. Every rank's full output is always kept in its
+        executor's stderr (np > 0) or the driver's stderr (np < 0). Unlike Databricks there is no
+        ``log_to_driver`` callback: rank 0's prints are the training log.
+    :param artifact_dir: path or URI the ranks see through :func:`~airflow_provider_horovod.runtime.artifact_dir`.
+    :param gloo_timeout_s: seconds Gloo waits in rendezvous and in a collective before failing (Horovod's
+        default of 30 s is too short for ranks that start on busy executors).
+    :param env: extra environment variables for every rank.
+    :raises ValueError: an argument is invalid (raised here, before any Spark work).
+    """
+
+    def __init__(
+        self,
+        *,
+        np: int,
+        driver_log_verbosity: str = "log_callback_only",
+        artifact_dir: str | None = None,
+        gloo_timeout_s: int = DEFAULT_GLOO_TIMEOUT_S,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.np = validate_np(np)
+        self.driver_log_verbosity = validate_verbosity(driver_log_verbosity)
+        if not isinstance(gloo_timeout_s, int) or gloo_timeout_s <= 0:
+            raise ValueError(f"gloo_timeout_s must be a positive int (seconds), got {gloo_timeout_s!r}")
+        self.artifact_dir = artifact_dir
+        self.gloo_timeout_s = gloo_timeout_s
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+
+    def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
+        """
+        Run ``main(**kwargs)`` on every rank and return rank 0's return value.
+
+        ``main`` and ``kwargs`` travel with cloudpickle; functions defined in a module that executors cannot
+        import (an Airflow DAG file, a notebook) travel by value. Imports belong inside ``main``.
+
+        :param main: the training function; it calls ``hvd.init()`` itself.
+        :param kwargs: keyword arguments for ``main``.
+        :return: what rank 0's ``main`` returned.
+        :raises RankFailedError: a rank failed; the message names the rank and carries its traceback.
+        :raises LaunchError: the stage could not run (not enough slots, dynamic allocation, Spark error).
+        :raises PayloadError: ``main`` or ``kwargs`` cannot be pickled.
+        """
+        payload = dumps_payload(main, (), kwargs)
+        if len(payload) > LARGE_PAYLOAD_BYTES:
+            import warnings
+
+            warnings.warn(f"the training payload is {len(payload) / 2**20:.0f} MiB: a dataset captured in the function "
+                          "or its arguments travels with every task; pass a path and load it inside main instead",
+                          stacklevel=2)
+        result = self.run_payload(payload)
+        return None if result is None else cloudpickle.loads(result)
+
+    def run_payload(self, payload: bytes) -> bytes | None:
+        """
+        Run an already serialized payload; return rank 0's cloudpickled return value.
+
+        Used by :meth:`run` and by the spark-submit driver program (the operator's path).
+        """
+        spec = JobSpec(payload=payload, np=abs(self.np), artifact_dir=self.artifact_dir,
+                       forward_all=self.driver_log_verbosity == "all", gloo_timeout_s=self.gloo_timeout_s, env=self.env)
+        if self.np < 0:
+            return run_on_driver(spec)
+        return self._run_barrier(spec)
+
+    def _run_barrier(self, spec: JobSpec) -> bytes | None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        sc = spark.sparkContext
+        conf = sc.getConf()
+        if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+            raise LaunchError("Spark barrier stages cannot run with dynamic allocation (SPARK-24942): set "
+                              "spark.dynamicAllocation.enabled=false for this application")
+        slots = _local_master_slots(sc.master)
+        if slots is not None and spec.np > slots:
+            raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {sc.master} has {slots}; "
+                              f"use local[{spec.np}] or a smaller np")
+        self._ship_runtime(sc)
+        host = conf.get("spark.driver.host", "127.0.0.1")
+        group = f"horovod-{uuid.uuid4().hex[:12]}"
+        with LogServer(host) as logs:
+            spec = JobSpec(**{**spec.__dict__, "log_address": logs.address, "log_token": logs.token,
+                              "executors_share_driver_stderr": sc.master.startswith("local")})
+            sc.setJobGroup(group, f"HorovodRunner np={spec.np}", interruptOnCancel=True)
+            try:
+                rdd = sc.parallelize(range(spec.np), spec.np).barrier()
+                results = rdd.mapPartitions(functools.partial(barrier_task, spec)).collect()
+            except KeyboardInterrupt:
+                sc.cancelJobGroup(group)
+                raise
+            except Exception as err:
+                failure = RankFailedError.find_in(str(err))
+                if failure is not None:
+                    raise failure from None
+                raise LaunchError(f"the Horovod barrier stage failed: {_first_lines(str(err))}") from err
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        return results[0] if results else None
+
+    @staticmethod
+    def _ship_runtime(sc: Any) -> None:
+        """Make the runtime importable on executors that do not have this package installed."""
+        if RUNTIME_ZIP_NAME in (sc.getConf().get("spark.submit.pyFiles", "") or ""):
+            return
+        if sc.applicationId in _shipped_to:
+            return
+        import tempfile
+
+        path = os.path.join(tempfile.mkdtemp(prefix="horovod-runtime-"), RUNTIME_ZIP_NAME)
+        with open(path, "wb") as f:
+            f.write(runtime_zip())
+        sc.addPyFile(path)
+        _shipped_to.add(sc.applicationId)
+
+
+def _first_lines(text: str, n: int = 12) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[:n])

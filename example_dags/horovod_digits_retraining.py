@@ -1,0 +1,137 @@
+"""
+Retraining pipeline: prepare data -> train with Horovod on Spark (2 ranks) -> evaluate the model from XCom.
+
+Runs as is on an embedded local Spark (no connection needed): ``make demo``. The data is scikit-learn's
+bundled ``load_digits`` (1,797 real 8x8 handwritten digits), so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pendulum
+
+from airflow.sdk import DAG, XComArg, task
+from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+
+ACCURACY_THRESHOLD = 0.9
+
+
+def build_model():
+    """A small MLP for 8x8 digit images (64 inputs, 10 classes)."""
+    import torch
+
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
+    )
+
+
+def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05) -> dict:
+    """
+    Horovod training function: runs on every rank; rank 0 saves the model and returns its metrics.
+
+    Data is sharded by rank, parameters are broadcast from rank 0, gradients are averaged by
+    ``hvd.DistributedOptimizer``; the learning rate is scaled by the number of ranks.
+    """
+    import numpy as np
+    import torch
+
+    import horovod.torch as hvd
+    from airflow_provider_horovod.runtime import artifact_dir
+
+    hvd.init()
+    torch.manual_seed(1234)
+    torch.set_num_threads(1)
+    data = np.load(data_path)
+    x = torch.tensor(data["x_train"][hvd.rank() :: hvd.size()], dtype=torch.float32)
+    y = torch.tensor(data["y_train"][hvd.rank() :: hvd.size()], dtype=torch.long)
+    steps = (len(data["x_train"]) // hvd.size()) // batch_size  # same step count on every rank
+
+    model = build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size(), momentum=0.9)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    for epoch in range(1, epochs + 1):
+        order = torch.randperm(len(x))
+        total = torch.zeros(2)
+        for step in range(steps):
+            idx = order[step * batch_size : (step + 1) * batch_size]
+            optimizer.zero_grad()
+            loss = loss_fn(model(x[idx]), y[idx])
+            loss.backward()
+            optimizer.step()
+            total += torch.tensor([loss.item(), 1.0])
+        avg = hvd.allreduce(total, op=hvd.Sum)
+        if hvd.rank() == 0 and (epoch == 1 or epoch % 5 == 0):
+            print(f"epoch {epoch:2d}/{epochs}  loss {avg[0] / avg[1]:.4f}  (size={hvd.size()})", flush=True)
+
+    if hvd.rank() == 0:
+        path = os.path.join(artifact_dir(), "model.pt")
+        torch.save(model.state_dict(), path)
+        print(f"saved model to {path}", flush=True)
+        return {"model_path": path, "final_loss": round(float(avg[0] / avg[1]), 4), "ranks": hvd.size()}
+    return {}
+
+
+with DAG(
+    dag_id="horovod_digits_retraining",
+    schedule="@daily",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["horovod", "spark", "example"],
+    doc_md=__doc__,
+):
+
+    @task
+    def prepare_data(**context) -> str:
+        """Split load_digits 80/20 (stratified) and write it where every rank can read it."""
+        import numpy as np
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
+        from airflow_provider_horovod.operators.horovod import default_artifact_root
+
+        x, y = load_digits(return_X_y=True)
+        x_train, x_test, y_train, y_test = train_test_split(
+            x / 16.0, y, test_size=0.2, stratify=y, random_state=0
+        )
+        run = context["run_id"].replace(":", "_").replace("+", "_")
+        out_dir = os.path.join(default_artifact_root(), "data", run)
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, "digits.npz")
+        np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+        print(f"prepared {len(x_train)} training and {len(x_test)} held-out digits at {path}")
+        return path
+
+    data_path = prepare_data()
+
+    train = HorovodRunnerOperator(
+        task_id="train",
+        python_callable=train_digits,
+        op_kwargs={"data_path": data_path, "epochs": 30},
+        np=2,
+    )
+
+    @task
+    def evaluate(artifact_paths: list[str], data_path: str) -> float:
+        """Load the model from the path in XCom and measure accuracy on the held-out digits."""
+        import numpy as np
+        import torch
+
+        model_path = next(p for p in artifact_paths if p.endswith("model.pt"))
+        model = build_model()
+        model.load_state_dict(torch.load(model_path))
+        model.eval()
+        data = np.load(data_path)
+        with torch.no_grad():
+            pred = model(torch.tensor(data["x_test"], dtype=torch.float32)).argmax(dim=1).numpy()
+        accuracy = float((pred == data["y_test"]).mean())
+        print(f"held-out accuracy of {model_path}: {accuracy:.4f} on {len(pred)} digits")
+        if accuracy < ACCURACY_THRESHOLD:
+            raise ValueError(f"accuracy {accuracy:.4f} is below the {ACCURACY_THRESHOLD} threshold")
+        return accuracy
+
+    evaluate(XComArg(train, key="artifact_paths"), data_path)

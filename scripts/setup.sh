@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh machine, into ./.venv:
+# PyTorch (CPU), Horovod 0.28.1 built from its sdist with Gloo (no MPI), Airflow 3.3,
+# the Spark provider, PySpark + pyspark-client at the same version, and this package (editable).
+# Idempotent: a stamp keyed on the pinned requirements skips work already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${VENV:-$ROOT/.venv}
+PY=${PYTHON:-python3}
+
+die() { echo "setup: $*" >&2; exit 1; }
+
+# --- requirements of the machine -------------------------------------------------------------
+command -v "$PY" >/dev/null || die "python3 not found; Python 3.11 is required"
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' \
+  || die "Python 3.11 is required (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11"
+command -v java >/dev/null || die "Java 17 is required by Spark (java not found on PATH); install openjdk-17-jre-headless"
+JAVA_MAJOR=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+[ "${JAVA_MAJOR:-0}" -ge 17 ] || die "Java 17 or newer is required by Spark 4 (found: $(java -version 2>&1 | head -1))"
+command -v g++ >/dev/null || die "a C++ compiler (g++) is required to build Horovod; install build-essential"
+command -v make >/dev/null || die "make is required to build Horovod; install build-essential"
+
+STAMP_KEY=$(cat requirements/pins.txt scripts/setup.sh | sha256sum | cut -c1-16)
+STAMP=$VENV/.setup-$STAMP_KEY
+if [ -f "$STAMP" ]; then
+  echo "setup: environment up to date ($VENV)"
+  exit 0
+fi
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip --disable-pip-version-check"
+$PIP install -q -U "pip>=24" "setuptools<80" wheel
+echo "setup: installing PyTorch (CPU) ..."
+$PIP install -q -c requirements/pins.txt torch
+if ! "$VENV/bin/python" -c 'import horovod.torch' 2>/dev/null; then
+  echo "setup: building Horovod from its sdist (Gloo, no MPI; about 6 minutes on 2 cores) ..."
+  $PIP install -q -c requirements/pins.txt cmake cloudpickle psutil pyyaml packaging
+  WRAP=$(mktemp -d)
+  trap 'rm -rf "$WRAP"' EXIT
+  # Horovod's CMake pins C++14; PyTorch 2.13's headers need C++17.
+  printf '#!/bin/sh\nexec g++ "$@" -std=c++17\n' > "$WRAP/g++17"
+  chmod +x "$WRAP/g++17"
+  env CXX="$WRAP/g++17" CMAKE_POLICY_VERSION_MINIMUM=3.5 PATH="$VENV/bin:$PATH" \
+      HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+      HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_GPU_OPERATIONS= \
+      MAKEFLAGS="-j$(nproc)" \
+      $PIP install -q --no-build-isolation -c requirements/pins.txt horovod
+fi
+echo "setup: installing Airflow, the Spark provider, PySpark and this package ..."
+$PIP install -q -c requirements/pins.txt -e ".[dev]"
+# pyspark-client (pulled by the Spark provider) overwrites pyspark's Python files: reinstall the
+# matching pyspark last so the JVM jars and the Python half agree (both pinned to one version).
+$PIP install -q --force-reinstall --no-deps -c requirements/pins.txt pyspark
+"$VENV/bin/python" - <<'PY'
+import airflow, horovod, horovod.torch, pyspark, torch
+from horovod.common.util import gloo_built
+assert gloo_built(), "Horovod was built without Gloo"
+print(f"setup: ok: torch {torch.__version__}, horovod {horovod.__version__}, pyspark {pyspark.__version__}, "
+      f"airflow {airflow.__version__}")
+PY
+rm -f "$VENV"/.setup-*
+touch "$STAMP"
