@@ -48,6 +48,7 @@ class RankFailedError(HorovodRuntimeError):
     :param traceback: the formatted Python traceback of that exception, if any.
     :param output_tail: the last lines the rank printed (stdout and stderr merged), oldest first.
     :param host: the executor host the rank ran on, if known.
+    :param failed_at: when the rank failed (seconds since the epoch, the worker's clock), if known.
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class RankFailedError(HorovodRuntimeError):
         traceback: str | None = None,
         output_tail: list[str] | None = None,
         host: str | None = None,
+        failed_at: float | None = None,
     ) -> None:
         self.rank = rank
         self.exit_code = exit_code
@@ -68,7 +70,20 @@ class RankFailedError(HorovodRuntimeError):
         self.traceback = traceback
         self.output_tail = list(output_tail or [])
         self.host = host
+        self.failed_at = failed_at
         super().__init__(self._format())
+
+    @property
+    def is_secondary(self) -> bool:
+        """
+        True when this rank most likely failed *because* another rank did.
+
+        Horovod shuts every rank down when one fails (``HorovodInternalError: Horovod has been shut down``),
+        and ranks killed by a signal were usually stopped by the launcher; neither is the root cause.
+        """
+        return bool(self.exc_type and self.exc_type.endswith("HorovodInternalError")) or (
+            self.exit_code is not None and self.exit_code < 0
+        )
 
     @property
     def exit_reason(self) -> str:
@@ -110,13 +125,14 @@ class RankFailedError(HorovodRuntimeError):
             "traceback": self.traceback,
             "output_tail": self.output_tail,
             "host": self.host,
+            "failed_at": self.failed_at,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankFailedError:
         """Rebuild the error from :meth:`to_dict` output."""
         return cls(**{k: data.get(k) for k in ("rank", "exit_code", "exc_type", "exc_message",
-                                                 "traceback", "output_tail", "host")})
+                                                 "traceback", "output_tail", "host", "failed_at")})
 
     def marker(self) -> str:
         """
@@ -135,3 +151,19 @@ class RankFailedError(HorovodRuntimeError):
         if match is None:
             return None
         return cls.from_dict(json.loads(base64.b64decode(match.group(1))))
+
+
+def root_cause(failures: list[RankFailedError]) -> RankFailedError:
+    """
+    Pick the failure to report among several ranks' failures.
+
+    Primary failures (see :attr:`RankFailedError.is_secondary`) come first, then the earliest, then the lowest
+    rank. Ranks fail together because Horovod shuts all of them down once one fails; the first to *exit*
+    is often a bystander, so exit order alone would blame the wrong rank.
+
+    :raises ValueError: ``failures`` is empty.
+    """
+    if not failures:
+        raise ValueError("no failures to choose from")
+    return min(failures, key=lambda f: (f.is_secondary, f.failed_at if f.failed_at is not None else float("inf"),
+                                        f.rank))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from airflow_provider_horovod.runtime import protocol
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
-from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError
+from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
 from airflow_provider_horovod.runtime.logs import LogClient
 from airflow_provider_horovod.runtime.plan import (
     DEFAULT_GLOO_TIMEOUT_S,
@@ -36,6 +36,8 @@ from airflow_provider_horovod.runtime.plan import (
     to_slot_info,
 )
 
+FAILURE_GRACE_S = 10.0
+"""After a rank fails, how long to wait for the others' own failure reports before stopping them."""
 OUTPUT_TAIL_LINES = 100
 """How many of a rank's last output lines an error carries."""
 
@@ -232,10 +234,20 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
         for p in procs:
             p.start()
             threading.Thread(target=lambda p=p: (p.wait(), exited.put(p)), daemon=True).start()
-        for _ in procs:
+        for remaining in range(len(procs), 0, -1):
             p = exited.get()
             if p.returncode != 0:
-                raise p.failure(host="driver")
+                failures = [p.failure(host="driver")]
+                # The other ranks usually fail within moments (Horovod shuts them down); collect them so the
+                # root cause, not the first bystander to exit, is reported.
+                for _ in range(remaining - 1):
+                    try:
+                        other = exited.get(timeout=FAILURE_GRACE_S)
+                    except queue.Empty:
+                        break
+                    if other.returncode != 0:
+                        failures.append(other.failure(host="driver"))
+                raise root_cause(failures)
         return procs[0].result()
     finally:
         for p in procs:
@@ -280,12 +292,13 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
         rendezvous_addr = addresses[0]
         gloo = gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=port,
                         iface=interface_for(rendezvous_addr), gloo_timeout_s=spec.gloo_timeout_s)
-        client = LogClient(spec.log_address, spec.log_token or "") if spec.log_address and spec.forwards(slot) else None
+        client = LogClient(spec.log_address, spec.log_token or "") if spec.log_address else None
+        forward = client is not None and spec.forwards(slot)
 
         def sink(s: Slot, line: str) -> None:
-            if client is None or not spec.executors_share_driver_stderr:
+            if not (forward and spec.executors_share_driver_stderr):
                 _stderr_sink(s, line)  # the executor's full copy
-            if client is not None:
+            if forward:
                 client.send(f"[rank {s.rank}] {line}")
 
         workdir = tempfile.mkdtemp(prefix="horovod-rank-")
@@ -294,6 +307,8 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             proc.start()
             if proc.wait() != 0:
                 err = proc.failure(host=addresses[partition])
+                if client is not None:
+                    client.report_failure(err.to_dict())  # lets the driver tell root cause from bystanders
                 err.args = (f"{err}\n{err.marker()}",)
                 raise err
             result = proc.result()

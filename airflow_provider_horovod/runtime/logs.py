@@ -11,6 +11,7 @@ training goes on.
 from __future__ import annotations
 
 import hmac
+import json
 import secrets
 import socket
 import socketserver
@@ -21,9 +22,10 @@ from collections.abc import Callable
 from typing import TextIO
 
 _LEN = struct.Struct(">I")
+_FAILURE_PREFIX = "\x00failure "
 MAX_LINE_CHARS = 8000
 """Longer lines are truncated before they are sent (the executor's stderr keeps them whole)."""
-_MAX_FRAME = 4 * MAX_LINE_CHARS + 16
+_MAX_FRAME = 1 << 20
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes | None:
@@ -65,6 +67,8 @@ class LogServer:
         self._lock = threading.Lock()
         self._server: socketserver.ThreadingTCPServer | None = None
         self._thread: threading.Thread | None = None
+        self.failures: list[dict] = []
+        """Failure reports sent by tasks (complete once the server is closed)."""
 
     def _print(self, line: str) -> None:
         stream = self._stream or sys.stdout
@@ -90,7 +94,10 @@ class LogServer:
                 while (frame := _read_frame(sock)) is not None:
                     line = frame.decode("utf-8", "replace")
                     with owner._lock:
-                        owner._on_line(line)
+                        if line.startswith(_FAILURE_PREFIX):
+                            owner.failures.append(json.loads(line[len(_FAILURE_PREFIX):]))
+                        else:
+                            owner._on_line(line)
 
         class _Server(socketserver.ThreadingTCPServer):
             allow_reuse_address = True
@@ -105,6 +112,15 @@ class LogServer:
     def __exit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.shutdown()
+            # A task that connected just before the end may still wait in the listen backlog: handle it.
+            self._server.socket.setblocking(False)
+            while True:
+                try:
+                    request, client_address = self._server.socket.accept()
+                except (BlockingIOError, OSError):
+                    break
+                request.setblocking(True)
+                self._server.process_request(request, client_address)
             self._server.server_close()  # joins handler threads: every finished task's lines are out
         if self._thread is not None:
             self._thread.join()
@@ -138,12 +154,27 @@ class LogClient:
                              f"{self._address[0]}:{self._address[1]} ({err}); output stays in this executor's stderr\n")
 
     @staticmethod
-    def _frame(text: str) -> bytes:
-        data = text[:MAX_LINE_CHARS].encode("utf-8", "replace")
+    def _frame(text: str, limit: int = MAX_LINE_CHARS) -> bytes:
+        data = text[:limit].encode("utf-8", "replace")
         return _LEN.pack(len(data)) + data
+
+    def report_failure(self, failure: dict) -> None:
+        """Send a rank's failure (a ``RankFailedError.to_dict()``) so the driver can pick the root cause."""
+        report = dict(failure)
+        report["output_tail"] = [line[:1000] for line in report.get("output_tail") or []]
+        if report.get("traceback"):
+            report["traceback"] = report["traceback"][-50_000:]
+        text = _FAILURE_PREFIX + json.dumps(report)
+        if len(text) > _MAX_FRAME // 4:
+            report["output_tail"] = report["output_tail"][-10:]
+            text = _FAILURE_PREFIX + json.dumps(report)
+        self._send(self._frame(text, limit=_MAX_FRAME // 4))
 
     def send(self, line: str) -> None:
         """Send one line (without its newline); silently drop it once the channel is broken."""
+        self._send(self._frame(line))
+
+    def _send(self, frame: bytes) -> None:
         if self._broken:
             return
         if self._sock is None:
@@ -151,7 +182,7 @@ class LogClient:
             if self._sock is None:
                 return
         try:
-            self._sock.sendall(self._frame(line))
+            self._sock.sendall(frame)
         except OSError:
             self._broken = True
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import cloudpickle
 
-from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError
+from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
 from airflow_provider_horovod.runtime.launch import JobSpec, barrier_task, run_on_driver
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
@@ -169,6 +169,8 @@ class HorovodRunner:
         self._ship_runtime(sc)
         host = conf.get("spark.driver.host", "127.0.0.1")
         group = f"horovod-{uuid.uuid4().hex[:12]}"
+        stage_error: Exception | None = None
+        results: list[bytes] = []
         with LogServer(host) as logs:
             spec = JobSpec(**{**spec.__dict__, "log_address": logs.address, "log_token": logs.token,
                               "executors_share_driver_stderr": sc.master.startswith("local")})
@@ -180,12 +182,18 @@ class HorovodRunner:
                 sc.cancelJobGroup(group)
                 raise
             except Exception as err:
-                failure = RankFailedError.find_in(str(err))
-                if failure is not None:
-                    raise failure from None
-                raise LaunchError(f"the Horovod barrier stage failed: {_first_lines(str(err))}") from err
+                stage_error = err
             finally:
                 sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        # The log server is closed: every failure report a task sent has arrived.
+        if stage_error is not None:
+            failures = [RankFailedError.from_dict(f) for f in logs.failures]
+            in_exception = RankFailedError.find_in(str(stage_error))
+            if in_exception is not None:
+                failures.append(in_exception)
+            if failures:
+                raise root_cause(failures) from None
+            raise LaunchError(f"the Horovod barrier stage failed: {_spark_reason(str(stage_error))}") from stage_error
         return results[0] if results else None
 
     @staticmethod
@@ -204,6 +212,7 @@ class HorovodRunner:
         _shipped_to.add(sc.applicationId)
 
 
-def _first_lines(text: str, n: int = 12) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
+def _spark_reason(text: str, n: int = 40) -> str:
+    """The informative part of a Py4J/Spark error: the summary line and the Python traceback, not JVM frames."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("at ")]
     return "\n".join(lines[:n])

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def main() -> int:
         sys.stderr.write(tb)
         sys.stderr.flush()
         error = {"exc_type": f"{type(err).__module__}.{type(err).__qualname__}".removeprefix("builtins."),
-                 "exc_message": str(err), "traceback": tb}
+                 "exc_message": str(err), "traceback": tb, "failed_at": time.time()}
         _write_atomic(os.environ[ENV_ERROR], json.dumps(error).encode())
         return 1
     finally:

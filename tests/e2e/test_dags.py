@@ -1,0 +1,72 @@
+"""End to end: real Airflow (``airflow dags test`` on SQLite) driving real Spark and Horovod."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, VENV_BIN, airflow_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.spark]
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def dags_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("dags")
+    shutil.copy(REPO / "example_dags" / "horovod_digits_retraining.py", folder)
+    shutil.copy(HERE / "dags" / "horovod_failures.py", folder)
+    return folder
+
+
+def run_dag(airflow_home: Path, dags_folder: Path, dag_id: str) -> tuple[str, dict]:
+    env = airflow_env(airflow_home, dags_folder)
+    proc = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", dag_id], env=env, capture_output=True,
+                          text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    inspect = subprocess.run([sys.executable, str(REPO / "scripts" / "show_run.py"), "--json", dag_id], env=env, capture_output=True,
+                             text=True, timeout=120, check=True)
+    return log, json.loads(inspect.stdout.strip().splitlines()[-1])
+
+
+def test_example_dag_trains_and_evaluates(airflow_home, dags_folder):
+    log, run = run_dag(airflow_home, dags_folder, "horovod_digits_retraining")
+    assert run["states"] == {"prepare_data": "success", "train": "success", "evaluate": "success"}, log[-5000:]
+    xcom = run["xcom"]
+    paths = xcom["train.artifact_paths"]
+    assert [os.path.basename(p) for p in paths] == ["model.pt"]
+    assert all(os.path.isfile(p) for p in paths)
+    assert paths[0].startswith(xcom["train.artifact_dir"]) and xcom["train.artifact_dir"].endswith("/train/try-1")
+    assert xcom["train.spark_app_id"].startswith("local-")
+    assert xcom["train.return_value"]["ranks"] == 2
+    assert xcom["train.return_value"]["model_path"] == paths[0]
+    assert xcom["evaluate.return_value"] >= 0.9
+    # what the user sees in the task log
+    assert f"Spark application {xcom['train.spark_app_id']} started" in log
+    assert "[rank 0] epoch 30/30" in log and "[rank 1]" not in log
+    assert "held-out accuracy of" in log
+
+
+def test_failures_surface_in_the_task(airflow_home, dags_folder):
+    log, run = run_dag(airflow_home, dags_folder, "horovod_failures")
+    states = run["states"]
+    assert states["on_driver"] == "success", log[-5000:]
+    assert run["xcom"]["on_driver.return_value"]["size"] == 2
+    assert run["xcom"]["on_driver.return_value"]["rank"] == 0
+
+    assert states["rank_fails"] == "failed"
+    assert "Horovod rank 1" in log and "ValueError: corrupt shard on rank 1" in log
+    assert 'raise ValueError("corrupt shard on rank 1")' in log  # the rank's own traceback
+
+    assert states["unstorable_return"] == "failed"
+    assert "XCom cannot store" in log and "TrainedModel" in log
+    kept = run["xcom"]["unstorable_return.artifact_paths"]
+    assert sorted(os.path.basename(p) for p in kept) == ["weights-0.bin", "weights-1.bin"]
+    assert all(os.path.isfile(p) for p in kept)  # the model files survive the refused return value

@@ -1,0 +1,140 @@
+"""HorovodRunner on a real local Spark with real Horovod (Gloo on the CPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+
+import psutil
+import pytest
+
+from airflow_provider_horovod.runtime import HorovodRunner, LaunchError, RankFailedError
+
+pytestmark = pytest.mark.spark
+
+
+def allreduce_rank_and_size(value):
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+    print(f"rank says hello, total={total.item()}", flush=True)
+    return {"rank": hvd.rank(), "size": hvd.size(), "local_size": hvd.local_size(), "total": total.item(),
+            "value": value}
+
+
+def fail_on_rank_one():
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    print("starting epoch 1", flush=True)
+    if hvd.rank() == 1:
+        raise ValueError("corrupt shard on rank 1")
+    # rank 0 waits in a collective that rank 1 never joins; it must be stopped, not time out
+    hvd.allreduce(torch.tensor([1.0]))
+    return "unreachable"
+
+
+def _worker_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if "airflow_provider_horovod.runtime.worker" in cmdline:
+            found.append(proc)
+    return found
+
+
+def test_np2_returns_rank0_value(spark):
+    result = HorovodRunner(np=2).run(allreduce_rank_and_size, value="x")
+    assert result == {"rank": 0, "size": 2, "local_size": 2, "total": 3.0, "value": "x"}
+
+
+def test_negative_np_runs_on_the_driver(spark_env):
+    result = HorovodRunner(np=-2).run(allreduce_rank_and_size, value=7)
+    assert result == {"rank": 0, "size": 2, "local_size": 2, "total": 3.0, "value": 7}
+
+
+def test_failing_rank_fails_fast_with_its_traceback(spark):
+    started = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        HorovodRunner(np=2).run(fail_on_rank_one)
+    elapsed = time.monotonic() - started
+    err = info.value
+    assert err.rank == 1
+    assert err.exit_code == 1
+    assert err.exc_type == "ValueError"
+    assert "corrupt shard on rank 1" in str(err)
+    assert 'raise ValueError("corrupt shard on rank 1")' in err.traceback
+    assert "starting epoch 1" in err.output_tail
+    # Gloo's timeout is 300 s: finishing far below it proves the failure was not waited out.
+    assert elapsed < 120, elapsed
+    procs = _worker_processes()
+    _gone, alive = psutil.wait_procs(procs, timeout=15)
+    assert not alive, f"training processes left behind: {[p.pid for p in alive]}"
+
+
+def test_failing_rank_on_the_driver(spark_env):
+    with pytest.raises(RankFailedError) as info:
+        HorovodRunner(np=-2).run(fail_on_rank_one)
+    assert info.value.rank == 1 and info.value.exc_type == "ValueError"
+    _gone, alive = psutil.wait_procs(_worker_processes(), timeout=15)
+    assert not alive
+
+
+def test_function_from_a_dag_file_module(spark, tmp_path):
+    """A function defined in a file executors cannot import (like a DAG file) still runs."""
+    src = tmp_path / "retrain_dag.py"
+    src.write_text(
+        "SCALE = 10\n"
+        "def helper(x):\n    return x * SCALE\n"
+        "def main(x):\n"
+        "    import horovod.torch as hvd, torch\n"
+        "    hvd.init()\n"
+        "    s = hvd.allreduce(torch.tensor([float(helper(x))]), op=hvd.Sum)\n"
+        "    return (hvd.rank(), s.item())\n"
+    )
+    spec = importlib.util.spec_from_file_location("unusual_prefix_deadbeef_retrain_dag", src)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    try:
+        assert HorovodRunner(np=2).run(module.main, x=4) == (0, 80.0)
+    finally:
+        del sys.modules[spec.name]
+
+
+def test_log_verbosity_controls_what_reaches_the_driver(spark, capfd):
+    HorovodRunner(np=2).run(allreduce_rank_and_size, value=1)
+    out = capfd.readouterr().out
+    assert "[rank 0] rank says hello" in out and "[rank 1]" not in out
+    HorovodRunner(np=2, driver_log_verbosity="all").run(allreduce_rank_and_size, value=1)
+    out = capfd.readouterr().out
+    assert "[rank 0] rank says hello" in out and "[rank 1] rank says hello" in out
+
+
+def test_artifact_dir_reaches_every_rank(spark, tmp_path):
+    def write(tag):
+        import os
+
+        import horovod.torch as hvd
+
+        from airflow_provider_horovod.runtime import artifact_dir
+
+        hvd.init()
+        path = os.path.join(artifact_dir(), f"{tag}-rank{hvd.rank()}.txt")
+        with open(path, "w") as f:
+            f.write(str(hvd.rank()))
+        return path
+
+    target = tmp_path / "models" / "try-1"
+    path = HorovodRunner(np=2, artifact_dir=str(target)).run(write, tag="m")
+    assert path == str(target / "m-rank0.txt")
+    assert sorted(p.name for p in target.iterdir()) == ["m-rank0.txt", "m-rank1.txt"]
+
+
+def test_too_many_ranks_for_local_master_fails_before_submitting(spark):
+    with pytest.raises(LaunchError, match=r"np=3 needs 3 task slots but the master local\[2\] has 2"):
+        HorovodRunner(np=3).run(allreduce_rank_and_size, value=0)

@@ -1,0 +1,32 @@
+"""Rank failures survive Spark's exception text and read well."""
+
+from __future__ import annotations
+
+import signal
+
+from airflow_provider_horovod.runtime.errors import RankFailedError
+
+
+def test_marker_round_trip_inside_noise():
+    err = RankFailedError(rank=3, exit_code=1, exc_type="ValueError", exc_message="bad batch",
+                          traceback="Traceback (most recent call last):\n  ...\nValueError: bad batch\n",
+                          output_tail=["step 1", "step 2"], host="10.0.0.9")
+    text = "py4j.protocol.Py4JJavaError: ... PythonException: " + str(err) + "\n" + err.marker() + "\n\tat org..."
+    found = RankFailedError.find_in(text)
+    assert found is not None and found.to_dict() == err.to_dict()
+    assert RankFailedError.find_in("no marker here") is None
+
+
+def test_message_names_rank_exit_and_traceback_once():
+    tb = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom"
+    err = RankFailedError(rank=1, exit_code=1, exc_type="ValueError", exc_message="boom", traceback=tb,
+                          output_tail=["epoch 1", *tb.splitlines()])
+    text = str(err)
+    assert text.startswith("Horovod rank 1 failed (exit code 1): ValueError: boom")
+    assert text.count("ValueError: boom") == 2  # the head and the traceback, not again from the output tail
+    assert "epoch 1" in text
+
+
+def test_signal_exit_is_named():
+    err = RankFailedError(rank=0, exit_code=-signal.SIGKILL)
+    assert "killed by signal SIGKILL" in str(err)

@@ -1,0 +1,39 @@
+"""The runtime runs on Spark clusters without Airflow: importing it must not load Airflow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import io
+import zipfile
+
+from airflow_provider_horovod.runtime.runner import runtime_zip
+
+CHECK = (
+    "import sys; import airflow_provider_horovod.runtime as r; "
+    "import airflow_provider_horovod.runtime.driver, airflow_provider_horovod.runtime.worker, "
+    "airflow_provider_horovod.runtime.launch; "
+    "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')); "
+    "print(bad); sys.exit(1 if bad else 0)"
+)
+
+
+def test_runtime_imports_no_airflow():
+    proc = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_runtime_zip_holds_only_the_runtime(tmp_path):
+    data = runtime_zip()
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert "airflow_provider_horovod/runtime/worker.py" in names
+    assert all(n.startswith("airflow_provider_horovod/runtime/") or n == "airflow_provider_horovod/__init__.py"
+               for n in names)
+    # The zip alone (no installed package, no Airflow) is enough to import the runtime.
+    path = tmp_path / "rt.zip"
+    path.write_bytes(data)
+    code = (f"import sys; sys.path.insert(0, {str(path)!r}); import airflow_provider_horovod.runtime as rt; "
+            f"assert rt.__file__.startswith({str(path)!r}), rt.__file__; " + CHECK.replace("import sys; ", "", 1))
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

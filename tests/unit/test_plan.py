@@ -1,0 +1,80 @@
+"""Slot plans and the exact Gloo environment each rank gets."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_horovod.runtime.plan import Slot, build_plan, child_environ, gloo_env, interface_for, local_plan
+
+
+def test_single_host_plan():
+    plan = build_plan(["10.0.0.5", "10.0.0.5"])
+    assert plan == [
+        Slot(0, "h0", "10.0.0.5", 0, 0, 0, 2, 2, 1),
+        Slot(1, "h0", "10.0.0.5", 1, 1, 0, 2, 2, 1),
+    ]
+
+
+def test_interleaved_hosts_get_contiguous_ranks_and_partition_zero_is_rank_zero():
+    # partitions 0 and 2 on host A, 1 and 3 on host B
+    plan = build_plan(["A", "B", "A", "B"])
+    by_partition = {s.partition: (s.host_key, s.rank, s.local_rank, s.cross_rank, s.local_size, s.cross_size)
+                    for s in plan}
+    assert by_partition == {
+        0: ("h0", 0, 0, 0, 2, 2),
+        2: ("h0", 1, 1, 0, 2, 2),
+        1: ("h1", 2, 0, 1, 2, 2),
+        3: ("h1", 3, 1, 1, 2, 2),
+    }
+    assert sorted(s.rank for s in plan) == [0, 1, 2, 3]
+
+
+def test_uneven_hosts_cross_sizes():
+    plan = build_plan(["A", "A", "A", "B"])
+    assert [(s.rank, s.local_rank, s.local_size, s.cross_rank, s.cross_size) for s in plan] == [
+        (0, 0, 3, 0, 2), (1, 1, 3, 0, 1), (2, 2, 3, 0, 1), (3, 0, 1, 1, 2),
+    ]
+
+
+def test_empty_plan_is_refused():
+    with pytest.raises(ValueError, match="at least one task"):
+        build_plan([])
+
+
+def test_gloo_env_exact():
+    slot = build_plan(["A", "B", "A", "B"])[3]
+    assert gloo_env(slot, rendezvous_addr="10.1.2.3", rendezvous_port=4567, iface="eth1", gloo_timeout_s=120) == {
+        "HOROVOD_HOSTNAME": "h1",
+        "HOROVOD_RANK": "3",
+        "HOROVOD_SIZE": "4",
+        "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_LOCAL_SIZE": "2",
+        "HOROVOD_CROSS_RANK": "1",
+        "HOROVOD_CROSS_SIZE": "2",
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.1.2.3",
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": "4567",
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_GLOO_IFACE": "eth1",
+        "NCCL_SOCKET_IFNAME": "eth1",
+        "HOROVOD_GLOO_TIMEOUT_SECONDS": "120",
+    }
+
+
+def test_local_plan():
+    assert local_plan(3) == [Slot(-1, "h0", "127.0.0.1", r, r, 0, 3, 3, 1) for r in range(3)]
+
+
+def test_child_environ_scrubs_stale_identity_and_prepends_paths():
+    base = {"HOROVOD_RANK": "7", "OMPI_COMM_WORLD_RANK": "7", "PMI_RANK": "7", "HOROVOD_AIRFLOW_PAYLOAD_KEY": "s",
+            "PATH": "/bin", "PYTHONPATH": "/old"}
+    env = child_environ(base, {"HOROVOD_RANK": "1"}, ["/a", "", "/b", "/a"])
+    assert env["HOROVOD_RANK"] == "1"
+    assert "OMPI_COMM_WORLD_RANK" not in env and "PMI_RANK" not in env
+    assert "HOROVOD_AIRFLOW_PAYLOAD_KEY" not in env  # the payload key never reaches user code
+    assert env["PYTHONPATH"] == "/a:/b:/old"
+    assert env["PATH"] == "/bin" and env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_interface_for_loopback():
+    assert interface_for("127.0.0.1") == "lo"

@@ -1,0 +1,28 @@
+"""Airflow discovers the provider through its entry point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from airflow_provider_horovod.get_provider_info import get_provider_info
+
+
+def test_provider_info_modules_import():
+    import importlib
+
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-provider-horovod"
+    for group in ("operators", "hooks"):
+        for entry in info[group]:
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
+
+
+def test_airflow_providers_list_shows_it(tmp_path):
+    airflow = Path(sys.executable).parent / "airflow"
+    proc = subprocess.run([str(airflow), "providers", "list", "-o", "plain"], capture_output=True, text=True,
+                          timeout=180, env={"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert "airflow-provider-horovod" in proc.stdout

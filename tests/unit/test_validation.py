@@ -1,0 +1,70 @@
+"""Bad arguments fail at once, naming the parameter and the allowed values."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+from airflow_provider_horovod.runtime import HorovodRunner
+
+
+def train():
+    return 1
+
+
+@pytest.mark.parametrize("np", [0, 1.5, "2", None, True])
+def test_runner_rejects_bad_np(np):
+    with pytest.raises(ValueError, match=r"np must be a non-zero int"):
+        HorovodRunner(np=np)
+
+
+def test_runner_np_zero_explains_why():
+    with pytest.raises(ValueError, match="slot count is unreliable"):
+        HorovodRunner(np=0)
+
+
+def test_runner_rejects_unknown_verbosity():
+    with pytest.raises(ValueError, match=r"driver_log_verbosity must be one of \('log_callback_only', 'all'\)"):
+        HorovodRunner(np=2, driver_log_verbosity="verbose")
+
+
+def test_runner_accepts_negative_np_and_keyword_only():
+    assert HorovodRunner(np=-3).np == -3
+    with pytest.raises(TypeError):
+        HorovodRunner(2)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"np": 0}, r"np must be a non-zero int"),
+        ({"np": "4"}, r"np must be a non-zero int"),
+        ({"driver_log_verbosity": "debug"}, r"driver_log_verbosity must be one of"),
+        ({"conf": ["a=b"]}, r"conf must be a dict"),
+        ({"env_vars": "A=1"}, r"env_vars must be a dict"),
+        ({"gloo_timeout_s": 0}, r"gloo_timeout_s must be a positive int \(seconds\)"),
+        ({"max_return_value_bytes": -1}, r"max_return_value_bytes must be a positive int"),
+        ({"conf": {"spark.dynamicAllocation.enabled": "true"}}, r"spark.dynamicAllocation.enabled.*Allowed: false"),
+    ],
+)
+def test_operator_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        HorovodRunnerOperator(task_id="t", python_callable=train, **kwargs)
+
+
+def test_operator_rejects_non_callable():
+    with pytest.raises(TypeError, match="python_callable must be callable"):
+        HorovodRunnerOperator(task_id="t", python_callable="train")  # type: ignore[arg-type]
+
+
+def test_operator_construction_does_no_io(monkeypatch):
+    """No connection lookup, no hook, no files in __init__."""
+    import airflow_provider_horovod.hooks.horovod as hook_module
+
+    def boom(*a, **k):
+        raise AssertionError("I/O in the constructor")
+
+    monkeypatch.setattr(hook_module.HorovodHook, "get_connection", boom)
+    op = HorovodRunnerOperator(task_id="t", python_callable=train, np=2, op_kwargs={"x": "{{ ds }}"})
+    assert "hook" not in op.__dict__
+    assert set(op.template_fields) >= {"op_args", "op_kwargs", "conf", "env_vars", "artifact_dir"}
