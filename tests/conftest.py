@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -49,6 +50,9 @@ def spark(spark_env: None):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after pytest has
+    # closed its capture streams; keep that out of the run's output.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def airflow_env(home: Path, dags_folder: Path) -> dict[str, str]:

@@ -175,10 +175,16 @@ class HorovodHook(BaseHook):
             return True
         return False
 
-    def _watch(self, on_app_started: Callable[[str, str | None], None] | None) -> Callable[[str], None]:
+    def _watch(
+        self,
+        on_app_started: Callable[[str, str | None], None] | None,
+        on_output: Callable[[str], None] | None = None,
+    ) -> Callable[[str], None]:
         marker = driver_program.APP_MARKER
 
         def on_line(line: str) -> None:
+            if on_output is not None:
+                on_output(line)
             if self.app_id is None and marker in line:
                 rest = line.split(marker, 1)[1].split()
                 self.app_id = rest[0]
@@ -198,6 +204,7 @@ class HorovodHook(BaseHook):
         driver_log_verbosity: str = "log_callback_only",
         gloo_timeout_s: int | None = None,
         on_app_started: Callable[[str, str | None], None] | None = None,
+        on_output: Callable[[str], None] | None = None,
     ) -> JobResult:
         """
         spark-submit the driver program for one payload and wait for it (client deploy mode).
@@ -209,6 +216,7 @@ class HorovodHook(BaseHook):
         :param driver_log_verbosity: ``"log_callback_only"`` or ``"all"``.
         :param gloo_timeout_s: Gloo timeout for every rank, seconds (``None``: the runtime default).
         :param on_app_started: called with ``(app_id, ui_url)`` as soon as the driver reports them.
+        :param on_output: called with every line spark-submit prints (driver output, forwarded rank lines).
         :return: the job's result.
         :raises HorovodJobError: the job failed; the message carries the failing rank's traceback.
         """
@@ -234,7 +242,7 @@ class HorovodHook(BaseHook):
             args += ["--gloo-timeout-s", str(gloo_timeout_s)]
         self._submit = _SparkSubmit(
             local_master=f"local[{abs(self.np)}]" if local else None,
-            on_line=self._watch(on_app_started),
+            on_line=self._watch(on_app_started, on_output),
             conn_id=self.conn_id or self.default_conn_name,
             conf=conf, py_files=str(zip_path), name=self.name, application_args=args, env_vars=env,
             **self.spark_submit_kwargs,

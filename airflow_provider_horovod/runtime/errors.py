@@ -78,12 +78,10 @@ class RankFailedError(HorovodRuntimeError):
         """
         True when this rank most likely failed *because* another rank did.
 
-        Horovod shuts every rank down when one fails (``HorovodInternalError: Horovod has been shut down``),
-        and ranks killed by a signal were usually stopped by the launcher; neither is the root cause.
+        Horovod shuts every rank down when one fails (``HorovodInternalError: Horovod has been shut down``);
+        such a rank is a bystander, not the root cause. (Ranks the launcher itself stops are never reported.)
         """
-        return bool(self.exc_type and self.exc_type.endswith("HorovodInternalError")) or (
-            self.exit_code is not None and self.exit_code < 0
-        )
+        return bool(self.exc_type and self.exc_type.endswith("HorovodInternalError"))
 
     @property
     def exit_reason(self) -> str:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -97,6 +98,7 @@ class RankProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lifeline: int | None = None
         self._reader: threading.Thread | None = None
+        self.exited_at: float | None = None
 
     @property
     def result_path(self) -> str:
@@ -152,6 +154,7 @@ class RankProcess:
         """Wait for the process to exit and its output to drain; return its exit status."""
         assert self._proc is not None and self._reader is not None
         code = self._proc.wait()
+        self.exited_at = time.time()  # the failure time of a rank that died without reporting (signal, os._exit)
         self._reader.join()
         return code
 
@@ -165,7 +168,8 @@ class RankProcess:
             pass
         return RankFailedError(rank=self.slot.rank, exit_code=self.returncode, host=host,
                                exc_type=details.get("exc_type"), exc_message=details.get("exc_message"),
-                               traceback=details.get("traceback"), output_tail=list(self.tail))
+                               traceback=details.get("traceback"), output_tail=list(self.tail),
+                               failed_at=details.get("failed_at", self.exited_at))
 
     def result(self) -> bytes | None:
         """Rank 0's cloudpickled return value, or ``None`` for other ranks."""
@@ -187,13 +191,51 @@ class RankProcess:
             self._lifeline = None
 
 
-def _start_rendezvous(plan: list[Slot]):  # -> (RendezvousServer, port)
-    from horovod.runner.http.http_server import RendezvousServer
+def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = ()):  # -> (RendezvousServer, port)
+    """
+    Start Horovod's ``RendezvousServer`` for ``plan``, answering only the job's own hosts.
+
+    Horovod's store has no authentication (Gloo's C++ client cannot send credentials), so the handler refuses
+    (HTTP 403) any request whose source address is not loopback or one of ``peers``, the hosts Spark placed
+    this job's tasks on.
+    """
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousServer
+
+    allowed = frozenset({"127.0.0.1", "::1", *peers})
+
+    class _JobOnlyHandler(RendezvousHandler):
+        def _refused(self) -> bool:
+            if self.client_address[0] in allowed:
+                return False
+            sys.stderr.write(f"airflow-provider-horovod: refused a rendezvous request from {self.client_address[0]}, "
+                             f"which is not one of this job's hosts {sorted(allowed)}\n")
+            self.send_status_code(403)
+            return True
+
+        def do_GET(self) -> None:
+            if not self._refused():
+                super().do_GET()
+
+        def do_PUT(self) -> None:
+            if not self._refused():
+                super().do_PUT()
+
+        def do_DELETE(self) -> None:
+            if not self._refused():
+                super().do_DELETE()
 
     server = RendezvousServer()
-    port = server.start()
+    port = server.start(handler_cls=_JobOnlyHandler)
     server.init([to_slot_info(s) for s in plan])
     return server, port
+
+
+def _stop_rendezvous(server) -> None:
+    """Stop the server and close its listening socket (Horovod's ``stop()`` leaves the port bound)."""
+    server.stop()
+    httpd = getattr(server, "_httpd", None)
+    if httpd is not None:
+        httpd.server_close()
 
 
 def _stderr_sink(slot: Slot, line: str) -> None:
@@ -252,7 +294,7 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
     finally:
         for p in procs:
             p.kill()
-        server.stop()
+        _stop_rendezvous(server)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -261,6 +303,23 @@ def _host_of(address: str) -> str:
 
     host = address.rsplit(":", 1)[0] if address.count(":") == 1 else address
     return socket.gethostbyname(host.strip("[]"))
+
+
+def _preflight(host: str) -> None:
+    """Fail fast, naming the interpreter and host, when the executor's Python lacks what ranks need."""
+    import importlib.util
+
+    for module in ("horovod.runner.http.http_server", "horovod.torch", "cloudpickle"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:
+            found = False
+        if not found:
+            raise LaunchError(
+                f"{module.split('.')[0]} ({module}) is not importable by the executor's Python {sys.executable} on "
+                f"{host}: install it there (Horovod built with Gloo and PyTorch), or point spark.pyspark.python / "
+                "PYSPARK_PYTHON at an interpreter that has it"
+            )
 
 
 def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
@@ -280,13 +339,14 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     ctx = BarrierTaskContext.get()
     partition = ctx.partitionId()
     addresses = [_host_of(info.address) for info in ctx.getTaskInfos()]
+    _preflight(addresses[partition])
     if len(addresses) != spec.np:
         raise LaunchError(f"barrier stage has {len(addresses)} tasks but np={spec.np}")
     plan = build_plan(addresses)
     slot = plan[partition]
     server = None
     if partition == 0:
-        server, port = _start_rendezvous(plan)
+        server, port = _start_rendezvous(plan, peers=addresses)
     try:
         port = int(ctx.allGather(str(port) if partition == 0 else "")[0])
         rendezvous_addr = addresses[0]
@@ -322,4 +382,4 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             yield result
     finally:
         if server is not None:
-            server.stop()
+            _stop_rendezvous(server)

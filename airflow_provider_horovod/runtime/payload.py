@@ -92,6 +92,51 @@ def pickle_by_value(fn: Callable[..., Any]) -> Iterator[str | None]:
             cloudpickle.unregister_pickle_by_value(sys.modules[registered])
 
 
+def _first_unpicklable(label: str, value: Any, depth: int = 1) -> str | None:
+    try:
+        cloudpickle.dumps(value)
+        return None
+    except Exception:
+        pass
+    if depth > 0 and hasattr(value, "__dict__") and not isinstance(value, type | types.ModuleType):
+        for attr, inner in vars(value).items():
+            found = _first_unpicklable(f"{label}.{attr}", inner, depth - 1)
+            if found:
+                return found
+    return f"{label} ({type(value).__module__}.{type(value).__qualname__})"
+
+
+def find_unpicklable(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """
+    Name the first value that cloudpickle cannot serialize: a closure variable or global the function uses,
+    an attribute of a bound method's object, or an argument (one level of attributes deep).
+
+    :return: e.g. ``"keyword argument 'cache'.lock (_thread.lock)"``, or ``None`` if none is found.
+    """
+    import inspect
+
+    name = getattr(fn, "__qualname__", repr(fn))
+    candidates: list[tuple[str, Any]] = []
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType):
+        candidates += [(f"attribute {a!r} of {type(owner).__qualname__} (bound to {name})", v)
+                       for a, v in vars(owner).items()] if hasattr(owner, "__dict__") else []
+    try:
+        closure = inspect.getclosurevars(fn)
+        candidates += [(f"closure variable {n!r} of {name}", v) for n, v in closure.nonlocals.items()]
+        candidates += [(f"global {n!r} used by {name}", v) for n, v in closure.globals.items()
+                       if not isinstance(v, types.ModuleType)]
+    except TypeError:  # not a Python function (a callable object, a builtin)
+        candidates.append((f"the callable {name}", fn))
+    candidates += [(f"positional argument {i}", v) for i, v in enumerate(args)]
+    candidates += [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
+    for label, value in candidates:
+        found = _first_unpicklable(label, value)
+        if found:
+            return found
+    return None
+
+
 def dumps_payload(
     fn: Callable[..., Any],
     args: tuple[Any, ...] | list[Any] = (),
@@ -117,9 +162,11 @@ def dumps_payload(
         try:
             body = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
         except Exception as err:  # cloudpickle raises TypeError/PicklingError/AttributeError, etc.
+            culprit = find_unpicklable(fn, tuple(args), dict(kwargs or {}))
+            where = f" The culprit is {culprit}." if culprit else ""
             raise PayloadError(
                 f"cannot serialize the training function {getattr(fn, '__qualname__', fn)!r} or its arguments "
-                f"with cloudpickle: {type(err).__name__}: {err}. Capture only picklable values (paths, "
+                f"with cloudpickle: {type(err).__name__}: {err}.{where} Capture only picklable values (paths, "
                 "numbers, configs) and create locks, sessions, sockets and SparkContexts inside the function."
             ) from err
     header: dict[str, Any] = {

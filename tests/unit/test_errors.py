@@ -30,3 +30,16 @@ def test_message_names_rank_exit_and_traceback_once():
 def test_signal_exit_is_named():
     err = RankFailedError(rank=0, exit_code=-signal.SIGKILL)
     assert "killed by signal SIGKILL" in str(err)
+
+
+def test_root_cause_prefers_the_real_exception_over_bystanders():
+    from airflow_provider_horovod.runtime.errors import root_cause
+
+    bystander = RankFailedError(rank=0, exit_code=1, exc_type="horovod.common.exceptions.HorovodInternalError",
+                                exc_message="Horovod has been shut down", failed_at=100.0)
+    real = RankFailedError(rank=1, exit_code=1, exc_type="ValueError", exc_message="boom", failed_at=100.5)
+    killed = RankFailedError(rank=2, exit_code=-9, failed_at=101.0)
+    assert root_cause([bystander, real, killed]) is real
+    assert root_cause([bystander, killed]) is killed  # a rank killed by a signal is a primary failure
+    earlier = RankFailedError(rank=3, exit_code=1, exc_type="KeyError", exc_message="x", failed_at=99.0)
+    assert root_cause([real, earlier]) is earlier

@@ -104,3 +104,27 @@ def test_function_from_non_importable_module_travels_by_value(tmp_path):
     assert spec.name not in cloudpickle.list_registry_pickle_by_value()  # registration was undone
     fn, args, kwargs = loads_payload(data)  # the module is gone: only by-value pickling can load this
     assert fn(*args, **kwargs) == 43
+
+
+class Trainer:
+    def __init__(self):
+        self.epochs = 3
+        self.lock = threading.Lock()
+
+    def train(self):
+        return self.epochs
+
+
+def test_culprit_is_named_for_arguments_closures_and_bound_methods():
+    with pytest.raises(PayloadError, match=r"culprit is keyword argument 'cache'.lock \(_thread.lock\)"):
+        dumps_payload(add, (1, 2), {"scale": 1, "cache": Trainer()})
+    lock = threading.Lock()
+
+    def uses_lock():
+        with lock:
+            return 1
+
+    with pytest.raises(PayloadError, match=r"culprit is closure variable 'lock' of .*uses_lock \(_thread.lock\)"):
+        dumps_payload(uses_lock)
+    with pytest.raises(PayloadError, match=r"culprit is attribute 'lock' of Trainer"):
+        dumps_payload(Trainer().train)
