@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,41 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
+
+
+SESSION_MARK = "APH_TEST_SESSION"
+"""Environment variable set for the whole test session; every process the tests start inherits it."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_mark() -> Iterator[str]:
+    """Tag this session's processes (Spark, ranks) so checks for leftovers ignore unrelated ones."""
+    value = uuid.uuid4().hex
+    saved = os.environ.get(SESSION_MARK)
+    os.environ[SESSION_MARK] = value
+    try:
+        yield value
+    finally:
+        if saved is None:
+            os.environ.pop(SESSION_MARK, None)
+        else:
+            os.environ[SESSION_MARK] = saved
+
+
+def session_processes(marker: str, *, cmdline_contains: str | None = None) -> list:
+    """Live processes started by this test session (optionally whose command line contains a string)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            environ = proc.info.get("environ") or {}
+            cmdline = " ".join(proc.info.get("cmdline") or [])
+        except psutil.Error:
+            continue
+        if environ.get(SESSION_MARK) == marker and (cmdline_contains is None or cmdline_contains in cmdline):
+            found.append(proc)
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -86,6 +86,21 @@ class JobResult:
     return_value: bytes | None = None
 
 
+def _die_with_parent() -> None:
+    """
+    In the spark-submit child, before exec: ask Linux to SIGTERM it when the Airflow task process dies.
+
+    ``on_kill`` covers SIGTERM and timeouts; this covers a task process that is SIGKILLed (OOM killer,
+    ``kill -9``), which would otherwise orphan the driver and its training processes.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 class _SparkSubmit(SparkSubmitHook):
     """
     ``SparkSubmitHook`` with two additions: an embedded ``local[np]`` master when no connection is configured
@@ -122,8 +137,9 @@ class HorovodHook(BaseHook):
     Construction does no I/O; the connection is read when :meth:`run_job` runs.
 
     :param conn_id: a connection of the Spark provider's ``spark`` type (master URL in host/port, extras such
-        as ``deploy-mode``, ``spark-binary``). ``None``, or an id with no connection behind it, runs on an
-        embedded ``local[np]`` master bound to 127.0.0.1, with executors on this interpreter.
+        as ``deploy-mode``, ``spark-binary``). ``None``, or the default ``spark_default`` when it is not
+        defined, runs on an embedded ``local[np]`` master bound to 127.0.0.1, with executors on this
+        interpreter; any other id must name an existing connection (else :class:`HorovodJobError`).
     :param np: number of Horovod processes (see :class:`~airflow_provider_horovod.runtime.HorovodRunner`).
     :param conf: extra Spark properties; they override the provider's defaults.
     :param env_vars: environment variables for the Spark driver and every rank.
@@ -161,6 +177,7 @@ class HorovodHook(BaseHook):
         self.app_id: str | None = None
         self.ui_url: str | None = None
         self._submit: _SparkSubmit | None = None
+        self._killed = False
 
     @cached_property
     def uses_local_master(self) -> bool:
@@ -170,6 +187,13 @@ class HorovodHook(BaseHook):
         try:
             self.get_connection(self.conn_id)
         except AirflowNotFoundException:
+            if self.conn_id != self.default_conn_name:
+                raise HorovodJobError(
+                    f"conn_id={self.conn_id!r}: no such Airflow connection. Define it (a Spark provider 'spark' "
+                    f"connection, e.g. AIRFLOW_CONN_{self.conn_id.upper()}='spark://master:7077'), or use "
+                    f"conn_id=None (or leave the default {self.default_conn_name!r} undefined) for an embedded "
+                    "local[np] master"
+                ) from None
             self.log.info("No connection %r: running on an embedded local[%d] Spark master", self.conn_id,
                           abs(self.np))
             return True
@@ -203,6 +227,8 @@ class HorovodHook(BaseHook):
         artifact_dir: str,
         driver_log_verbosity: str = "log_callback_only",
         gloo_timeout_s: int | None = None,
+        start_timeout_s: float | None = None,
+        training_timeout_s: float | None = None,
         on_app_started: Callable[[str, str | None], None] | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> JobResult:
@@ -215,6 +241,8 @@ class HorovodHook(BaseHook):
         :param artifact_dir: path/URI the ranks write their model files under.
         :param driver_log_verbosity: ``"log_callback_only"`` or ``"all"``.
         :param gloo_timeout_s: Gloo timeout for every rank, seconds (``None``: the runtime default).
+        :param start_timeout_s: seconds each rank may take to finish ``hvd.init()`` (``None``: runtime default).
+        :param training_timeout_s: seconds each rank may run in all (``None``: no limit).
         :param on_app_started: called with ``(app_id, ui_url)`` as soon as the driver reports them.
         :param on_output: called with every line spark-submit prints (driver output, forwarded rank lines).
         :return: the job's result.
@@ -234,12 +262,14 @@ class HorovodHook(BaseHook):
             env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))
         # spark-submit ships with PySpark in this interpreter's bin/ even when that is not on PATH.
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-        if local:
-            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        if local and "SPARK_LOCAL_IP" not in {**os.environ, **self.env_vars}:
+            env["SPARK_LOCAL_IP"] = "127.0.0.1"  # Spark would bind to the machine's outside address
         args = ["--payload", payload_path, "--result-dir", str(staging), "--np", str(self.np),
                 "--artifact-dir", artifact_dir, "--driver-log-verbosity", driver_log_verbosity]
-        if gloo_timeout_s is not None:
-            args += ["--gloo-timeout-s", str(gloo_timeout_s)]
+        for flag, value in (("--gloo-timeout-s", gloo_timeout_s), ("--start-timeout-s", start_timeout_s),
+                            ("--training-timeout-s", training_timeout_s)):
+            if value is not None:
+                args += [flag, str(value)]
         self._submit = _SparkSubmit(
             local_master=f"local[{abs(self.np)}]" if local else None,
             on_line=self._watch(on_app_started, on_output),
@@ -249,12 +279,18 @@ class HorovodHook(BaseHook):
         )
         submit_error: AirflowException | None = None
         try:
-            self._submit.submit(application=driver_program.__file__)
+            self._submit.submit(application=driver_program.__file__, preexec_fn=_die_with_parent)
         except AirflowException as err:
             submit_error = err
         return self._read_result(staging, submit_error)
 
     def _read_result(self, staging: Path, submit_error: AirflowException | None) -> JobResult:
+        if self._killed:
+            raise HorovodJobError(
+                "the Spark job was stopped because the Airflow task was killed (on_kill: a user action, "
+                "execution_timeout, or SIGTERM); no training process of this try is left running",
+                app_id=self.app_id,
+            ) from submit_error
         try:
             outcome = json.loads((staging / "result.json").read_text())
         except (OSError, ValueError):
@@ -281,6 +317,9 @@ class HorovodHook(BaseHook):
         """Stop the Spark job: terminate the driver's process tree, then let ``SparkSubmitHook`` clean up."""
         if self._submit is None:
             return
+        self._killed = True
+        self.log.info("Stopping the Spark job%s: terminating the spark-submit process tree",
+                      f" (application {self.app_id})" if self.app_id else "")
         proc = getattr(self._submit, "_submit_sp", None)
         if proc is not None and proc.poll() is None:
             import psutil

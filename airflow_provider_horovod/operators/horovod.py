@@ -18,7 +18,8 @@ from airflow_provider_horovod.hooks.horovod import HorovodHook, cleanup_staging
 from airflow_provider_horovod.runtime.errors import PayloadError
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
-from airflow_provider_horovod.runtime.runner import validate_np, validate_verbosity
+from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S
+from airflow_provider_horovod.runtime.runner import validate_np, validate_timeout, validate_verbosity
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -120,6 +121,10 @@ class HorovodRunnerOperator(BaseOperator):
     :param driver_log_verbosity: ``"log_callback_only"`` (rank 0's output in the task log) or ``"all"``
         (every rank's). Every rank's full output is always in its executor's stderr.
     :param gloo_timeout_s: seconds Gloo waits at rendezvous and in a collective before failing.
+    :param start_timeout_s: seconds each rank may take to load the function and finish ``hvd.init()``; past it
+        the task fails naming the ranks that never joined. ``None``: no limit.
+    :param training_timeout_s: seconds each rank may run in all (``None``: no limit; Airflow's
+        ``execution_timeout`` also applies and stops the Spark job).
     :param max_return_value_bytes: largest serialized return value accepted for XCom, bytes.
     :param spark_name: the Spark application name; default ``airflow-horovod-<dag_id>-<task_id>``. (templated)
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``, ``jars``, ...).
@@ -145,6 +150,8 @@ class HorovodRunnerOperator(BaseOperator):
         artifact_dir: str | None = None,
         driver_log_verbosity: str = "log_callback_only",
         gloo_timeout_s: int = DEFAULT_GLOO_TIMEOUT_S,
+        start_timeout_s: float | None = DEFAULT_START_TIMEOUT_S,
+        training_timeout_s: float | None = None,
         max_return_value_bytes: int = DEFAULT_MAX_RETURN_BYTES,
         spark_name: str | None = None,
         spark_submit_kwargs: dict[str, Any] | None = None,
@@ -163,6 +170,8 @@ class HorovodRunnerOperator(BaseOperator):
                 raise ValueError(f"{pname} must be a dict or None, got {type(value).__name__}")
         if isinstance(gloo_timeout_s, bool) or not isinstance(gloo_timeout_s, int) or gloo_timeout_s <= 0:
             raise ValueError(f"gloo_timeout_s must be a positive int (seconds), got {gloo_timeout_s!r}")
+        self.start_timeout_s = validate_timeout("start_timeout_s", start_timeout_s)
+        self.training_timeout_s = validate_timeout("training_timeout_s", training_timeout_s)
         if isinstance(max_return_value_bytes, bool) or not isinstance(max_return_value_bytes, int) \
                 or max_return_value_bytes <= 0:
             raise ValueError(f"max_return_value_bytes must be a positive int, got {max_return_value_bytes!r}")
@@ -218,6 +227,7 @@ class HorovodRunnerOperator(BaseOperator):
             result = self.hook.run_job(
                 payload_path=payload_path, staging_dir=staging, key=key, artifact_dir=artifact_dir,
                 driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
+                start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
                 on_app_started=on_app_started,
             )
         finally:

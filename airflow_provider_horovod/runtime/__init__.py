@@ -1,20 +1,34 @@
 """
 The Spark-side runtime: what runs on the Spark driver and executors.
 
-This subpackage never imports Airflow (clusters do not have it installed); a test checks that.
+This subpackage never imports Airflow (clusters do not have it installed); a test checks that. Its public
+names are loaded lazily, so an executor importing :mod:`airflow_provider_horovod.runtime.launch` loads only
+what a rank's launcher needs.
 """
 
 from __future__ import annotations
 
-from airflow_provider_horovod.runtime.artifacts import artifact_dir
-from airflow_provider_horovod.runtime.errors import HorovodRuntimeError, LaunchError, PayloadError, RankFailedError
-from airflow_provider_horovod.runtime.runner import HorovodRunner
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "HorovodRunner",
-    "HorovodRuntimeError",
-    "LaunchError",
-    "PayloadError",
-    "RankFailedError",
-    "artifact_dir",
-]
+if TYPE_CHECKING:
+    from airflow_provider_horovod.runtime.artifacts import artifact_dir
+    from airflow_provider_horovod.runtime.errors import HorovodRuntimeError, LaunchError, PayloadError, RankFailedError
+    from airflow_provider_horovod.runtime.runner import HorovodRunner
+
+_EXPORTS = {
+    "HorovodRunner": "airflow_provider_horovod.runtime.runner",
+    "HorovodRuntimeError": "airflow_provider_horovod.runtime.errors",
+    "LaunchError": "airflow_provider_horovod.runtime.errors",
+    "PayloadError": "airflow_provider_horovod.runtime.errors",
+    "RankFailedError": "airflow_provider_horovod.runtime.errors",
+    "artifact_dir": "airflow_provider_horovod.runtime.artifacts",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 The Spark driver program that the Airflow hook submits with ``spark-submit``.
 
 ``spark-submit [...] driver.py --payload FILE --result-dir DIR --np N [--artifact-dir LOC]
-[--driver-log-verbosity V] [--gloo-timeout-s S]``; the payload's HMAC key comes in the environment
+[--driver-log-verbosity V] [--gloo-timeout-s S] [--start-timeout-s S] [--training-timeout-s S]``; the payload's HMAC key comes in the environment
 variable ``HOROVOD_AIRFLOW_PAYLOAD_KEY`` (hex), never on the command line or in Spark properties.
 
 It verifies the payload, runs it through :class:`~airflow_provider_horovod.runtime.HorovodRunner`, and
@@ -42,6 +42,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--artifact-dir")
     p.add_argument("--driver-log-verbosity", default="log_callback_only")
     p.add_argument("--gloo-timeout-s", type=int)
+    p.add_argument("--start-timeout-s", type=float)
+    p.add_argument("--training-timeout-s", type=float)
     return p.parse_args(argv)
 
 
@@ -64,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         verify_payload(payload, key=bytes.fromhex(key_hex) if key_hex else None)
         print(f"airflow-provider-horovod: payload verified ({len(payload)} bytes"
               f"{', HMAC ok' if key_hex else ''}); np={args.np}", flush=True)
-        extra = {"gloo_timeout_s": args.gloo_timeout_s} if args.gloo_timeout_s else {}
+        extra = {k: v for k, v in (("gloo_timeout_s", args.gloo_timeout_s), ("start_timeout_s", args.start_timeout_s),
+                                   ("training_timeout_s", args.training_timeout_s)) if v is not None}
         names = [n for n in os.environ.get(RANK_ENV_NAMES, "").split(",") if n]
         runner = HorovodRunner(np=args.np, driver_log_verbosity=args.driver_log_verbosity,
                                artifact_dir=args.artifact_dir, env={n: os.environ[n] for n in names if n in os.environ},

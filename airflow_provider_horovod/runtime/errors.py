@@ -81,7 +81,7 @@ class RankFailedError(HorovodRuntimeError):
         Horovod shuts every rank down when one fails (``HorovodInternalError: Horovod has been shut down``);
         such a rank is a bystander, not the root cause. (Ranks the launcher itself stops are never reported.)
         """
-        return bool(self.exc_type and self.exc_type.endswith("HorovodInternalError"))
+        return bool(self.exc_type and self.exc_type.endswith(("HorovodInternalError", ".WaitingForPeers")))
 
     @property
     def exit_reason(self) -> str:
@@ -98,9 +98,12 @@ class RankFailedError(HorovodRuntimeError):
 
     def _format(self) -> str:
         where = f" on {self.host}" if self.host else ""
-        head = f"Horovod rank {self.rank}{where} failed ({self.exit_reason})"
-        if self.exc_type:
-            head += f": {self.exc_type}: {self.exc_message}"
+        if (self.exc_type or "").startswith("airflow_provider_horovod."):  # a timeout the launcher enforced
+            head = f"Horovod rank {self.rank}{where} timed out and was stopped: {self.exc_message}"
+        else:
+            head = f"Horovod rank {self.rank}{where} failed ({self.exit_reason})"
+            if self.exc_type:
+                head += f": {self.exc_type}: {self.exc_message}"
         parts = [head]
         if self.traceback:
             parts.append(f"Traceback of rank {self.rank}:\n{self.traceback.rstrip()}")
@@ -163,5 +166,9 @@ def root_cause(failures: list[RankFailedError]) -> RankFailedError:
     """
     if not failures:
         raise ValueError("no failures to choose from")
-    return min(failures, key=lambda f: (f.is_secondary, f.failed_at if f.failed_at is not None else float("inf"),
-                                        f.rank))
+    chosen = min(failures, key=lambda f: (f.is_secondary, f.failed_at if f.failed_at is not None else float("inf"),
+                                          f.rank))
+    never_joined = sorted({f.rank for f in failures if (f.exc_type or "").endswith(".StartTimeout")})
+    if never_joined:
+        chosen.args = (f"{chosen.args[0]}\nRanks that never reached hvd.init(): {never_joined}",)
+    return chosen

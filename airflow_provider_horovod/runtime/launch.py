@@ -37,6 +37,8 @@ from airflow_provider_horovod.runtime.plan import (
     to_slot_info,
 )
 
+DEFAULT_START_TIMEOUT_S = 600.0
+"""Default ``start_timeout_s`` (Horovod's own ``start_timeout`` default)."""
 FAILURE_GRACE_S = 10.0
 """After a rank fails, how long to wait for the others' own failure reports before stopping them."""
 OUTPUT_TAIL_LINES = 100
@@ -58,6 +60,9 @@ class JobSpec:
     :param forward_all: forward every rank's output (``driver_log_verbosity="all"``), else rank 0's only.
     :param gloo_timeout_s: ``HOROVOD_GLOO_TIMEOUT_SECONDS`` for every rank.
     :param env: extra environment variables for every rank.
+    :param start_timeout_s: seconds a rank may take from process start to a finished ``hvd.init()``
+        (loading the function, imports, rendezvous); ``None`` for no limit.
+    :param training_timeout_s: seconds a rank may run in all; ``None`` for no limit.
     :param executors_share_driver_stderr: executors run inside the driver process (``local[N]``), so their
         stderr is the driver's: forwarded lines are not echoed there a second time.
     """
@@ -71,6 +76,8 @@ class JobSpec:
     gloo_timeout_s: int = DEFAULT_GLOO_TIMEOUT_S
     env: dict[str, str] = field(default_factory=dict)
     executors_share_driver_stderr: bool = False
+    start_timeout_s: float | None = DEFAULT_START_TIMEOUT_S
+    training_timeout_s: float | None = None
 
     def forwards(self, slot: Slot) -> bool:
         """Whether ``slot``'s output goes to the driver."""
@@ -98,6 +105,11 @@ class RankProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lifeline: int | None = None
         self._reader: threading.Thread | None = None
+        self._progress_reader: threading.Thread | None = None
+        self._started_at = 0.0
+        self._start_phase_over = threading.Event()
+        self.phase = "starting"
+        """``starting`` -> ``loaded`` (function unpickled) -> ``ready`` (``hvd.init()`` done)."""
         self.exited_at: float | None = None
 
     @property
@@ -120,6 +132,7 @@ class RankProcess:
         with os.fdopen(fd, "wb") as f:
             f.write(self._spec.payload)
         read_end, self._lifeline = os.pipe()
+        progress_read, progress_write = os.pipe()
         extra = {
             **self._spec.env,
             **self._gloo,
@@ -127,6 +140,7 @@ class RankProcess:
             protocol.ENV_RESULT: self.result_path,
             protocol.ENV_ERROR: self.error_path,
             protocol.ENV_LIFELINE: str(read_end),
+            protocol.ENV_PROGRESS: str(progress_write),
             protocol.ENV_CHECK_SIZE: str(self._spec.np),
         }
         if self._spec.artifact_dir:
@@ -136,12 +150,34 @@ class RankProcess:
                 [sys.executable, "-m", protocol.WORKER_MODULE],
                 env=child_environ(os.environ, extra, sys.path),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=(read_end,), cwd=self._dir,
+                start_new_session=True, pass_fds=(read_end, progress_write), cwd=self._dir,
             )
+        except BaseException:
+            os.close(progress_read)
+            raise
         finally:
             os.close(read_end)
+            os.close(progress_write)
+        self._started_at = time.monotonic()
         self._reader = threading.Thread(target=self._pump, name=f"rank-{self.slot.rank}-output", daemon=True)
         self._reader.start()
+        self._progress_reader = threading.Thread(target=self._follow_progress, args=(progress_read,),
+                                                 name=f"rank-{self.slot.rank}-progress", daemon=True)
+        self._progress_reader.start()
+
+    def _follow_progress(self, fd: int) -> None:
+        try:
+            while milestone := os.read(fd, 1):
+                if milestone == protocol.PROGRESS_LOADED:
+                    self.phase = "loaded"
+                elif milestone == protocol.PROGRESS_READY:
+                    self.phase = "ready"
+                    break
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+            self._start_phase_over.set()  # ready, or the process is gone (EOF)
 
     def _pump(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
@@ -157,6 +193,49 @@ class RankProcess:
         self.exited_at = time.time()  # the failure time of a rank that died without reporting (signal, os._exit)
         self._reader.join()
         return code
+
+    def run_to_end(self, host: str | None = None) -> RankFailedError | None:
+        """
+        Wait for the rank within the job's timeouts; return its failure, or ``None`` on success.
+
+        A rank that misses ``start_timeout_s`` or ``training_timeout_s`` is killed (with its process group)
+        and reported as failed with the phase it was stuck in.
+        """
+        assert self._proc is not None
+        spec = self._spec
+        if spec.start_timeout_s is not None:
+            self._start_phase_over.wait(spec.start_timeout_s)
+            if self.phase == "loaded":
+                # Waiting in hvd.init() means another rank is late: give that rank the time to be reported
+                # first, as the one that never joined.
+                self._start_phase_over.wait(FAILURE_GRACE_S)
+            if self.phase != "ready" and self._proc.poll() is None:
+                return self._timed_out("start", spec.start_timeout_s, host)
+        remaining = None
+        if spec.training_timeout_s is not None:
+            remaining = max(0.0, spec.training_timeout_s - (time.monotonic() - self._started_at))
+        try:
+            self._proc.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            return self._timed_out("training", spec.training_timeout_s, host)
+        return None if self.wait() == 0 else self.failure(host=host)
+
+    def _timed_out(self, which: str, limit: float | None, host: str | None) -> RankFailedError:
+        phase = self.phase
+        self.kill()
+        self.wait()
+        rank = self.slot.rank
+        if which == "training":
+            kind, message = "TrainingTimeout", f"rank {rank} was still running when training_timeout_s={limit} ran out"
+        elif phase == "starting":
+            kind, message = "StartTimeout", (f"rank {rank} never reached hvd.init() within start_timeout_s={limit}: it "
+                                             "was still loading the training function (unpickling, imports)")
+        else:
+            kind, message = "WaitingForPeers", (f"rank {rank} was waiting in hvd.init() for the other ranks when "
+                                                f"start_timeout_s={limit} ran out")
+        return RankFailedError(rank=rank, exit_code=self.returncode, host=host,
+                               exc_type=f"airflow_provider_horovod.{kind}", exc_message=message,
+                               output_tail=list(self.tail), failed_at=time.time())
 
     def failure(self, host: str | None = None) -> RankFailedError:
         """The error describing this rank's non-zero exit (reads the error file the worker wrote, if any)."""
@@ -271,24 +350,24 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
     server, port = _start_rendezvous(plan)
     procs = [RankProcess(s, spec, gloo_env(s, rendezvous_addr="127.0.0.1", rendezvous_port=port, iface="lo",
                                            gloo_timeout_s=spec.gloo_timeout_s), workdir, sink) for s in plan]
-    exited: queue.Queue[RankProcess] = queue.Queue()
+    exited: queue.Queue[tuple[RankProcess, RankFailedError | None]] = queue.Queue()
     try:
         for p in procs:
             p.start()
-            threading.Thread(target=lambda p=p: (p.wait(), exited.put(p)), daemon=True).start()
+            threading.Thread(target=lambda p=p: exited.put((p, p.run_to_end(host="driver"))), daemon=True).start()
         for remaining in range(len(procs), 0, -1):
-            p = exited.get()
-            if p.returncode != 0:
-                failures = [p.failure(host="driver")]
+            p, failure = exited.get()
+            if failure is not None:
+                failures = [failure]
                 # The other ranks usually fail within moments (Horovod shuts them down); collect them so the
                 # root cause, not the first bystander to exit, is reported.
                 for _ in range(remaining - 1):
                     try:
-                        other = exited.get(timeout=FAILURE_GRACE_S)
+                        _other, other_failure = exited.get(timeout=FAILURE_GRACE_S)
                     except queue.Empty:
                         break
-                    if other.returncode != 0:
-                        failures.append(other.failure(host="driver"))
+                    if other_failure is not None:
+                        failures.append(other_failure)
                 raise root_cause(failures)
         return procs[0].result()
     finally:
@@ -365,10 +444,15 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
         proc = RankProcess(slot, spec, gloo, workdir, sink)
         try:
             proc.start()
-            if proc.wait() != 0:
-                err = proc.failure(host=addresses[partition])
+            err = proc.run_to_end(host=addresses[partition])
+            if err is not None:
                 if client is not None:
                     client.report_failure(err.to_dict())  # lets the driver tell root cause from bystanders
+                if err.is_secondary:
+                    # This rank failed because another one did (Horovod shut it down). That rank's task, or
+                    # Spark's own reason for losing it, should abort the stage and be what the user reads;
+                    # this task waits a bounded grace (and is usually killed by the abort meanwhile).
+                    time.sleep(FAILURE_GRACE_S)
                 err.args = (f"{err}\n{err.marker()}",)
                 raise err
             result = proc.result()

@@ -14,7 +14,7 @@ from typing import Any
 import cloudpickle
 
 from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
-from airflow_provider_horovod.runtime.launch import JobSpec, barrier_task, run_on_driver
+from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S, JobSpec, barrier_task, run_on_driver
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
@@ -51,6 +51,19 @@ def validate_verbosity(value: object) -> str:
     if value not in DRIVER_LOG_VERBOSITIES:
         raise ValueError(f"driver_log_verbosity must be one of {DRIVER_LOG_VERBOSITIES}, got {value!r}")
     return str(value)
+
+
+def validate_timeout(name: str, value: object) -> float | None:
+    """
+    Check an optional timeout in seconds.
+
+    :raises ValueError: not ``None`` and not a positive number; the message names ``name``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return float(value)
 
 
 def runtime_zip() -> bytes:
@@ -97,6 +110,9 @@ class HorovodRunner:
     :param gloo_timeout_s: seconds Gloo waits in rendezvous and in a collective before failing (Horovod's
         default of 30 s is too short for ranks that start on busy executors).
     :param env: extra environment variables for every rank.
+    :param start_timeout_s: seconds each rank may take to load the function and finish ``hvd.init()``;
+        past it the job fails naming the ranks that never joined. ``None``: no limit.
+    :param training_timeout_s: seconds each rank may run in all; ``None`` (default): no limit.
     :raises ValueError: an argument is invalid (raised here, before any Spark work).
     """
 
@@ -108,8 +124,14 @@ class HorovodRunner:
         artifact_dir: str | None = None,
         gloo_timeout_s: int = DEFAULT_GLOO_TIMEOUT_S,
         env: dict[str, str] | None = None,
+        start_timeout_s: float | None = DEFAULT_START_TIMEOUT_S,
+        training_timeout_s: float | None = None,
     ) -> None:
         self.np = validate_np(np)
+        for pname, value in (("start_timeout_s", start_timeout_s), ("training_timeout_s", training_timeout_s)):
+            validate_timeout(pname, value)
+        self.start_timeout_s = start_timeout_s
+        self.training_timeout_s = training_timeout_s
         self.driver_log_verbosity = validate_verbosity(driver_log_verbosity)
         if not isinstance(gloo_timeout_s, int) or gloo_timeout_s <= 0:
             raise ValueError(f"gloo_timeout_s must be a positive int (seconds), got {gloo_timeout_s!r}")
@@ -148,7 +170,8 @@ class HorovodRunner:
         Used by :meth:`run` and by the spark-submit driver program (the operator's path).
         """
         spec = JobSpec(payload=payload, np=abs(self.np), artifact_dir=self.artifact_dir,
-                       forward_all=self.driver_log_verbosity == "all", gloo_timeout_s=self.gloo_timeout_s, env=self.env)
+                       forward_all=self.driver_log_verbosity == "all", gloo_timeout_s=self.gloo_timeout_s, env=self.env,
+                       start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s)
         if self.np < 0:
             return run_on_driver(spec)
         return self._run_barrier(spec)
@@ -191,9 +214,16 @@ class HorovodRunner:
             in_exception = RankFailedError.find_in(str(stage_error))
             if in_exception is not None:
                 failures.append(in_exception)
-            if failures:
+            if any(not f.is_secondary for f in failures) or (in_exception is not None and not logs.failures):
                 raise root_cause(failures) from None
-            raise LaunchError(f"the Horovod barrier stage failed: {_spark_reason(str(stage_error))}") from stage_error
+            if "requires more slots than the total number of slots" in str(stage_error):
+                raise LaunchError(_not_enough_slots(sc, spec.np)) from stage_error
+            # No rank failed on its own: Spark lost a task (executor or Python worker died, stage cancelled).
+            reason = f"the Horovod barrier stage failed: {_spark_reason(str(stage_error))}"
+            if failures:
+                reason += ("\nRanks stopped as a consequence: "
+                           + ", ".join(f"{f.rank} ({f.exc_type})" for f in sorted(failures, key=lambda f: f.rank)))
+            raise LaunchError(reason) from stage_error
         return results[0] if results else None
 
     @staticmethod
@@ -210,6 +240,25 @@ class HorovodRunner:
             f.write(runtime_zip())
         sc.addPyFile(path)
         _shipped_to.add(sc.applicationId)
+
+
+def _not_enough_slots(sc: Any, np_: int) -> str:
+    """Explain Spark's barrier slot check failure (SPARK-24819) with the numbers it leaves out."""
+    conf = sc.getConf()
+    detail = ""
+    try:  # the JVM's own count of concurrent task slots for the default resource profile
+        jsc = sc._jsc.sc()
+        slots = jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
+        detail = f", but the cluster has {slots} task slot{'s' if slots != 1 else ''}"
+    except Exception:  # noqa: BLE001 - a private API: the message is still useful without the count
+        pass
+    return (
+        f"np={np_} needs {np_} task slots at the same time (one barrier task per rank){detail} "
+        f"(spark.task.cpus={conf.get('spark.task.cpus', '1')}); Spark gave up waiting after "
+        f"spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures="
+        f"{conf.get('spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures', '40')} checks. Add executors or "
+        "cores, or lower np"
+    )
 
 
 def _spark_reason(text: str, n: int = 40) -> str:

@@ -23,7 +23,16 @@ import time
 import traceback
 from pathlib import Path
 
-from airflow_provider_horovod.runtime.protocol import ENV_CHECK_SIZE, ENV_ERROR, ENV_LIFELINE, ENV_PAYLOAD, ENV_RESULT
+from airflow_provider_horovod.runtime.protocol import (
+    ENV_CHECK_SIZE,
+    ENV_ERROR,
+    ENV_LIFELINE,
+    ENV_PAYLOAD,
+    ENV_PROGRESS,
+    ENV_RESULT,
+    PROGRESS_LOADED,
+    PROGRESS_READY,
+)
 
 
 def _hold_lifeline(fd: int) -> None:
@@ -51,6 +60,25 @@ def _check_horovod_world(expected_size: int) -> None:
         )
 
 
+class _Progress:
+    """Start-up milestones for the launcher, which enforces ``start_timeout_s`` with them."""
+
+    def __init__(self) -> None:
+        fd = os.environ.get(ENV_PROGRESS)
+        self._fd = int(fd) if fd else None
+
+    def report(self, milestone: bytes, *, last: bool = False) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, milestone)
+        except OSError:
+            pass
+        if last:
+            os.close(self._fd)
+            self._fd = None
+
+
 def _write_atomic(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
@@ -64,15 +92,18 @@ def main() -> int:
     if lifeline is not None:
         threading.Thread(target=_hold_lifeline, args=(int(lifeline),), name="lifeline", daemon=True).start()
     rank = int(os.environ.get("HOROVOD_RANK", "0"))
+    progress = _Progress()
     try:
         import cloudpickle
 
         from airflow_provider_horovod.runtime.payload import loads_payload
 
         fn, args, kwargs = loads_payload(Path(os.environ[ENV_PAYLOAD]).read_bytes())
+        progress.report(PROGRESS_LOADED)
         check_size = os.environ.get(ENV_CHECK_SIZE)
         if check_size:
             _check_horovod_world(int(check_size))
+        progress.report(PROGRESS_READY, last=True)
         value = fn(*args, **kwargs)
         if rank == 0:
             try:

@@ -42,29 +42,66 @@ def _write(path, data):
         f.write(data)
 
 
-def _ours(staging) -> list[psutil.Process]:
-    """Every process of this job: spark-submit JVM, Python driver, executors' Python, rank processes."""
+def _ours(key: bytes, artifact_dir: str) -> list[psutil.Process]:
+    """Every process of one job: spark-submit JVM, Python driver, executors' Python workers, rank processes."""
     found = []
-    for proc in psutil.process_iter(["cmdline", "environ"]):
+    for proc in psutil.process_iter(["environ", "cmdline"]):
         try:
-            cmdline = " ".join(proc.info.get("cmdline") or [])
             environ = proc.info.get("environ") or {}
         except psutil.Error:
             continue
-        if str(staging) in cmdline or "airflow_provider_horovod.runtime.worker" in cmdline or \
-                str(staging) in environ.get("HOROVOD_AIRFLOW_PAYLOAD", "") or \
-                str(staging) in environ.get("PYTHONPATH", ""):
+        # the key is in the spark-submit environment, which everything below it inherits; ranks get the
+        # rest of it but never the key, so they are found by their artifact directory
+        if environ.get("HOROVOD_AIRFLOW_PAYLOAD_KEY") == key.hex() or \
+                environ.get("HOROVOD_AIRFLOW_ARTIFACT_DIR") == artifact_dir:
             found.append(proc)
     return found
 
 
-def test_payload_signed_with_another_key_is_refused(spark_env, tmp_path):
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        ("other-key", "HMAC mismatch"),
+        ("truncate", "truncated or padded"),
+        ("flip-byte", "digest mismatch"),
+    ],
+)
+def test_payload_changed_between_submit_and_run_is_refused(spark_env, tmp_path, tamper, message):
+    key = secrets.token_bytes(32)
+    data = dumps_payload(quick, (2,), key=secrets.token_bytes(32) if tamper == "other-key" else key)
+    if tamper == "truncate":
+        data = data[:-7]
+    elif tamper == "flip-byte":
+        data = data[:-3] + bytes([data[-3] ^ 0xFF]) + data[-2:]
     payload = tmp_path / "payload.bin"
-    _write(payload, dumps_payload(quick, (2,), key=secrets.token_bytes(32)))
+    _write(payload, data)
     hook = HorovodHook(conn_id=None, np=-1)
-    with pytest.raises(HorovodJobError, match="HMAC mismatch"):
-        hook.run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=secrets.token_bytes(32),
-                     artifact_dir=str(tmp_path / "art"))
+    with pytest.raises(HorovodJobError, match=message):
+        hook.run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key, artifact_dir=str(tmp_path / "a"))
+
+
+def test_the_payload_key_appears_in_no_log_result_or_spark_ui(spark_env, tmp_path, caplog):
+    import httpx
+
+    key = secrets.token_bytes(32)
+    payload = tmp_path / "payload.bin"
+    _write(payload, dumps_payload(quick, (1,), key=key))
+    seen: list[str] = []
+    environment: dict = {}
+
+    def on_app_started(app_id, ui_url):
+        response = httpx.get(f"{ui_url}/api/v1/applications/{app_id}/environment", timeout=30)
+        response.raise_for_status()
+        environment["text"] = response.text
+
+    with caplog.at_level("DEBUG"):
+        HorovodHook(conn_id=None, np=2).run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key,
+                                                artifact_dir=str(tmp_path / "a"), on_app_started=on_app_started,
+                                                on_output=seen.append)
+    assert "sparkProperties" in environment["text"]  # the page was really read
+    for where, text in [("Spark UI environment", environment["text"]), ("driver output", "\n".join(seen)),
+                        ("logs", caplog.text), ("result.json", (tmp_path / "result.json").read_text())]:
+        assert key.hex() not in text, where
 
 
 def test_negative_np_through_spark_submit(spark_env, tmp_path):
@@ -101,10 +138,10 @@ def test_kill_leaves_no_driver_executor_or_rank_behind(spark_env, tmp_path):
     thread = threading.Thread(target=run)
     thread.start()
     assert started.wait(timeout=240), "training never started"
-    assert len([p for p in _ours(tmp_path) if "runtime.worker" in " ".join(p.cmdline())]) == 2
+    assert len([p for p in _ours(key, str(tmp_path / "art")) if "runtime.worker" in " ".join(p.cmdline())]) == 2
     hook.on_kill()
     thread.join(timeout=60)
     assert not thread.is_alive()
     assert isinstance(outcome.get("error"), HorovodJobError)
-    _gone, alive = psutil.wait_procs(_ours(tmp_path), timeout=20)
+    _gone, alive = psutil.wait_procs(_ours(key, str(tmp_path / "art")), timeout=20)
     assert not alive, [" ".join(p.cmdline()) for p in alive]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import time
 
@@ -10,6 +11,7 @@ import psutil
 import pytest
 
 from airflow_provider_horovod.runtime import HorovodRunner, LaunchError, RankFailedError
+from tests.conftest import SESSION_MARK, session_processes
 
 pytestmark = pytest.mark.spark
 
@@ -39,12 +41,7 @@ def fail_on_rank_one():
 
 
 def _worker_processes() -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info.get("cmdline") or []
-        if "airflow_provider_horovod.runtime.worker" in cmdline:
-            found.append(proc)
-    return found
+    return session_processes(os.environ[SESSION_MARK], cmdline_contains="airflow_provider_horovod.runtime.worker")
 
 
 def test_np2_returns_rank0_value(spark):

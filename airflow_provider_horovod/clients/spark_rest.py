@@ -1,0 +1,320 @@
+"""
+Clients for Spark's REST APIs over httpx: :class:`SparkRestClient` (blocking) and :class:`AsyncSparkRestClient`
+(asyncio, for triggers). Both speak to
+
+* an application's **monitoring API** (``{ui_url}/api/v1/applications[/{id}/jobs|stages|executors]``), served by
+  the running driver's web UI (``spark.ui.port``, 4040 by default) or by a history server;
+* a standalone **master's state page** (``{master_ui_url}/json/``);
+* a standalone master's **REST submission server** (``{rest_url}/v1/submissions/create|status|kill``, port 6066
+  by default, enabled with ``spark.master.rest.enabled=true``).
+
+Every call has a timeout (``timeout_s``) and is retried with exponential backoff on connection errors, timeouts
+and HTTP 5xx (:class:`RetryPolicy`); an HTTP 4xx raises :class:`SparkRestError` at once. ``create`` is retried
+only when the connection could not be made, so a driver is never submitted twice. Neither client imports
+Airflow.
+
+Example::
+
+    with SparkRestClient(master_ui_url="http://127.0.0.1:8080", rest_url="http://127.0.0.1:6066") as spark:
+        sub = spark.create_submission(app_resource="file:/jobs/app.jar", main_class="org.example.Main",
+                                      spark_properties={"spark.master": "spark://127.0.0.1:7077"})
+        status = spark.driver_status(sub.submission_id)   # DriverStatus: .driver_state, .is_terminal ...
+        spark.kill_submission(sub.submission_id)
+
+    async with AsyncSparkRestClient(ui_url="http://127.0.0.1:4040", timeout_s=5) as spark:
+        jobs = await spark.jobs(app_id)                     # list[JobInfo]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx
+import tenacity
+
+from airflow_provider_horovod.clients.spark_app_models import ApplicationInfo, ExecutorInfo, JobInfo, StageInfo
+from airflow_provider_horovod.clients.spark_master_models import DriverStatus, MasterState, SubmissionResponse
+from airflow_provider_horovod.clients.spark_rest_calls import (
+    Call, Endpoints, RetryPolicy, decode, request_error, submission_request, timeout,
+)
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 10.0
+_HEADERS = {"Accept": "application/json"}
+
+
+class _Base:
+    def __init__(self, *, ui_url: str | None, master_ui_url: str | None, rest_url: str | None, timeout_s: float,
+                 retry: RetryPolicy | None) -> None:
+        timeout(timeout_s)  # validates
+        self.endpoints = Endpoints(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url)
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+
+    def _timeout(self, timeout_s: float | None) -> httpx.Timeout:
+        return timeout(self.timeout_s if timeout_s is None else timeout_s)
+
+    def __repr__(self) -> str:
+        e = self.endpoints
+        return (f"{type(self).__name__}(ui_url={e.ui_url!r}, master_ui_url={e.master_ui_url!r}, "
+                f"rest_url={e.rest_url!r}, timeout_s={self.timeout_s})")
+
+
+class SparkRestClient(_Base):
+    """
+    Blocking client for Spark's monitoring API, a standalone master's ``/json/`` and its REST submission server.
+
+    Give only the base URLs you need; a call whose base URL is missing raises :class:`ValueError`. Use it as a
+    context manager, or call :meth:`close`.
+
+    :param ui_url: an application's web UI (``http://host:4040``) or a history server, for the monitoring calls.
+    :param master_ui_url: the standalone master's web UI (``http://host:8080``), for :meth:`master_state`.
+    :param rest_url: the master's REST submission server (``http://host:6066``), for the submission calls.
+    :param timeout_s: default timeout of one attempt, in seconds, applied to each of connect, read, write and
+        connection-pool wait; every method takes ``timeout_s=`` to override it.
+    :param retry: the retry policy (default: 5 attempts, backoff 0.5 s doubling up to 4 s).
+    :param transport: an httpx transport to use instead of the network (tests: ``httpx.MockTransport``).
+    :raises ValueError: when ``timeout_s`` is not positive.
+    """
+
+    def __init__(self, *, ui_url: str | None = None, master_ui_url: str | None = None, rest_url: str | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        super().__init__(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url, timeout_s=timeout_s,
+                         retry=retry)
+        self._http = httpx.Client(transport=transport, headers=_HEADERS, follow_redirects=True)
+
+    def __enter__(self) -> SparkRestClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def _attempt(self, call: Call[T], timeout_: httpx.Timeout) -> T:
+        try:
+            response = self._http.request(call.method, call.url, json=call.body, timeout=timeout_)
+        except httpx.RequestError as exc:
+            raise request_error(call, exc) from exc
+        return decode(call, response)
+
+    def _run(self, call: Call[T], timeout_s: float | None) -> T:
+        retrying = tenacity.Retrying(**self.retry.tenacity_kwargs(call))
+        return retrying(self._attempt, call, self._timeout(timeout_s))
+
+    # -- application monitoring API ({ui_url}/api/v1) -------------------------------------------------------------
+
+    def applications(self, *, timeout_s: float | None = None) -> list[ApplicationInfo]:
+        """
+        ``GET /api/v1/applications``: the applications this UI serves (one for a live driver UI).
+
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :raises SparkRestError: on HTTP 4xx or a malformed answer; :class:`SparkRestUnavailableError` when the UI
+            gave no usable answer within the retry policy.
+        :raises ValueError: when the client has no ``ui_url``.
+        """
+        return self._run(self.endpoints.applications(), timeout_s)
+
+    def application(self, app_id: str, *, timeout_s: float | None = None) -> ApplicationInfo:
+        """``GET /api/v1/applications/{app_id}``; raises :class:`SparkRestError` (404) for an unknown id.
+
+        :param app_id: the application id (``app-...`` on a standalone cluster, ``local-...`` in local mode).
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        """
+        return self._run(self.endpoints.application(app_id), timeout_s)
+
+    def jobs(self, app_id: str, *, status: str | None = None, timeout_s: float | None = None) -> list[JobInfo]:
+        """``GET /api/v1/applications/{app_id}/jobs``, newest job first.
+
+        :param app_id: the application id.
+        :param status: only jobs in this state (``running``, ``succeeded``, ``failed``, ``unknown``).
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :raises SparkRestError: as :meth:`applications`.
+        """
+        return self._run(self.endpoints.jobs(app_id, status), timeout_s)
+
+    def stages(self, app_id: str, *, status: str | None = None, timeout_s: float | None = None) -> list[StageInfo]:
+        """``GET /api/v1/applications/{app_id}/stages``: every attempt of every stage, newest first.
+
+        :param app_id: the application id.
+        :param status: only stages in this state (``active``, ``complete``, ``pending``, ``failed``, ``skipped``).
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :raises SparkRestError: as :meth:`applications`.
+        """
+        return self._run(self.endpoints.stages(app_id, status), timeout_s)
+
+    def executors(self, app_id: str, *, include_dead: bool = False,
+                  timeout_s: float | None = None) -> list[ExecutorInfo]:
+        """``GET /api/v1/applications/{app_id}/executors`` (or ``allexecutors``), the driver included.
+
+        :param app_id: the application id.
+        :param include_dead: also list removed executors (``allexecutors``; see ``remove_reason``).
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :raises SparkRestError: as :meth:`applications`.
+        """
+        return self._run(self.endpoints.executors(app_id, include_dead), timeout_s)
+
+    # -- standalone master ------------------------------------------------------------------------------------------
+
+    def master_state(self, *, timeout_s: float | None = None) -> MasterState:
+        """``GET {master_ui_url}/json/``: workers, cores, applications and drivers of a standalone master.
+
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :raises SparkRestError: as :meth:`applications`; :class:`ValueError` without ``master_ui_url``.
+        """
+        return self._run(self.endpoints.master_state(), timeout_s)
+
+    def create_submission(self, *, app_resource: str, main_class: str, app_args: Sequence[str] = (),
+                          spark_properties: Mapping[str, str] | None = None,
+                          environment_variables: Mapping[str, str] | None = None,
+                          client_spark_version: str | None = None,
+                          timeout_s: float | None = None) -> SubmissionResponse:
+        """
+        ``POST {rest_url}/v1/submissions/create``: launch a driver in cluster deploy mode.
+
+        Retried only when the connection could not be made (a retried ``create`` could start two drivers).
+
+        :param app_resource: the application jar (or file) as a URL the workers can read (``file:/...``).
+        :param main_class: the driver's main class (``org.apache.spark.deploy.PythonRunner`` for a Python file,
+            with ``app_args=[file, py_files, *args]``).
+        :param app_args: arguments of the main class.
+        :param spark_properties: Spark configuration; include ``spark.master`` and ``spark.app.name``.
+        :param environment_variables: environment of the driver (the master drops ``SPARK_LOCAL_IP``/``HOSTNAME``).
+        :param client_spark_version: sent as ``clientSparkVersion`` (default: the installed pyspark's version).
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :returns: the answer; ``submission_id`` is the driver id (``driver-...``).
+        :raises SparkSubmissionError: when the master refuses (``"success": false``, e.g. a standby master).
+        :raises SparkRestError: on HTTP 4xx (malformed request) with the server's message.
+        """
+        body = submission_request(app_resource=app_resource, main_class=main_class, app_args=app_args,
+                                  spark_properties=spark_properties, environment_variables=environment_variables,
+                                  client_spark_version=client_spark_version)
+        return self._run(self.endpoints.create_submission(body), timeout_s)
+
+    def driver_status(self, submission_id: str, *, timeout_s: float | None = None) -> DriverStatus:
+        """``GET {rest_url}/v1/submissions/status/{submission_id}``.
+
+        :param submission_id: the driver id returned by :meth:`create_submission`.
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :raises SparkSubmissionError: when the master does not know this submission.
+        :raises SparkRestError: as :meth:`applications`.
+        """
+        return self._run(self.endpoints.driver_status(submission_id), timeout_s)
+
+    def kill_submission(self, submission_id: str, *, timeout_s: float | None = None) -> SubmissionResponse:
+        """``POST {rest_url}/v1/submissions/kill/{submission_id}``: ask the master to kill a driver.
+
+        The kill is asynchronous: poll :meth:`driver_status` until ``is_terminal`` (KILLED). An unknown or already
+        finished driver is not an error: the answer has ``success=False`` and says so in ``message``.
+
+        :param submission_id: the driver id.
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :raises SparkRestError: as :meth:`applications`.
+        """
+        return self._run(self.endpoints.kill_submission(submission_id), timeout_s)
+
+    def request_json(self, method: str, url: str, *, body: Mapping[str, Any] | None = None,
+                     idempotent: bool | None = None, timeout_s: float | None = None) -> Any:
+        """Any call, with the same timeout, retries and errors, returning the decoded JSON as is.
+
+        :param method: the HTTP method.
+        :param url: the full URL.
+        :param body: a JSON body to send.
+        :param idempotent: whether to retry after the request may have reached the server (default: GET/HEAD).
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :raises SparkRestError: as :meth:`applications`.
+        """
+        return self._run(Endpoints.raw(method, url, body, idempotent), timeout_s)
+
+
+class AsyncSparkRestClient(_Base):
+    """
+    The asyncio twin of :class:`SparkRestClient` (same parameters, methods, results and errors, as coroutines),
+    for Airflow triggers. Use it as an async context manager, or await :meth:`aclose`.
+
+    :param transport: an async httpx transport (``httpx.MockTransport`` works for both clients).
+    """
+
+    def __init__(self, *, ui_url: str | None = None, master_ui_url: str | None = None, rest_url: str | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url, timeout_s=timeout_s,
+                         retry=retry)
+        self._http = httpx.AsyncClient(transport=transport, headers=_HEADERS, follow_redirects=True)
+
+    async def __aenter__(self) -> AsyncSparkRestClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _attempt(self, call: Call[T], timeout_: httpx.Timeout) -> T:
+        try:
+            response = await self._http.request(call.method, call.url, json=call.body, timeout=timeout_)
+        except httpx.RequestError as exc:
+            raise request_error(call, exc) from exc
+        return decode(call, response)
+
+    async def _run(self, call: Call[T], timeout_s: float | None) -> T:
+        retrying = tenacity.AsyncRetrying(**self.retry.tenacity_kwargs(call))
+        return await retrying(self._attempt, call, self._timeout(timeout_s))
+
+    async def applications(self, *, timeout_s: float | None = None) -> list[ApplicationInfo]:
+        """See :meth:`SparkRestClient.applications`."""
+        return await self._run(self.endpoints.applications(), timeout_s)
+
+    async def application(self, app_id: str, *, timeout_s: float | None = None) -> ApplicationInfo:
+        """See :meth:`SparkRestClient.application`."""
+        return await self._run(self.endpoints.application(app_id), timeout_s)
+
+    async def jobs(self, app_id: str, *, status: str | None = None,
+                   timeout_s: float | None = None) -> list[JobInfo]:
+        """See :meth:`SparkRestClient.jobs`."""
+        return await self._run(self.endpoints.jobs(app_id, status), timeout_s)
+
+    async def stages(self, app_id: str, *, status: str | None = None,
+                     timeout_s: float | None = None) -> list[StageInfo]:
+        """See :meth:`SparkRestClient.stages`."""
+        return await self._run(self.endpoints.stages(app_id, status), timeout_s)
+
+    async def executors(self, app_id: str, *, include_dead: bool = False,
+                        timeout_s: float | None = None) -> list[ExecutorInfo]:
+        """See :meth:`SparkRestClient.executors`."""
+        return await self._run(self.endpoints.executors(app_id, include_dead), timeout_s)
+
+    async def master_state(self, *, timeout_s: float | None = None) -> MasterState:
+        """See :meth:`SparkRestClient.master_state`."""
+        return await self._run(self.endpoints.master_state(), timeout_s)
+
+    async def create_submission(self, *, app_resource: str, main_class: str, app_args: Sequence[str] = (),
+                                spark_properties: Mapping[str, str] | None = None,
+                                environment_variables: Mapping[str, str] | None = None,
+                                client_spark_version: str | None = None,
+                                timeout_s: float | None = None) -> SubmissionResponse:
+        """See :meth:`SparkRestClient.create_submission`."""
+        body = submission_request(app_resource=app_resource, main_class=main_class, app_args=app_args,
+                                  spark_properties=spark_properties, environment_variables=environment_variables,
+                                  client_spark_version=client_spark_version)
+        return await self._run(self.endpoints.create_submission(body), timeout_s)
+
+    async def driver_status(self, submission_id: str, *, timeout_s: float | None = None) -> DriverStatus:
+        """See :meth:`SparkRestClient.driver_status`."""
+        return await self._run(self.endpoints.driver_status(submission_id), timeout_s)
+
+    async def kill_submission(self, submission_id: str, *, timeout_s: float | None = None) -> SubmissionResponse:
+        """See :meth:`SparkRestClient.kill_submission`."""
+        return await self._run(self.endpoints.kill_submission(submission_id), timeout_s)
+
+    async def request_json(self, method: str, url: str, *, body: Mapping[str, Any] | None = None,
+                           idempotent: bool | None = None, timeout_s: float | None = None) -> Any:
+        """See :meth:`SparkRestClient.request_json`."""
+        return await self._run(Endpoints.raw(method, url, body, idempotent), timeout_s)

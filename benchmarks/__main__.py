@@ -1,0 +1,225 @@
+"""
+``python -m benchmarks [--quick]``: run B1-B4 interleaved, print the table, write ``docs/benchmarks.md`` + PNG.
+
+Contenders of one benchmark run in turns (A B C A B C ...) after one untimed warm-up round, so a slow spell
+of the shared machine hits all of them alike; the report uses medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.contenders import Series, Unavailable
+from benchmarks.env import REPO, setup_environ
+
+FULL = {"b1_reps": 5, "b3_reps": 3, "b3_warmup": 50, "b3_steps": 1000, "b2_reps": 3, "b4_seconds": 60.0,
+        "min_reps": 2, "budget_s": {"b1": 270, "b3": 150, "b2": 200}}
+QUICK = {"b1_reps": 2, "b3_reps": 1, "b3_warmup": 30, "b3_steps": 300, "b2_reps": 1, "b4_seconds": 15.0,
+         "min_reps": 1, "budget_s": {"b1": 150, "b3": 60, "b2": 90}}
+"""Rounds per benchmark, and a time budget per benchmark (seconds, warm-up included): once the next round would
+end past it, no further round starts (at least ``min_reps`` run), so a run stays bounded on a loaded machine."""
+BATCH_SIZE = 32  # the example DAG's default
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def interleave(contenders: dict[str, Callable[[], float]], reps: int, warmup: bool = True, *,
+               budget_s: float | None = None, min_reps: int = 1, notes: list[str] | None = None,
+               label: str = "") -> dict[str, Series]:
+    """
+    Run the contenders in turns, ``reps`` timed rounds after an optional untimed one; failures become reasons.
+
+    With ``budget_s``, a round after the first ``min_reps`` starts only if it should end within the budget
+    (judged by the previous round's duration); a cut is recorded in ``notes``.
+    """
+    out = {name: Series() for name in contenders}
+    start = time.monotonic()
+    last_round = 0.0
+    for round_no in range(-1 if warmup else 0, reps):
+        if budget_s is not None and round_no >= min_reps and time.monotonic() - start + last_round > budget_s:
+            if notes is not None:
+                notes.append(f"{label}: {round_no} of {reps} rounds (the next would have passed its "
+                             f"{budget_s:.0f} s budget)")
+            log(f"{label}: stopping after {round_no} rounds (time budget)")
+            break
+        round_start = time.monotonic()
+        for name, fn in contenders.items():
+            series = out[name]
+            if series.reason is not None:
+                continue
+            try:
+                value = fn()
+            except Unavailable as err:
+                series.reason = str(err)
+            except Exception as err:
+                series.reason = f"failed: {type(err).__name__}: {_first_line(str(err))}"
+                traceback.print_exc()
+            else:
+                if round_no >= 0:
+                    series.samples.append(value)
+                log(f"{name}: {value:.3f}{' (warm-up, not counted)' if round_no < 0 else ''}")
+        last_round = time.monotonic() - round_start
+    return out
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def section(results: dict, key: str, fn: Callable[[], object]) -> None:
+    """Run one benchmark; an unexpected failure is recorded as the section's reason instead of ending the run."""
+    start = time.perf_counter()
+    try:
+        results[key] = fn()
+    except Exception as err:
+        traceback.print_exc()
+        results[key] = {"error": f"{type(err).__name__}: {_first_line(str(err))}"}
+    log(f"{key} done in {time.perf_counter() - start:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, run the selected benchmarks, print the table and write the page."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and a 15 s B4 run (~3-5 min)")
+    parser.add_argument("--only", default="b1,b2,b3,b4", help="comma-separated subset, e.g. b1,b3")
+    parser.add_argument("--no-write", action="store_true", help="print the table only; write no files")
+    parser.add_argument("--from-results", metavar="PICKLE", help="rewrite the page from a saved run; measure nothing")
+    parser.add_argument("--out", default=str(REPO / "docs"), help="folder for benchmarks.md/.png (default docs/)")
+    args = parser.parse_args(argv)
+    if args.from_results:
+        from benchmarks import report
+
+        with open(args.from_results, "rb") as f:
+            results = pickle.load(f)
+        print(report.console_table(results))
+        md_path, png_note = report.write(results, Path(args.out))
+        log(f"wrote {md_path}; chart: {png_note}")
+        return 0
+    cfg = QUICK if args.quick else FULL
+    only = {s.strip().lower() for s in args.only.split(",")}
+    setup_environ()
+    from benchmarks import report
+
+    started = time.time()
+    results: dict = {"config": {**cfg, "mode": "quick" if args.quick else "full", "batch_size": BATCH_SIZE},
+                     "meta": report.environment(), "notes": []}
+    workdir = tempfile.mkdtemp(prefix="horovod-bench-")
+    try:
+        return _run(args, cfg, only, results, workdir, started)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, workdir: str, started: float) -> int:
+    """The measurements (see :func:`main`); ``workdir`` holds the digits data."""
+    from benchmarks import airflow_side, contenders, profile, report
+    from benchmarks.env import load_example_model, prepare_digits, spark_session
+
+    notes, budget = results["notes"], cfg["budget_s"]
+    data_path = prepare_digits(workdir)
+    build_model = load_example_model()
+
+    if only & {"b1", "b3"}:
+        log("starting the shared local[2] SparkSession")
+        spark = spark_session(2)
+        if "b1" in only:
+            section(results, "b1", lambda: interleave(contenders.b1_contenders(spark), cfg["b1_reps"],
+                                                      budget_s=budget["b1"], min_reps=cfg["min_reps"], notes=notes,
+                                                      label="B1"))
+
+            def breakdown() -> dict:
+                out = {"reference": profile.reference_costs(spark), "launchers": {}}
+                launchers = ("ours",) if args.quick else ("ours", "horovod.spark.run", "TorchDistributor")
+                for launcher in launchers:
+                    try:
+                        out["launchers"][launcher] = profile.probe(launcher)
+                    except Exception as err:
+                        out["launchers"][launcher] = {"error": f"{type(err).__name__}: {_first_line(str(err))}"}
+                return out
+
+            section(results, "b1_profile", breakdown)
+        if "b3" in only:
+            section(results, "b3", lambda: interleave(
+                contenders.b3_contenders(data_path, build_model, BATCH_SIZE, cfg["b3_warmup"], cfg["b3_steps"]),
+                cfg["b3_reps"], warmup=False, budget_s=budget["b3"], min_reps=cfg["min_reps"], notes=notes,
+                label="B3"))
+        spark.stop()
+
+    if only & {"b2", "b4"}:
+        sandbox = airflow_side.Sandbox(data_path)
+        try:
+            section(results, "airflow_migrate_s", sandbox.migrate)
+            if "b2" in only:
+                section(results, "b2", lambda: run_b2(sandbox, cfg, notes))
+            if "b4" in only:
+                section(results, "b4", lambda: run_b4(sandbox, cfg["b4_seconds"]))
+        finally:
+            sandbox.close()
+
+    results["meta"]["total_seconds"] = time.time() - started
+    results["meta"]["load_end"] = report.load_average()
+    saved = Path(tempfile.gettempdir()) / "horovod-bench-results.pkl"
+    saved.write_bytes(pickle.dumps(results))
+    log(f"raw results saved to {saved} (rewrite the page with --from-results {saved})")
+    print(report.console_table(results))
+    if not args.no_write:
+        md_path, png_note = report.write(results, Path(args.out))
+        log(f"wrote {md_path}; chart: {png_note}")
+    return 0
+
+
+def run_b2(sandbox, cfg: dict, notes: list[str]) -> dict:
+    """B2: ``airflow dags test`` of the operator DAG vs the hand-written spark-submit, interleaved."""
+    phases: list[dict[str, float]] = []
+    hand_phases: list[dict[str, float]] = []
+    counter = iter(range(10**6))
+
+    def operator() -> float:
+        seconds, parsed = sandbox.dags_test("bench_b2", f"b2-operator-{next(counter)}")
+        if parsed:
+            phases.append(parsed)
+        return seconds
+
+    def hand() -> float:
+        seconds, parsed = sandbox.hand_submit(f"b2-hand-{next(counter)}")
+        hand_phases.append(parsed)
+        return seconds
+
+    def noop() -> float:
+        return sandbox.dags_test("bench_noop", f"b2-noop-{next(counter)}")[0]
+
+    series = interleave({"airflow dags test + HorovodRunnerOperator": operator, "spark-submit by hand": hand,
+                         "airflow dags test of a no-op task": noop}, cfg["b2_reps"], warmup=False,
+                        budget_s=cfg["budget_s"]["b2"], min_reps=cfg["min_reps"], notes=notes, label="B2")
+    def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+        return {label: statistics.median(r[label] for r in runs) for label in (runs[0] if runs else {})}
+
+    return {"series": series, "phases": medians(phases), "hand_phases": medians(hand_phases)}
+
+
+def run_b4(sandbox, seconds: float) -> dict:
+    """B4: peak RSS per role during ``airflow dags test`` of a ~``seconds`` training run (sync mode)."""
+    from benchmarks.airflow_side import RssSampler
+
+    sandbox.write_b4_dag(seconds)
+    sampler = RssSampler()
+    wall, parsed = sandbox.dags_test("bench_b4", "b4", sampler=sampler)
+    return {"train_seconds": seconds, "wall_seconds": wall, "peak_bytes": dict(sampler.peak),
+            "samples": sampler.samples, "interval_s": sampler.interval, "phases": parsed,
+            "process_names": {role: sorted(names) for role, names in sampler.seen.items()}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

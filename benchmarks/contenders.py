@@ -1,0 +1,148 @@
+"""
+The in-process contenders of B1 (launch overhead) and B3 (training throughput), all on the shared SparkSession.
+
+Each contender is a zero-argument callable that runs one job and returns a measurement; it raises
+:class:`Unavailable` (with the exact reason) when it cannot run at all, e.g. ``horovod.spark`` fails to import.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks import jobs
+from benchmarks.env import PYTHON, bench_environ
+
+
+@dataclass
+class Series:
+    """One contender's measurements, or why it could not run."""
+
+    samples: list[float] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.samples) if self.samples else None
+
+
+class Unavailable(Exception):
+    """A contender cannot run here; the message goes into the table instead of a number."""
+
+
+def _horovod_spark():
+    try:
+        import horovod.spark
+    except Exception as err:  # ImportError, but also pyarrow/distutils breakage raising other errors
+        raise Unavailable(f"`import horovod.spark` failed: {type(err).__name__}: {err}") from err
+    return horovod.spark
+
+
+def _torch_distributor():
+    try:
+        from pyspark.ml.torch.distributor import TorchDistributor
+    except Exception as err:
+        raise Unavailable(f"`from pyspark.ml.torch.distributor import TorchDistributor` failed: "
+                          f"{type(err).__name__}: {err}") from err
+    return TorchDistributor
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Wall seconds of ``fn()`` and its value."""
+    start = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - start, value
+
+
+# --- B1 -------------------------------------------------------------------------------------------------------
+
+def run_ours(fn: Callable[..., Any], np: int = 2, **kwargs: Any) -> Any:
+    """``HorovodRunner(np).run(fn, **kwargs)``: rank 0's value."""
+    from airflow_provider_horovod.runtime import HorovodRunner
+
+    return HorovodRunner(np=np).run(fn, **kwargs)
+
+
+def run_horovod_spark(fn: Callable[..., Any], np: int = 2, **kwargs: Any) -> Any:
+    """``horovod.spark.run(fn, kwargs, num_proc=np, use_gloo=True)``: rank 0's value (it returns every rank's)."""
+    hs = _horovod_spark()
+    return hs.run(fn, kwargs=kwargs, num_proc=np, use_gloo=True, verbose=0)[0]
+
+
+def run_torch_distributor(fn: Callable[..., Any], np: int = 2) -> Any:
+    """``TorchDistributor(num_processes=np, local_mode=False, use_gpu=False).run(fn)``: rank 0's value."""
+    td = _torch_distributor()
+    return td(num_processes=np, local_mode=False, use_gpu=False).run(fn)
+
+
+def b1_contenders(spark) -> dict[str, Callable[[], float]]:
+    """B1: seconds from the call to rank 0's value of a trivial np=2 job, per launcher, plus the floor's parts."""
+    sc = spark.sparkContext
+
+    def check(value: Any, expected: float = 2.0) -> None:
+        if value != expected:
+            raise RuntimeError(f"rank 0 returned {value!r}, expected {expected!r}")
+
+    def ours() -> float:
+        seconds, value = timed(lambda: run_ours(jobs.hvd_trivial))
+        check(value)
+        return seconds
+
+    def horovod_spark() -> float:
+        _horovod_spark()  # an import failure is a reason, not a timing
+        seconds, value = timed(lambda: run_horovod_spark(jobs.hvd_trivial))
+        check(value)
+        return seconds
+
+    def torch_distributor() -> float:
+        _torch_distributor()
+        seconds, value = timed(lambda: run_torch_distributor(jobs.torch_dist_trivial))
+        check(value)
+        return seconds
+
+    def floor_import() -> float:
+        return fresh_import_seconds("import torch, horovod.torch")
+
+    def floor_barrier() -> float:
+        seconds, value = timed(lambda: sc.parallelize(range(2), 2).barrier().mapPartitions(lambda it: [1]).collect())
+        check(value, [1, 1])
+        return seconds
+
+    return {"ours": ours, "horovod.spark.run": horovod_spark, "TorchDistributor": torch_distributor,
+            "floor: fresh import": floor_import, "floor: empty barrier job": floor_barrier}
+
+
+def fresh_import_seconds(statement: str, processes: int = 1) -> float:
+    """Wall seconds for ``processes`` fresh interpreters started together to run ``statement`` and exit."""
+    env = bench_environ()
+    start = time.perf_counter()
+    procs = [subprocess.Popen([PYTHON, "-c", statement], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) for _ in range(processes)]
+    for p in procs:
+        _, err = p.communicate()
+        if p.returncode != 0:
+            raise Unavailable(f"`python -c {statement!r}` failed: {err.decode(errors='replace').strip()[-300:]}")
+    return time.perf_counter() - start
+
+
+# --- B3 -------------------------------------------------------------------------------------------------------
+
+def b3_contenders(data_path: str, build_model, batch_size: int, warmup: int, steps: int) -> dict[str, Callable]:
+    """B3: global samples/s of the example model over ``steps`` timed steps (after ``warmup``), per launcher/np."""
+    kwargs = dict(data_path=data_path, build_model=build_model, batch_size=batch_size, warmup_steps=warmup,
+                  steps=steps)
+
+    def ours_np2() -> float:
+        return run_ours(jobs.hvd_train_throughput, np=2, **kwargs)["samples_per_s"]
+
+    def horovod_spark_np2() -> float:
+        return run_horovod_spark(jobs.hvd_train_throughput, np=2, **kwargs)["samples_per_s"]
+
+    def ours_np1() -> float:
+        return run_ours(jobs.hvd_train_throughput, np=1, **kwargs)["samples_per_s"]
+
+    return {"ours np=2": ours_np2, "horovod.spark.run np=2": horovod_spark_np2, "ours np=1": ours_np1}

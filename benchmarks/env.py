@@ -1,0 +1,83 @@
+"""
+The shared setup: environment variables, the local Spark session, the example model and the digits data.
+
+Every contender runs on the same ``local[2]`` Spark bound to 127.0.0.1 and the same interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_DAG = REPO / "example_dags" / "horovod_digits_retraining.py"
+PYTHON = sys.executable
+
+
+def bench_environ() -> dict[str, str]:
+    """This interpreter for PySpark workers, loopback only, and the repository on every worker's path."""
+    path = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
+    return {
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": PYTHON,
+        "PYSPARK_DRIVER_PYTHON": PYTHON,
+        "PYTHONPATH": path,
+        "PYTHONUNBUFFERED": "1",
+        "PATH": os.pathsep.join([os.path.dirname(PYTHON), os.environ.get("PATH", "")]),
+    }
+
+
+def setup_environ() -> None:
+    """Apply :func:`bench_environ` to this process (before Spark starts)."""
+    os.environ.update(bench_environ())
+
+
+def spark_session(cores: int = 2):
+    """Start (or return) the shared ``local[cores]`` SparkSession bound to 127.0.0.1, logging at WARN."""
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(f"local[{cores}]").appName("airflow-provider-horovod-benchmarks")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.pyspark.python", PYTHON).config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "5s")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def load_example_model():
+    """
+    ``build_model`` from the example DAG file, without importing the DAG (and Airflow): the function's source is
+    compiled into a small module registered with cloudpickle to travel by value (ranks cannot import a DAG file).
+    """
+    import ast
+    import types
+
+    import cloudpickle
+
+    name = "horovod_digits_retraining_model"
+    module = sys.modules.get(name)
+    if module is None:
+        tree = ast.parse(EXAMPLE_DAG.read_text(), filename=str(EXAMPLE_DAG))
+        node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "build_model")
+        module = types.ModuleType(name, f"build_model() copied from {EXAMPLE_DAG}")
+        exec(compile(ast.Module(body=[node], type_ignores=[]), str(EXAMPLE_DAG), "exec"), module.__dict__)
+        sys.modules[name] = module
+        cloudpickle.register_pickle_by_value(module)
+    return module.build_model
+
+
+def prepare_digits(workdir: str | None = None) -> str:
+    """The example DAG's split of ``load_digits`` (80/20, stratified, seed 0) as an ``.npz``; returns its path."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    x_train, x_test, y_train, y_test = train_test_split(x / 16.0, y, test_size=0.2, stratify=y, random_state=0)
+    path = os.path.join(workdir or tempfile.mkdtemp(prefix="horovod-bench-"), "digits.npz")
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path

@@ -1,0 +1,248 @@
+"""
+A real Spark standalone cluster for tests: one master (with its REST submission server) and N workers, all JVMs
+started from the pip pyspark's ``bin/spark-class`` and bound to 127.0.0.1 on free ports.
+
+Usage, as a context manager or inside a pytest fixture::
+
+    from tests.standalone import standalone_cluster
+
+    @pytest.fixture(scope="module")
+    def cluster(tmp_path_factory):
+        with standalone_cluster(workers=2, cores_per_worker=1, work_dir=tmp_path_factory.mktemp("spark")) as c:
+            yield c          # c.master_url  spark://127.0.0.1:PORT
+                             # c.web_ui_url  http://127.0.0.1:PORT   (GET /json/ for the master's state)
+                             # c.rest_url    http://127.0.0.1:PORT   (/v1/submissions/...)
+
+On entry it waits (bounded by ``start_timeout_s``) until the master's ``/json/`` lists every worker ALIVE and the
+REST server answers. On exit it kills every process the cluster started, drivers, executors and their Python
+workers included, even those re-parented after their parent died (each carries a marker in its environment), and
+raises ``AssertionError`` if any survives. Logs are under ``work_dir/logs``; :meth:`StandaloneCluster.log_tail`
+gives their ends for failure messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+MARKER_ENV = "AIRFLOW_PROVIDER_HOROVOD_TEST_CLUSTER"
+"""Set, with a per-cluster value, in the environment of every process of the cluster (and so of its children)."""
+HOST = "127.0.0.1"
+
+
+def spark_home() -> Path:
+    """The pip pyspark package directory, which is a SPARK_HOME (``bin/``, ``jars/``); pyspark is not imported."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pyspark is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the master is started with spark.port.maxRetries=0 to notice races)."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def _opts(conf: Mapping[str, str]) -> str:
+    return " ".join(f"-D{k}={v}" for k, v in conf.items())
+
+
+@dataclass
+class StandaloneCluster:
+    """A started cluster (see :func:`standalone_cluster`)."""
+
+    master_url: str
+    """``spark://127.0.0.1:PORT``"""
+    web_ui_url: str
+    """The master's web UI, ``http://127.0.0.1:PORT`` (its state as JSON at ``/json/``)."""
+    rest_url: str
+    """The master's REST submission server, ``http://127.0.0.1:PORT``."""
+    work_dir: Path
+    workers: int
+    cores_per_worker: int
+    marker: str
+    """This cluster's value of :data:`MARKER_ENV`."""
+    env: dict[str, str] = field(repr=False)
+    """The environment the JVMs were started with (SPARK_HOME, SPARK_LOCAL_IP, the marker...)."""
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.work_dir / "logs"
+
+    def master_json(self, timeout_s: float = 5.0) -> dict:
+        """The master's ``/json/`` page, decoded (raw httpx: the fixture does not depend on the client under test)."""
+        response = httpx.get(f"{self.web_ui_url}/json/", timeout=timeout_s)
+        response.raise_for_status()
+        return response.json()
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of every log of the cluster: master, workers, and drivers/executors under the work dirs."""
+        parts = []
+        logs = sorted(self.log_dir.glob("*.log")) + sorted(p for p in self.work_dir.glob("worker-*/**/std*")
+                                                            if p.is_file())
+        for path in logs:
+            try:
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError as exc:
+                text = [f"<unreadable: {exc}>"]
+            parts.append(f"==> {path.relative_to(self.work_dir)} <==\n" + "\n".join(text))
+        return "\n".join(parts)
+
+    def leftover_processes(self) -> list[psutil.Process]:
+        """Every live process carrying this cluster's marker, or started by it."""
+        found: dict[int, psutil.Process] = {}
+        for popen in self.processes.values():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc = psutil.Process(popen.pid)
+                if popen.poll() is None:
+                    found[proc.pid] = proc
+                for child in proc.children(recursive=True):
+                    found[child.pid] = child
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                if proc.pid not in found and proc.environ().get(MARKER_ENV) == self.marker:
+                    found[proc.pid] = proc
+        return [p for p in found.values() if _alive(p)]
+
+    def _start(self, name: str, main_class: str, args: list[str], env: dict[str, str]) -> None:
+        with open(self.log_dir / f"{name}.log", "wb") as log:  # the JVM keeps its own copy of the descriptor
+            self.processes[name] = subprocess.Popen(
+                [str(Path(env["SPARK_HOME"]) / "bin" / "spark-class"), main_class, *args],
+                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work_dir,
+                start_new_session=True)
+
+    def _check_running(self) -> None:
+        for name, popen in self.processes.items():
+            if popen.poll() is not None:
+                raise RuntimeError(f"Spark {name} exited with status {popen.returncode} while the cluster "
+                                   f"started\n{self.log_tail()}")
+
+    def _wait_ready(self, deadline: float, workers: int) -> None:
+        """Poll until the master is ALIVE with ``workers`` ALIVE workers and its REST server answers."""
+        last: object = "no answer yet"
+        while True:
+            self._check_running()
+            try:
+                state = self.master_json(timeout_s=2.0)
+                alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+                rest = httpx.get(f"{self.rest_url}/v1/submissions/status/readiness-probe", timeout=2.0)
+                if state.get("status") == "ALIVE" and alive == workers and rest.status_code == 200:
+                    return
+                last = f"master {state.get('status')}, {alive}/{workers} workers alive, REST {rest.status_code}"
+            except (httpx.HTTPError, ValueError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the standalone cluster was not ready in time ({last})\n{self.log_tail()}")
+            time.sleep(0.25)  # readiness poll of external processes, bounded by the deadline
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """
+        Kill every process of the cluster: SIGTERM, then SIGKILL what is left after ``timeout_s`` seconds.
+
+        :raises AssertionError: if a process of the cluster still runs afterwards.
+        """
+        procs = self.leftover_processes()
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+        for proc in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=10)
+        for popen in self.processes.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=5)
+        left = self.leftover_processes()
+        assert not left, "processes of the standalone cluster survived: " + ", ".join(
+            f"{p.pid} {' '.join(_cmdline(p))[:120]}" for p in left)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return ["?"]
+
+
+@contextlib.contextmanager
+def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_per_worker: str = "1g",
+                       work_dir: Path | None = None, start_timeout_s: float = 120.0,
+                       master_conf: Mapping[str, str] | None = None, worker_conf: Mapping[str, str] | None = None,
+                       extra_env: Mapping[str, str] | None = None) -> Iterator[StandaloneCluster]:
+    """
+    Start a Spark standalone master (REST submission server enabled) and ``workers`` workers on 127.0.0.1.
+
+    :param workers: how many workers to start.
+    :param cores_per_worker: cores each worker offers (``--cores``); accounting only, not a CPU limit.
+    :param memory_per_worker: memory each worker offers (``--memory``, e.g. ``"1g"``).
+    :param work_dir: where logs, worker work dirs and the conf dir go (default: a temporary dir, removed on exit).
+    :param start_timeout_s: seconds to wait for the master to be ALIVE with every worker registered.
+    :param master_conf: extra ``-D`` Spark properties for the master (``SPARK_MASTER_OPTS``).
+    :param worker_conf: extra ``-D`` Spark properties for the workers (``SPARK_WORKER_OPTS``).
+    :param extra_env: extra environment variables for every JVM (and so for drivers and executors).
+    :raises TimeoutError: when the cluster is not ready within ``start_timeout_s`` (with the logs' tails).
+    :raises RuntimeError: when a JVM exits while the cluster starts.
+    :raises AssertionError: on exit, when a process of the cluster survives being killed.
+    """
+    with contextlib.ExitStack() as stack:
+        if work_dir is None:
+            work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spark-standalone-")))
+        work_dir = Path(work_dir)
+        conf_dir = work_dir / "conf"
+        for sub in (work_dir / "logs", conf_dir):
+            sub.mkdir(parents=True, exist_ok=True)
+        master_port, ui_port, rest_port = free_port(), free_port(), free_port()
+        marker = uuid.uuid4().hex
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
+        env.update({
+            "SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(conf_dir), "SPARK_LOCAL_IP": HOST,
+            "SPARK_LOCAL_HOSTNAME": HOST, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_DAEMON_MEMORY": "256m", MARKER_ENV: marker, **(extra_env or {}),
+        })
+        cluster = StandaloneCluster(
+            master_url=f"spark://{HOST}:{master_port}", web_ui_url=f"http://{HOST}:{ui_port}",
+            rest_url=f"http://{HOST}:{rest_port}", work_dir=work_dir, workers=workers,
+            cores_per_worker=cores_per_worker, marker=marker, env=env)
+        stack.callback(cluster.stop)
+        master_env = {**env, "SPARK_MASTER_OPTS": _opts({
+            "spark.master.rest.enabled": "true", "spark.master.rest.host": HOST,
+            "spark.master.rest.port": str(rest_port), "spark.port.maxRetries": "0",
+            "spark.ui.showConsoleProgress": "false", **(master_conf or {})})}
+        cluster._start("master", "org.apache.spark.deploy.master.Master",
+                       ["--host", HOST, "--port", str(master_port), "--webui-port", str(ui_port)], master_env)
+        deadline = time.monotonic() + start_timeout_s
+        cluster._wait_ready(deadline, 0)  # workers started earlier would wait ~10 s before registering again
+        worker_env = {**env, "SPARK_WORKER_OPTS": _opts(dict(worker_conf or {}))}
+        for i in range(workers):
+            worker_dir = work_dir / f"worker-{i}"
+            worker_dir.mkdir(exist_ok=True)
+            cluster._start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
+                           ["--host", HOST, "--port", "0", "--webui-port", "0", "--cores", str(cores_per_worker),
+                            "--memory", memory_per_worker, "--work-dir", str(worker_dir), cluster.master_url],
+                           worker_env)
+        cluster._wait_ready(deadline, workers)
+        yield cluster
