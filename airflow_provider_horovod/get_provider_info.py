@@ -22,5 +22,11 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {"integration-name": "Horovod", "python-modules": ["airflow_provider_horovod.operators.horovod"]}
         ],
-        "hooks": [{"integration-name": "Horovod", "python-modules": ["airflow_provider_horovod.hooks.horovod"]}],
+        "hooks": [
+            {
+                "integration-name": "Horovod",
+                "python-modules": ["airflow_provider_horovod.hooks.horovod", "airflow_provider_horovod.hooks.progress"],
+            }
+        ],
+        "extra-links": ["airflow_provider_horovod.links.SparkUILink"],
     }

@@ -15,6 +15,8 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_horovod.exceptions import HorovodJobError, HorovodResultError
 from airflow_provider_horovod.hooks.horovod import HorovodHook, cleanup_staging
+from airflow_provider_horovod.hooks.progress import ProgressWatcher
+from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, SparkUILink
 from airflow_provider_horovod.runtime.errors import PayloadError
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
@@ -32,6 +34,7 @@ XCOM_SPARK_APP_ID = "spark_app_id"
 """XCom key of the Spark application id (pushed as soon as the driver reports it)."""
 XCOM_ARTIFACT_DIR = "artifact_dir"
 """XCom key of the artifact directory (path or URI) the ranks wrote to."""
+# XCOM_SPARK_UI_URL ("spark_ui_url", the Spark UI link's key) lives in airflow_provider_horovod.links.
 
 ARTIFACT_ROOT_ENV = "AIRFLOW__HOROVOD__ARTIFACT_ROOT"
 DEFAULT_MAX_RETURN_BYTES = 1024 * 1024
@@ -128,6 +131,9 @@ class HorovodRunnerOperator(BaseOperator):
     :param max_return_value_bytes: largest serialized return value accepted for XCom, bytes.
     :param spark_name: the Spark application name; default ``airflow-horovod-<dag_id>-<task_id>``. (templated)
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``, ``jars``, ...).
+    :param poll_interval_s: seconds between polls of the Spark monitoring REST API while the job runs; the
+        task log gets the barrier stage's state changes (waiting for slots, ranks running on which executors,
+        a failed attempt and its reason). ``None`` turns polling off.
     :raises ValueError: an argument is invalid (raised when the DAG is parsed).
     :raises TypeError: ``python_callable`` is not callable.
     """
@@ -135,6 +141,7 @@ class HorovodRunnerOperator(BaseOperator):
     template_fields: Sequence[str] = ("op_args", "op_kwargs", "conn_id", "conf", "env_vars", "artifact_dir",
                                       "spark_name")
     template_fields_renderers = {"op_kwargs": "py", "op_args": "py", "conf": "json", "env_vars": "json"}
+    operator_extra_links = (SparkUILink(),)
     ui_color = "#f6e3c5"
 
     def __init__(
@@ -155,6 +162,7 @@ class HorovodRunnerOperator(BaseOperator):
         max_return_value_bytes: int = DEFAULT_MAX_RETURN_BYTES,
         spark_name: str | None = None,
         spark_submit_kwargs: dict[str, Any] | None = None,
+        poll_interval_s: float | None = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -186,6 +194,7 @@ class HorovodRunnerOperator(BaseOperator):
         self.max_return_value_bytes = max_return_value_bytes
         self.spark_name = spark_name
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.poll_interval_s = validate_timeout("poll_interval_s", poll_interval_s)
 
     @cached_property
     def hook(self) -> HorovodHook:
@@ -220,16 +229,27 @@ class HorovodRunnerOperator(BaseOperator):
             with os.fdopen(fd, "wb") as f:
                 f.write(payload)
 
+            watchers: list[ProgressWatcher] = []
+
             def on_app_started(app_id: str, ui_url: str | None) -> None:
                 self.log.info("Spark application %s started%s", app_id, f"; Spark UI: {ui_url}" if ui_url else "")
                 ti.xcom_push(key=XCOM_SPARK_APP_ID, value=app_id)
+                if ui_url:
+                    ti.xcom_push(key=XCOM_SPARK_UI_URL, value=ui_url)
+                    if self.poll_interval_s:
+                        watchers.append(ProgressWatcher(ui_url, app_id, self.log.info,
+                                                        poll_interval_s=self.poll_interval_s).start())
 
-            result = self.hook.run_job(
-                payload_path=payload_path, staging_dir=staging, key=key, artifact_dir=artifact_dir,
-                driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
-                start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
-                on_app_started=on_app_started,
-            )
+            try:
+                result = self.hook.run_job(
+                    payload_path=payload_path, staging_dir=staging, key=key, artifact_dir=artifact_dir,
+                    driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
+                    start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
+                    on_app_started=on_app_started,
+                )
+            finally:
+                for watcher in watchers:
+                    watcher.stop()
         finally:
             cleanup_staging(staging)
         ti.xcom_push(key=XCOM_SPARK_APP_ID, value=result.app_id)

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 DEFAULT_GLOO_TIMEOUT_S = 300
+IFACE_ENV = "HOROVOD_AIRFLOW_IFACE"
+"""Overrides the interface choice: comma-separated names; each host uses the first one it has."""
 """Gloo rendezvous/collective timeout given to every rank (Horovod's own default is 30 s)."""
 
 _SCRUBBED_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_", "PMIX_")
@@ -119,6 +121,30 @@ def interface_for(destination: str) -> str:
         if any(a.family == socket.AF_INET and a.address == source for a in addrs):
             return name
     raise OSError(f"no network interface carries {source}, the source address for {destination}")
+
+
+def choose_interface(destination: str, override: str | None = None) -> str:
+    """
+    The interface a rank uses for Gloo and NCCL: the first name in ``override`` this host has, else the route.
+
+    :param destination: the rendezvous address (see :func:`interface_for`).
+    :param override: the value of :data:`IFACE_ENV`, comma-separated interface names (``"ethA,ens5"``), so one
+        setting serves hosts whose interfaces are named differently; empty or ``None``: no override.
+    :return: the interface name.
+    :raises ValueError: ``override`` names no interface this host has (the message lists the ones it has).
+    :raises OSError: no override and no route to ``destination`` (see :func:`interface_for`).
+    """
+    names = [n.strip() for n in (override or "").split(",") if n.strip()]
+    if not names:
+        return interface_for(destination)
+    import psutil
+
+    present = psutil.net_if_addrs()
+    for name in names:
+        if name in present:
+            return name
+    raise ValueError(f"{IFACE_ENV}={override!r} names no interface of {socket.gethostname()}, which has "
+                     f"{sorted(present)}")
 
 
 def gloo_env(

@@ -45,6 +45,7 @@ def test_example_dag_trains_and_evaluates(airflow_home, dags_folder):
     assert all(os.path.isfile(p) for p in paths)
     assert paths[0].startswith(xcom["train.artifact_dir"]) and xcom["train.artifact_dir"].endswith("/train/try-1")
     assert xcom["train.spark_app_id"].startswith("local-")
+    assert xcom["train.spark_ui_url"].startswith("http://127.0.0.1:")  # what the "Spark UI" link shows
     assert xcom["train.return_value"]["ranks"] == 2
     assert xcom["train.return_value"]["model_path"] == paths[0]
     assert xcom["evaluate.return_value"] >= 0.9

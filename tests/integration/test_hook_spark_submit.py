@@ -145,3 +145,38 @@ def test_kill_leaves_no_driver_executor_or_rank_behind(spark_env, tmp_path):
     assert isinstance(outcome.get("error"), HorovodJobError)
     _gone, alive = psutil.wait_procs(_ours(key, str(tmp_path / "art")), timeout=20)
     assert not alive, [" ".join(p.cmdline()) for p in alive]
+
+
+def train_for_a_few_seconds():
+    import time
+
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    for _ in range(12):
+        hvd.allreduce(torch.ones(1))
+        time.sleep(0.5)
+    return hvd.size()
+
+
+def test_progress_is_read_from_the_real_rest_api(spark_env, tmp_path):
+    from airflow_provider_horovod.hooks.progress import ProgressWatcher
+
+    key = secrets.token_bytes(32)
+    payload = tmp_path / "payload.bin"
+    _write(payload, dumps_payload(train_for_a_few_seconds, key=key))
+    messages: list[str] = []
+    watchers: list[ProgressWatcher] = []
+
+    def on_app_started(app_id, ui_url):
+        watchers.append(ProgressWatcher(ui_url, app_id, messages.append, poll_interval_s=0.5).start())
+
+    try:
+        HorovodHook(conn_id=None, np=2).run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key,
+                                                artifact_dir=str(tmp_path / "a"), on_app_started=on_app_started)
+    finally:
+        for watcher in watchers:
+            watcher.stop()
+    assert any(m.startswith("2/2 ranks running on executor driver (127.0.0.1:") for m in messages), messages
+    assert len(messages) == len(set(messages))  # state changes, not one line per poll

@@ -1,0 +1,131 @@
+"""
+Follow a running Horovod job through the Spark monitoring REST API and report state changes, not noise.
+
+:func:`describe` turns one snapshot of ``/jobs``, ``/stages`` and ``/executors`` into facts (one message per
+topic); :class:`ProgressWatcher` polls every ``poll_interval_s`` and logs a topic only when its message changes:
+barrier stage waiting for N slots -> N/N ranks running on which executors -> stage attempt failed (reason) ->
+finished.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from airflow_provider_horovod.clients import (
+    ExecutorInfo,
+    JobInfo,
+    RetryPolicy,
+    SparkRestClient,
+    SparkRestError,
+    StageInfo,
+)
+
+JOB_GROUP_PREFIX = "horovod-"
+"""``HorovodRunner`` runs its barrier stage under a Spark job group with this prefix."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the REST API said at one poll."""
+
+    jobs: Sequence[JobInfo]
+    stages: Sequence[StageInfo]
+    executors: Sequence[ExecutorInfo]
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else "no reason given"
+
+
+def describe(snapshot: Snapshot) -> dict[str, str]:
+    """
+    The facts worth telling about the Horovod barrier stage(s) in ``snapshot``.
+
+    :return: ``{topic: message}``; topics are ``"stage-<id>-<attempt>"``.
+    """
+    facts: dict[str, str] = {}
+    stage_ids = {sid for job in snapshot.jobs if (job.job_group or "").startswith(JOB_GROUP_PREFIX)
+                 for sid in job.stage_ids}
+    for stage in sorted(snapshot.stages, key=lambda s: (s.stage_id, s.attempt_id)):
+        if stage.stage_id not in stage_ids:
+            continue
+        topic = f"stage-{stage.stage_id}-{stage.attempt_id}"
+        n = stage.num_tasks
+        if stage.status == "ACTIVE" and stage.num_active_tasks < n:
+            since = f" (submitted {stage.submission_time})" if stage.submission_time else ""
+            facts[topic] = (f"barrier stage {stage.stage_id} waiting for {n} task slots: "
+                            f"{stage.num_active_tasks}/{n} tasks running{since}")
+        elif stage.status == "ACTIVE":
+            busy = [e for e in snapshot.executors if e.active_tasks > 0]
+            where = ", ".join(f"executor {e.id} ({e.host_port}): {e.active_tasks}" for e in busy) or "unknown executors"
+            facts[topic] = f"{n}/{n} ranks running on {where}"
+        elif stage.status == "FAILED":
+            facts[topic] = (f"barrier stage {stage.stage_id} attempt {stage.attempt_id} failed: "
+                            f"{_first_line(stage.failure_reason)}")
+        elif stage.status == "COMPLETE":
+            facts[topic] = f"barrier stage {stage.stage_id} finished: {stage.num_completed_tasks}/{n} ranks done"
+    return facts
+
+
+class ProgressWatcher:
+    """
+    Polls a Spark application's REST API in a background thread and logs what changed.
+
+    Never raises into the job: an unreachable API is logged once and polling goes on.
+
+    :param ui_url: the application's Spark UI, e.g. ``http://127.0.0.1:4040``.
+    :param app_id: the application id.
+    :param log: called with each message (e.g. ``operator.log.info``).
+    :param poll_interval_s: seconds between polls.
+    :param timeout_s: timeout of each REST call, seconds.
+    """
+
+    def __init__(self, ui_url: str, app_id: str, log: Callable[[str], None], *, poll_interval_s: float = 5.0,
+                 timeout_s: float = 5.0) -> None:
+        self._ui_url = ui_url
+        self._app_id = app_id
+        self._log = log
+        self._poll_interval_s = poll_interval_s
+        self._timeout_s = timeout_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: dict[str, str] = {}
+        self._unavailable_reported = False
+
+    def start(self) -> ProgressWatcher:
+        """Start polling (the first poll is immediate)."""
+        self._thread = threading.Thread(target=self._run, name=f"spark-progress-{self._app_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop polling and wait for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def poll_once(self, client: SparkRestClient) -> None:
+        """One poll: read the API and log the facts that changed."""
+        try:
+            snapshot = Snapshot(jobs=client.jobs(self._app_id), stages=client.stages(self._app_id),
+                                executors=client.executors(self._app_id))
+        except (SparkRestError, OSError, RuntimeError) as err:  # unreachable or finished: not our job to fail
+            if not self._unavailable_reported and not self._stop.is_set():
+                self._log(f"Spark REST API at {self._ui_url} not answering ({type(err).__name__}); still waiting "
+                          "for the job")
+                self._unavailable_reported = True
+            return
+        for topic, message in describe(snapshot).items():
+            if self._last.get(topic) != message:
+                self._last[topic] = message
+                self._log(message)
+
+    def _run(self) -> None:
+        retry = RetryPolicy(max_attempts=2, initial_backoff_s=0.2, max_backoff_s=1.0)
+        with SparkRestClient(ui_url=self._ui_url, timeout_s=self._timeout_s, retry=retry) as client:
+            while True:
+                self.poll_once(client)
+                if self._stop.wait(self._poll_interval_s):  # the poll interval; returns at once when stopped
+                    return
