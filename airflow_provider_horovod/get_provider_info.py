@@ -25,8 +25,15 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "Horovod",
-                "python-modules": ["airflow_provider_horovod.hooks.horovod", "airflow_provider_horovod.hooks.progress"],
+                "python-modules": [
+                    "airflow_provider_horovod.hooks.horovod",
+                    "airflow_provider_horovod.hooks.progress",
+                    "airflow_provider_horovod.hooks.standalone",
+                ],
             }
+        ],
+        "triggers": [
+            {"integration-name": "Horovod", "python-modules": ["airflow_provider_horovod.triggers.horovod"]}
         ],
         "extra-links": ["airflow_provider_horovod.links.SparkUILink"],
     }

@@ -18,7 +18,7 @@ echo "demo: running DAG horovod_digits_retraining (full log: $AIRFLOW_HOME/demo.
 echo
 # Highlights only: task boundaries, the Spark application, rank-prefixed training output, XCom, accuracy.
 airflow dags test horovod_digits_retraining 2>&1 | tee "$AIRFLOW_HOME/demo.log" \
-  | grep --line-buffered -E '\[DAG TEST\] (starting|end) task|Spark application .* started|\[rank [0-9]+\]|Artifacts pushed|prepared [0-9]+ training|held-out accuracy|Horovod rank|Error|Traceback' \
+  | grep --line-buffered -E '\[DAG TEST\] (starting|end) task|Spark application .* started|ranks running on|\[rank [0-9]+\]|Artifacts pushed|prepared [0-9]+ training|held-out accuracy|HorovodJobError|Task failed with exception' \
   | grep --line-buffered -v 'airflow-provider-horovod: Spark application' \
   | sed -u -E 's/^[0-9T:.Z-]+ \[[a-z ]+\] //; s/ \[(airflow|task)[^]]*\]( loc=[^ ]+)?.*$//; s/ map_index=-1//'
 python scripts/show_run.py horovod_digits_retraining

@@ -34,7 +34,7 @@ $PIP install -q -U "pip>=24" "setuptools<80" wheel
 echo "setup: installing PyTorch (CPU) ..."
 $PIP install -q -c requirements/pins.txt torch
 if ! "$VENV/bin/python" -c 'import horovod.torch' 2>/dev/null; then
-  echo "setup: building Horovod from its sdist (Gloo, no MPI; about 6 minutes on 2 cores) ..."
+  echo "setup: building Horovod from its sdist (Gloo, no MPI; up to about 6 minutes on 2 cores, instant from pip's cache) ..."
   $PIP install -q -c requirements/pins.txt cmake cloudpickle psutil pyyaml packaging
   WRAP=$(mktemp -d)
   trap 'rm -rf "$WRAP"' EXIT

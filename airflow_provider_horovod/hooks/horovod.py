@@ -66,6 +66,12 @@ logger.deploy.name = org.apache.spark.deploy
 logger.deploy.level = info
 logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
 logger.nativecode.level = error
+# A failed barrier task's Python exception would be printed here by the executor and again by the scheduler;
+# the provider reports the failing rank once, in the task's error.
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
+logger.tasksetmanager.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasksetmanager.level = off
 """
 
 
@@ -275,6 +281,7 @@ class HorovodHook(BaseHook):
             on_line=self._watch(on_app_started, on_output),
             conn_id=self.conn_id or self.default_conn_name,
             conf=conf, py_files=str(zip_path), name=self.name, application_args=args, env_vars=env,
+            deploy_mode="client",  # this hook's driver runs here; cluster mode is HorovodStandaloneHook
             **self.spark_submit_kwargs,
         )
         submit_error: AirflowException | None = None
@@ -291,27 +298,9 @@ class HorovodHook(BaseHook):
                 "execution_timeout, or SIGTERM); no training process of this try is left running",
                 app_id=self.app_id,
             ) from submit_error
-        try:
-            outcome = json.loads((staging / "result.json").read_text())
-        except (OSError, ValueError):
-            raise HorovodJobError(
-                f"the Spark driver ended before running the job (no result was written): {submit_error}",
-                app_id=self.app_id,
-            ) from submit_error
-        self.app_id = outcome.get("app_id") or self.app_id
-        self.ui_url = outcome.get("ui_url") or self.ui_url
-        if outcome.get("status") != "success":
-            message = outcome.get("message") or "the Horovod job failed"
-            if outcome.get("artifact_paths"):
-                message += "\nFiles under the artifact directory: " + ", ".join(outcome["artifact_paths"])
-            raise HorovodJobError(message, failure=outcome.get("error"), app_id=self.app_id) from submit_error
-        if submit_error is not None:
-            raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
-                                  app_id=self.app_id) from submit_error
-        result_pkl = staging / "result.pkl"
-        value = result_pkl.read_bytes() if result_pkl.exists() else None
-        return JobResult(app_id=self.app_id, ui_url=self.ui_url,
-                         artifact_paths=list(outcome.get("artifact_paths") or []), return_value=value)
+        result = read_job_result(staging, app_id=self.app_id, ui_url=self.ui_url, submit_error=submit_error)
+        self.app_id, self.ui_url = result.app_id, result.ui_url
+        return result
 
     def on_kill(self) -> None:
         """Stop the Spark job: terminate the driver's process tree, then let ``SparkSubmitHook`` clean up."""
@@ -344,6 +333,42 @@ class HorovodHook(BaseHook):
     def get_conn(self) -> Any:
         """Not used: the hook talks to Spark through ``spark-submit``."""
         return None
+
+
+def read_job_result(staging: Path, *, app_id: str | None = None, ui_url: str | None = None,
+                    submit_error: BaseException | None = None) -> JobResult:
+    """
+    Read what the driver program wrote into ``staging`` (``result.json``, ``result.pkl``).
+
+    :param staging: the result directory the driver was given (a local or shared-filesystem path).
+    :param app_id: the application id if already known (the file's wins).
+    :param ui_url: the Spark UI URL if already known (the file's wins).
+    :param submit_error: the submission's own error, if any, kept as the cause.
+    :raises HorovodJobError: no result was written (the driver never ran the job) or the job failed; the
+        message is the driver's (for a rank failure: the rank, its exception and traceback).
+    """
+    try:
+        outcome = json.loads((staging / "result.json").read_text())
+    except (OSError, ValueError):
+        raise HorovodJobError(
+            f"the Spark driver ended before running the job (no result was written): {submit_error}",
+            app_id=app_id,
+        ) from submit_error
+    app_id = outcome.get("app_id") or app_id
+    ui_url = outcome.get("ui_url") or ui_url
+    if outcome.get("status") != "success":
+        message = outcome.get("message") or "the Horovod job failed"
+        if outcome.get("artifact_paths"):
+            message += "\nFiles under the artifact directory: " + ", ".join(outcome["artifact_paths"])
+        # The driver's own account is the whole story; spark-submit's exit status would only repeat it.
+        raise HorovodJobError(message, failure=outcome.get("error"), app_id=app_id) from None
+    if submit_error is not None:
+        raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
+                              app_id=app_id) from submit_error
+    result_pkl = staging / "result.pkl"
+    value = result_pkl.read_bytes() if result_pkl.exists() else None
+    return JobResult(app_id=app_id, ui_url=ui_url, artifact_paths=list(outcome.get("artifact_paths") or []),
+                     return_value=value)
 
 
 def cleanup_staging(path: str) -> None:

@@ -59,7 +59,8 @@ def describe(snapshot: Snapshot) -> dict[str, str]:
                             f"{stage.num_active_tasks}/{n} tasks running{since}")
         elif stage.status == "ACTIVE":
             busy = [e for e in snapshot.executors if e.active_tasks > 0]
-            where = ", ".join(f"executor {e.id} ({e.host_port}): {e.active_tasks}" for e in busy) or "unknown executors"
+            where = ", ".join(f"executor {e.id} ({e.host_port}): {e.active_tasks} task{'s' if e.active_tasks != 1 else ''}"
+                              for e in busy) or "unknown executors"
             facts[topic] = f"{n}/{n} ranks running on {where}"
         elif stage.status == "FAILED":
             facts[topic] = (f"barrier stage {stage.stage_id} attempt {stage.attempt_id} failed: "
@@ -79,11 +80,12 @@ class ProgressWatcher:
     :param app_id: the application id.
     :param log: called with each message (e.g. ``operator.log.info``).
     :param poll_interval_s: seconds between polls.
-    :param timeout_s: timeout of each REST call, seconds.
+    :param timeout_s: timeout of each REST call, seconds (generous: a freshly started UI answers its first
+        request slowly, and giving up on it makes Spark log a broken pipe).
     """
 
     def __init__(self, ui_url: str, app_id: str, log: Callable[[str], None], *, poll_interval_s: float = 5.0,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 30.0) -> None:
         self._ui_url = ui_url
         self._app_id = app_id
         self._log = log
@@ -92,6 +94,7 @@ class ProgressWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last: dict[str, str] = {}
+        self._failures_in_a_row = 0
         self._unavailable_reported = False
 
     def start(self) -> ProgressWatcher:
@@ -112,18 +115,23 @@ class ProgressWatcher:
             snapshot = Snapshot(jobs=client.jobs(self._app_id), stages=client.stages(self._app_id),
                                 executors=client.executors(self._app_id))
         except (SparkRestError, OSError, RuntimeError) as err:  # unreachable or finished: not our job to fail
-            if not self._unavailable_reported and not self._stop.is_set():
-                self._log(f"Spark REST API at {self._ui_url} not answering ({type(err).__name__}); still waiting "
-                          "for the job")
+            self._failures_in_a_row += 1
+            # An application that just finished closes its UI before the watcher stops: only a UI that never
+            # answered, for several polls, is worth a line.
+            if not self._last and self._failures_in_a_row >= 3 and not self._unavailable_reported \
+                    and not self._stop.is_set():
+                self._log(f"Spark REST API at {self._ui_url} not answering ({type(err).__name__}); no progress "
+                          "lines until it does")
                 self._unavailable_reported = True
             return
+        self._failures_in_a_row = 0
         for topic, message in describe(snapshot).items():
             if self._last.get(topic) != message:
                 self._last[topic] = message
                 self._log(message)
 
     def _run(self) -> None:
-        retry = RetryPolicy(max_attempts=2, initial_backoff_s=0.2, max_backoff_s=1.0)
+        retry = RetryPolicy(max_attempts=1)  # the next poll is the retry
         with SparkRestClient(ui_url=self._ui_url, timeout_s=self._timeout_s, retry=retry) as client:
             while True:
                 self.poll_once(client)

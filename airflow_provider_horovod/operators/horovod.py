@@ -9,12 +9,14 @@ import secrets
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from airflow_provider_horovod.exceptions import HorovodJobError, HorovodResultError
-from airflow_provider_horovod.hooks.horovod import HorovodHook, cleanup_staging
+from airflow_provider_horovod.hooks.horovod import HorovodHook, JobResult, cleanup_staging, read_job_result
+from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook, local_path
 from airflow_provider_horovod.hooks.progress import ProgressWatcher
 from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, SparkUILink
 from airflow_provider_horovod.runtime.errors import PayloadError
@@ -22,6 +24,7 @@ from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
 from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S
 from airflow_provider_horovod.runtime.runner import validate_np, validate_timeout, validate_verbosity
+from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger, validate_event
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -32,6 +35,8 @@ XCOM_ARTIFACT_PATHS = "artifact_paths"
 """XCom key of the list of full paths/URIs of the files the job wrote under its artifact directory."""
 XCOM_SPARK_APP_ID = "spark_app_id"
 """XCom key of the Spark application id (pushed as soon as the driver reports it)."""
+XCOM_SUBMISSION_ID = "spark_submission_id"
+"""XCom key of the standalone driver (submission) id in cluster mode, pushed before waiting."""
 XCOM_ARTIFACT_DIR = "artifact_dir"
 """XCom key of the artifact directory (path or URI) the ranks wrote to."""
 # XCOM_SPARK_UI_URL ("spark_ui_url", the Spark UI link's key) lives in airflow_provider_horovod.links.
@@ -55,6 +60,36 @@ def default_artifact_root() -> str:
         return root
     home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
     return os.path.join(home, "horovod-artifacts")
+
+
+DEPLOY_MODES = ("client", "cluster")
+
+
+def validate_deploy_mode(value: object, *, source: str) -> str:
+    """
+    Check a deploy mode.
+
+    :raises ValueError: not one of ``"client"`` or ``"cluster"``; the message names ``source``.
+    """
+    if value not in DEPLOY_MODES:
+        raise ValueError(f"{source}: deploy mode must be one of {DEPLOY_MODES}, got {value!r}")
+    return str(value)
+
+
+def _default_deferrable() -> bool:
+    from airflow.sdk.configuration import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def default_staging_dir(context: Mapping[str, Any]) -> str:
+    """Cluster mode: ``<artifact_root>/.staging/<dag_id>/<run_id>/<task_id>[/map-<i>]/try-<n>`` (shared FS)."""
+    ti = context["ti"]
+    parts = [".staging", _safe(ti.dag_id), _safe(ti.run_id), _safe(ti.task_id)]
+    if getattr(ti, "map_index", -1) not in (-1, None):
+        parts.append(f"map-{ti.map_index}")
+    parts.append(f"try-{ti.try_number}")
+    return os.path.join(default_artifact_root(), *parts)
 
 
 def _safe(part: object) -> str:
@@ -87,7 +122,7 @@ def check_xcom_value(value: Any, *, max_bytes: int, artifact_paths: Sequence[str
     except Exception as err:
         raise HorovodResultError(
             f"rank 0 returned a {type(value).__module__}.{type(value).__qualname__}, which XCom cannot store "
-            f"({type(err).__name__}: {err}). Return what downstream tasks need as plain values instead: file paths, "
+            f"({type(err).__name__}). Return what downstream tasks need as plain values instead: file paths, "
             f"metrics (floats), small dicts/lists; save models and tensors under artifact_dir(){kept}"
         ) from err
     if size > max_bytes:
@@ -133,13 +168,23 @@ class HorovodRunnerOperator(BaseOperator):
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``, ``jars``, ...).
     :param poll_interval_s: seconds between polls of the Spark monitoring REST API while the job runs; the
         task log gets the barrier stage's state changes (waiting for slots, ranks running on which executors,
-        a failed attempt and its reason). ``None`` turns polling off.
+        a failed attempt and its reason). ``None`` turns polling off. Also the driver-state poll in cluster mode.
+    :param deploy_mode: ``"client"`` (the Spark driver runs in this task, via spark-submit) or ``"cluster"`` (the
+        driver runs on a Spark standalone worker, submitted through the master's REST submission server);
+        ``None``: the connection's ``deploy-mode`` extra, else client.
+    :param deferrable: in cluster mode, free the worker slot while training: defer to
+        :class:`~airflow_provider_horovod.triggers.horovod.HorovodSparkJobTrigger`. Default from
+        ``[operators] default_deferrable``. Client mode always runs synchronously (the driver lives in the task).
+    :param cancel_on_kill: kill the Spark driver when the task is killed, times out, or its trigger fails.
+    :param staging_dir: cluster mode: a directory the Spark workers share (path or ``file://``) for the
+        payload, the runtime and the result; default ``<artifact_root>/.staging/<dag>/<run>/<task>/try-<n>``.
+        (templated)
     :raises ValueError: an argument is invalid (raised when the DAG is parsed).
     :raises TypeError: ``python_callable`` is not callable.
     """
 
     template_fields: Sequence[str] = ("op_args", "op_kwargs", "conn_id", "conf", "env_vars", "artifact_dir",
-                                      "spark_name")
+                                      "spark_name", "staging_dir")
     template_fields_renderers = {"op_kwargs": "py", "op_args": "py", "conf": "json", "env_vars": "json"}
     operator_extra_links = (SparkUILink(),)
     ui_color = "#f6e3c5"
@@ -163,6 +208,10 @@ class HorovodRunnerOperator(BaseOperator):
         spark_name: str | None = None,
         spark_submit_kwargs: dict[str, Any] | None = None,
         poll_interval_s: float | None = 5.0,
+        deploy_mode: str | None = None,
+        deferrable: bool = _default_deferrable(),
+        cancel_on_kill: bool = True,
+        staging_dir: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -195,6 +244,11 @@ class HorovodRunnerOperator(BaseOperator):
         self.spark_name = spark_name
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.poll_interval_s = validate_timeout("poll_interval_s", poll_interval_s)
+        self.deploy_mode = None if deploy_mode is None else validate_deploy_mode(deploy_mode, source="deploy_mode")
+        self.deferrable = deferrable
+        self.cancel_on_kill = cancel_on_kill
+        self.staging_dir = staging_dir
+        self._submission_id: str | None = None
 
     @cached_property
     def hook(self) -> HorovodHook:
@@ -205,12 +259,8 @@ class HorovodRunnerOperator(BaseOperator):
             spark_submit_kwargs=self.spark_submit_kwargs,
         )
 
-    def execute(self, context: Context) -> Any:
-        """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
-        import cloudpickle
-
-        ti = context["ti"]
-        artifact_dir = self.artifact_dir or default_artifact_dir(context)
+    def _payload(self) -> tuple[bytes, bytes]:
+        """``(key, payload)``: the callable and its arguments, signed with a key made for this try."""
         key = secrets.token_bytes(32)
         try:
             payload = dumps_payload(self.python_callable, self.op_args, self.op_kwargs, key=key)
@@ -220,38 +270,82 @@ class HorovodRunnerOperator(BaseOperator):
             self.log.warning("The training payload is %.0f MiB: data captured in the callable or its arguments "
                              "travels with every task; pass a path and load it inside the function instead",
                              len(payload) / 2**20)
-        self.log.info("Horovod job: np=%d, payload %d bytes, artifact_dir %s", self.np, len(payload), artifact_dir)
+        return key, payload
+
+    def _resolved_deploy_mode(self) -> str:
+        if self.deploy_mode is not None:
+            return self.deploy_mode
+        if self.conn_id is None:
+            return "client"
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            extra = HorovodHook.get_connection(self.conn_id).extra_dejson
+        except AirflowNotFoundException:
+            return "client"
+        return validate_deploy_mode(extra.get("deploy-mode") or "client", source=f"connection {self.conn_id!r}")
+
+    def _timeout_args(self) -> list[str]:
+        args = ["--gloo-timeout-s", str(self.gloo_timeout_s)]
+        if self.start_timeout_s is not None:
+            args += ["--start-timeout-s", str(self.start_timeout_s)]
+        if self.training_timeout_s is not None:
+            args += ["--training-timeout-s", str(self.training_timeout_s)]
+        return args
+
+    def _app_started(self, ti: Any, app_id: str, ui_url: str | None) -> ProgressWatcher | None:
+        """Log and push the application id and UI URL; start progress polling when possible."""
+        self.log.info("Spark application %s started%s", app_id, f"; Spark UI: {ui_url}" if ui_url else "")
+        ti.xcom_push(key=XCOM_SPARK_APP_ID, value=app_id)
+        if not ui_url:
+            return None
+        ti.xcom_push(key=XCOM_SPARK_UI_URL, value=ui_url)
+        if not self.poll_interval_s:
+            return None
+        return ProgressWatcher(ui_url, app_id, self.log.info, poll_interval_s=self.poll_interval_s).start()
+
+    def execute(self, context: Context) -> Any:
+        """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
+        ti = context["ti"]
+        artifact_dir = self.artifact_dir or default_artifact_dir(context)
+        key, payload = self._payload()
+        deploy_mode = self._resolved_deploy_mode()
+        self.log.info("Horovod job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s", self.np, deploy_mode,
+                      len(payload), artifact_dir)
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
+        if deploy_mode == "cluster":
+            return self._execute_cluster(context, key, payload, artifact_dir)
+        if self.deferrable:
+            self.log.warning("deferrable=True needs deploy_mode='cluster' (in client mode the Spark driver runs in "
+                             "this task's process); running synchronously")
         staging = tempfile.mkdtemp(prefix="horovod-airflow-")  # mode 0700
+        watchers: list[ProgressWatcher] = []
         try:
             payload_path = os.path.join(staging, "payload.bin")
             fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(payload)
 
-            watchers: list[ProgressWatcher] = []
-
             def on_app_started(app_id: str, ui_url: str | None) -> None:
-                self.log.info("Spark application %s started%s", app_id, f"; Spark UI: {ui_url}" if ui_url else "")
-                ti.xcom_push(key=XCOM_SPARK_APP_ID, value=app_id)
-                if ui_url:
-                    ti.xcom_push(key=XCOM_SPARK_UI_URL, value=ui_url)
-                    if self.poll_interval_s:
-                        watchers.append(ProgressWatcher(ui_url, app_id, self.log.info,
-                                                        poll_interval_s=self.poll_interval_s).start())
+                if (watcher := self._app_started(ti, app_id, ui_url)) is not None:
+                    watchers.append(watcher)
 
-            try:
-                result = self.hook.run_job(
-                    payload_path=payload_path, staging_dir=staging, key=key, artifact_dir=artifact_dir,
-                    driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
-                    start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
-                    on_app_started=on_app_started,
-                )
-            finally:
-                for watcher in watchers:
-                    watcher.stop()
+            result = self.hook.run_job(
+                payload_path=payload_path, staging_dir=staging, key=key, artifact_dir=artifact_dir,
+                driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
+                start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
+                on_app_started=on_app_started,
+            )
         finally:
+            for watcher in watchers:
+                watcher.stop()
             cleanup_staging(staging)
+        return self._finish(ti, result)
+
+    def _finish(self, ti: Any, result: JobResult) -> Any:
+        """Push the result's XComs and return rank 0's value after checking XCom can store it."""
+        import cloudpickle
+
         ti.xcom_push(key=XCOM_SPARK_APP_ID, value=result.app_id)
         ti.xcom_push(key=XCOM_ARTIFACT_PATHS, value=result.artifact_paths)
         self.log.info("Artifacts pushed to XCom %r: %s", XCOM_ARTIFACT_PATHS, result.artifact_paths)
@@ -259,7 +353,87 @@ class HorovodRunnerOperator(BaseOperator):
         check_xcom_value(value, max_bytes=self.max_return_value_bytes, artifact_paths=result.artifact_paths)
         return value
 
+    # --- cluster deploy mode (Spark standalone REST submission server) ---------------------------------------
+
+    @cached_property
+    def cluster_hook(self) -> HorovodStandaloneHook:
+        """The standalone cluster-mode hook for this task (created on first use)."""
+        if self.conn_id is None:
+            raise HorovodJobError("deploy_mode='cluster' needs conn_id naming a spark://host:port standalone master")
+        return HorovodStandaloneHook(conn_id=self.conn_id, np=self.np, conf=self.conf, env_vars=self.env_vars,
+                                     name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}")
+
+    def _execute_cluster(self, context: Context, key: bytes, payload: bytes, artifact_dir: str) -> Any:
+        ti = context["ti"]
+        staging = local_path(self.staging_dir or default_staging_dir(context))
+        self.cluster_hook.kill_earlier_tries(staging)
+        self._submission_id = self.cluster_hook.submit(
+            staging=staging, payload=payload, key=key, artifact_dir=artifact_dir,
+            driver_log_verbosity=self.driver_log_verbosity, extra_args=self._timeout_args(),
+        )
+        ti.xcom_push(key=XCOM_SUBMISSION_ID, value=self._submission_id)
+        if self.deferrable:
+            self.defer(
+                trigger=HorovodSparkJobTrigger(submission_id=self._submission_id,
+                                               rest_url=self.cluster_hook.endpoints.rest_url, staging=str(staging),
+                                               poll_interval_s=self.poll_interval_s or 5.0,
+                                               cancel_on_kill=self.cancel_on_kill),
+                method_name="execute_complete",
+            )
+        status = self._wait_for_driver(ti, self._submission_id, staging)
+        return self._finish(ti, HorovodStandaloneHook.result(staging, status))
+
+    def _wait_for_driver(self, ti: Any, submission_id: str, staging: Path):  # -> DriverStatus
+        """Poll the driver's state every ``poll_interval_s`` until it ends, logging state changes."""
+        import threading
+
+        last_state, watcher, tick = None, None, threading.Event()
+        try:
+            while True:
+                status = self.cluster_hook.status(submission_id)
+                if status.driver_state != last_state:
+                    self.log.info("Driver %s is %s", submission_id, status.driver_state)
+                    last_state = status.driver_state
+                if watcher is None:
+                    app_id, ui_url = HorovodStandaloneHook.app_started(staging)
+                    if app_id:
+                        watcher = self._app_started(ti, app_id, ui_url) or False
+                if status.is_terminal:
+                    return status
+                tick.wait(self.poll_interval_s or 5.0)  # the poll interval
+        finally:
+            if watcher:
+                watcher.stop()
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Resume after the trigger: validate its event, read the result, push XComs, or raise the failure."""
+        event = validate_event(event)
+        ti = context["ti"]
+        self.log.info("Driver %s ended %s", event["submission_id"], event["driver_state"])
+        if event["app_id"]:
+            ti.xcom_push(key=XCOM_SPARK_APP_ID, value=event["app_id"])
+            if event["ui_url"]:
+                ti.xcom_push(key=XCOM_SPARK_UI_URL, value=event["ui_url"])
+        cause = None
+        if event["status"] != "success":
+            cause = RuntimeError(f"driver state {event['driver_state']}: {event['message'] or 'no message'}")
+        return self._finish(ti, read_job_result(Path(event["staging"]), app_id=event["app_id"],
+                                                ui_url=event["ui_url"], submit_error=cause))
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """When the trigger failed or timed out (``__fail__``), kill the driver before failing the task."""
+        if next_method == "__fail__" and self.cancel_on_kill:
+            submission_id = context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_SUBMISSION_ID)
+            if submission_id:
+                self.log.warning("The trigger failed: killing driver %s", submission_id)
+                self.cluster_hook.kill(submission_id)
+        return super().resume_execution(next_method, next_kwargs, context)
+
     def on_kill(self) -> None:
-        """Stop the Spark job and every training process of this try."""
+        """Stop the Spark job and every training process of this try (``cancel_on_kill``)."""
+        if not self.cancel_on_kill:
+            return
         if "hook" in self.__dict__:
             self.hook.on_kill()
+        if getattr(self, "_submission_id", None) and "cluster_hook" in self.__dict__:
+            self.cluster_hook.kill(self._submission_id)

@@ -26,8 +26,9 @@ def dags_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def run_dag(airflow_home: Path, dags_folder: Path, dag_id: str) -> tuple[str, dict]:
-    env = airflow_env(airflow_home, dags_folder)
+def run_dag(airflow_home: Path, dags_folder: Path, dag_id: str,
+            extra_env: dict[str, str] | None = None) -> tuple[str, dict]:
+    env = {**airflow_env(airflow_home, dags_folder), **(extra_env or {})}
     proc = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", dag_id], env=env, capture_output=True,
                           text=True, timeout=900)
     log = proc.stdout + proc.stderr

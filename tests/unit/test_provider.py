@@ -14,7 +14,7 @@ def test_provider_info_modules_import():
 
     info = get_provider_info()
     assert info["package-name"] == "airflow-provider-horovod"
-    for group in ("operators", "hooks"):
+    for group in ("operators", "hooks", "triggers"):
         for entry in info[group]:
             for module in entry["python-modules"]:
                 importlib.import_module(module)

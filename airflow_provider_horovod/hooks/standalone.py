@@ -1,0 +1,210 @@
+"""
+``HorovodStandaloneHook``: cluster deploy mode on a Spark standalone master, through its REST submission server.
+
+The driver program runs on a worker, so everything it needs travels through a **staging directory on a
+filesystem the workers share** (``file://`` or a plain path): the payload, the runtime zip (executors and
+the driver need neither Airflow nor this provider), a copy of the driver program, and the files the driver
+writes back (``status.json`` as soon as the application exists, then ``result.json`` / ``result.pkl``).
+Submission and tracking use the standalone master's REST API (``/v1/submissions/create|status|kill``) and
+``/json``, through :mod:`airflow_provider_horovod.clients`.
+
+Connection (the Spark provider's ``spark`` type): host ``spark://master`` and port 7077, extras
+``deploy-mode: cluster``, ``rest-port`` (default 6066), ``rest-scheme`` (default ``http``), ``ui-port`` (the
+master web UI, default 8080).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from airflow.sdk import BaseHook
+
+from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient
+from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.hooks.horovod import BASE_SPARK_CONF, read_job_result
+from airflow_provider_horovod.runtime import driver as driver_program
+from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
+from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
+
+PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
+SUBMISSION_FILE = "submission.json"
+
+
+@dataclass(frozen=True)
+class StandaloneEndpoints:
+    """Where a standalone master answers: ``spark://`` URL, REST submission server, web UI."""
+
+    master_url: str
+    rest_url: str
+    master_ui_url: str
+
+
+def local_path(location: str) -> Path:
+    """A staging location as a local path (``file://`` URIs and plain paths; the workers must share it)."""
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file"):
+        raise HorovodJobError(
+            f"staging location {location!r}: cluster deploy mode needs a filesystem the Spark workers share "
+            "(a path or file:// URI); object stores are not supported for staging yet"
+        )
+    return Path(parsed.path if parsed.scheme else location)
+
+
+class HorovodStandaloneHook(BaseHook):
+    """
+    Submit, follow and kill a Horovod job in cluster deploy mode on a Spark standalone cluster.
+
+    Construction does no I/O; the connection is read on first use.
+
+    :param conn_id: a Spark provider ``spark`` connection to a standalone master (see the module docstring).
+    :param np: number of Horovod processes.
+    :param conf: Spark properties for the application (override the provider's defaults).
+    :param env_vars: environment variables for the driver and every rank.
+    :param name: the Spark application name.
+    :param timeout_s: timeout of each REST call, seconds.
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    hook_name = "Horovod on Spark standalone (cluster mode)"
+
+    def __init__(self, *, conn_id: str, np: int, conf: dict[str, Any] | None = None,
+                 env_vars: dict[str, str] | None = None, name: str = "airflow-horovod",
+                 timeout_s: float = 30.0) -> None:
+        super().__init__()
+        self.conn_id = conn_id
+        self.np = np
+        self.conf = {str(k): str(v) for k, v in (conf or {}).items()}
+        self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
+        self.name = name
+        self.timeout_s = timeout_s
+
+    @cached_property
+    def endpoints(self) -> StandaloneEndpoints:
+        """The master's endpoints, from the connection."""
+        conn = self.get_connection(self.conn_id)
+        host = (conn.host or "").removeprefix("spark://").strip("/")
+        if not host:
+            raise HorovodJobError(f"conn_id={self.conn_id!r}: cluster deploy mode needs a spark://host:port master")
+        extra = conn.extra_dejson
+        scheme = extra.get("rest-scheme", "http")
+        return StandaloneEndpoints(
+            master_url=f"spark://{host}:{conn.port or 7077}",
+            rest_url=f"{scheme}://{host}:{int(extra.get('rest-port', 6066))}",
+            master_ui_url=f"{extra.get('ui-scheme', 'http')}://{host}:{int(extra.get('ui-port', 8080))}",
+        )
+
+    def client(self, retry: RetryPolicy | None = None) -> SparkRestClient:
+        """A REST client for this master (close it, or use it as a context manager)."""
+        e = self.endpoints
+        return SparkRestClient(rest_url=e.rest_url, master_ui_url=e.master_ui_url, timeout_s=self.timeout_s,
+                               retry=retry or RetryPolicy())
+
+    def submit(self, *, staging: Path, payload: bytes, key: bytes, artifact_dir: str,
+               driver_log_verbosity: str, extra_args: list[str] | None = None) -> str:
+        """
+        Stage the job and create the driver on the cluster.
+
+        :param staging: this try's staging directory on the shared filesystem (created, owner-only).
+        :param payload: the signed payload.
+        :param key: its HMAC key; sent as the driver's environment only.
+        :param artifact_dir: path/URI the ranks write model files under.
+        :param driver_log_verbosity: ``"log_callback_only"`` or ``"all"``.
+        :param extra_args: more driver-program flags (timeouts).
+        :return: the submission (driver) id, ``driver-...``.
+        :raises HorovodJobError: the master refused the submission.
+        """
+        staging.mkdir(parents=True, exist_ok=True, mode=0o700)
+        payload_path = staging / "payload.bin"
+        fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        (staging / RUNTIME_ZIP_NAME).write_bytes(runtime_zip())
+        driver_py = staging / "horovod_driver.py"
+        shutil.copyfile(driver_program.__file__, driver_py)
+        args = ["--payload", str(payload_path), "--result-dir", str(staging), "--np", str(self.np),
+                "--artifact-dir", artifact_dir, "--driver-log-verbosity", driver_log_verbosity, *(extra_args or [])]
+        properties = {
+            **BASE_SPARK_CONF,
+            "spark.master": self.endpoints.master_url,
+            "spark.app.name": self.name,
+            "spark.submit.deployMode": "cluster",
+            "spark.driver.supervise": "false",  # a relaunched driver would run a second copy of the training
+            "spark.submit.pyFiles": str(staging / RUNTIME_ZIP_NAME),
+            **self.conf,
+        }
+        env = {**self.env_vars, driver_program.KEY_ENV: key.hex()}
+        if self.env_vars:
+            env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))
+        with self.client(RetryPolicy(max_attempts=3)) as client:
+            response = client.create_submission(
+                app_resource=driver_py.as_uri(), main_class=PYTHON_RUNNER,
+                app_args=[str(driver_py), str(staging / RUNTIME_ZIP_NAME), *args],
+                spark_properties=properties, environment_variables=env,
+            )
+        if not response.success or not response.submission_id:
+            raise HorovodJobError(f"the standalone master refused the submission: {response.message}")
+        (staging / SUBMISSION_FILE).write_text(json.dumps({"submission_id": response.submission_id}))
+        self.log.info("Submitted driver %s to %s (staging %s)", response.submission_id, self.endpoints.master_url,
+                      staging)
+        return response.submission_id
+
+    def status(self, submission_id: str) -> DriverStatus:
+        """The driver's state from the REST submission server."""
+        with self.client() as client:
+            return client.driver_status(submission_id)
+
+    def kill(self, submission_id: str) -> None:
+        """Ask the master to kill the driver (its executors and ranks go with the application)."""
+        with self.client(RetryPolicy(max_attempts=3)) as client:
+            response = client.kill_submission(submission_id)
+        self.log.info("Kill of driver %s: %s", submission_id, response.message or response.success)
+
+    def kill_earlier_tries(self, staging: Path) -> list[str]:
+        """
+        Kill drivers of earlier tries of this task that are still running (siblings of ``staging``).
+
+        A retry must not run beside a live copy of the same training: the provider kills it (documented
+        choice; reattaching would hide the failure that made Airflow retry).
+
+        :return: the driver ids that were still active and were killed.
+        """
+        killed = []
+        for marker in sorted(staging.parent.glob(f"*/{SUBMISSION_FILE}")):
+            if marker.parent == staging:
+                continue
+            submission_id = json.loads(marker.read_text()).get("submission_id")
+            if submission_id and not self.status(submission_id).is_terminal:
+                self.log.warning("Driver %s of an earlier try (%s) is still running: killing it", submission_id,
+                                 marker.parent.name)
+                self.kill(submission_id)
+                killed.append(submission_id)
+        return killed
+
+    @staticmethod
+    def app_started(staging: Path) -> tuple[str | None, str | None]:
+        """``(app_id, ui_url)`` once the driver has written ``status.json``, else ``(None, None)``."""
+        try:
+            data = json.loads((staging / "status.json").read_text())
+        except (OSError, ValueError):
+            return None, None
+        return data.get("app_id"), data.get("ui_url")
+
+    @staticmethod
+    def result(staging: Path, status: DriverStatus | None = None):  # -> JobResult
+        """The job's result from the staging directory; the driver's state explains a missing result."""
+        cause = None
+        if status is not None and not status.is_successful:
+            cause = RuntimeError(f"driver state {status.driver_state}: {status.message or 'no message'}")
+        return read_job_result(staging, submit_error=cause)
+
+    def get_conn(self) -> Any:
+        """Not used: see :meth:`client`."""
+        return None

@@ -1,0 +1,114 @@
+"""``HorovodSparkJobTrigger``: wait for a cluster-mode Horovod driver without holding an Airflow worker slot."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestError
+
+EVENT_KEYS = frozenset({"status", "submission_id", "driver_state", "app_id", "ui_url", "message", "staging"})
+"""Every event this trigger yields has exactly these keys; ``status`` is ``success`` or ``failed``."""
+
+
+class HorovodSparkJobTrigger(BaseTrigger):
+    """
+    Poll the standalone master's REST submission server until the driver ends, then yield one event.
+
+    Uses the async REST client (httpx), so the triggerer's event loop is never blocked. Progress (driver state
+    changes, the application id once the driver wrote it) is logged as it happens.
+
+    :param submission_id: the driver id (``driver-...``).
+    :param rest_url: the master's REST submission server, e.g. ``http://master:6066``.
+    :param staging: the job's staging directory (shared filesystem) where the driver writes ``status.json``.
+    :param poll_interval_s: seconds between polls.
+    :param cancel_on_kill: kill the driver when the task is killed while deferred (Airflow 3.3 ``on_kill``).
+    :param timeout_s: timeout of each REST call, seconds.
+    """
+
+    def __init__(self, *, submission_id: str, rest_url: str, staging: str, poll_interval_s: float = 5.0,
+                 cancel_on_kill: bool = True, timeout_s: float = 30.0) -> None:
+        super().__init__()
+        if poll_interval_s <= 0:
+            raise ValueError(f"poll_interval_s must be > 0 seconds, got {poll_interval_s!r}")
+        self.submission_id = submission_id
+        self.rest_url = rest_url
+        self.staging = staging
+        self.poll_interval_s = poll_interval_s
+        self.cancel_on_kill = cancel_on_kill
+        self.timeout_s = timeout_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Class path and the constructor's keyword arguments (exactly)."""
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {"submission_id": self.submission_id, "rest_url": self.rest_url, "staging": self.staging,
+             "poll_interval_s": self.poll_interval_s, "cancel_on_kill": self.cancel_on_kill,
+             "timeout_s": self.timeout_s},
+        )
+
+    def _client(self) -> AsyncSparkRestClient:
+        return AsyncSparkRestClient(rest_url=self.rest_url, timeout_s=self.timeout_s, retry=RetryPolicy())
+
+    def _app(self) -> tuple[str | None, str | None]:
+        try:
+            data = json.loads((Path(self.staging) / "status.json").read_text())
+        except (OSError, ValueError):
+            return None, None
+        return data.get("app_id"), data.get("ui_url")
+
+    def _event(self, status: str, driver_state: str | None, message: str | None) -> TriggerEvent:
+        app_id, ui_url = self._app()
+        return TriggerEvent({"status": status, "submission_id": self.submission_id, "driver_state": driver_state,
+                             "app_id": app_id, "ui_url": ui_url, "message": message, "staging": self.staging})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Yield one event once the driver is FINISHED, FAILED, KILLED or ERROR (or the master cannot answer)."""
+        last_state = None
+        app_reported = False
+        async with self._client() as client:
+            while True:
+                try:
+                    status = await client.driver_status(self.submission_id)
+                except SparkRestError as err:
+                    yield self._event("failed", last_state, f"cannot read driver {self.submission_id}'s state: {err}")
+                    return
+                if status.driver_state != last_state:
+                    self.log.info("Driver %s is %s", self.submission_id, status.driver_state)
+                    last_state = status.driver_state
+                if not app_reported:
+                    app_id, ui_url = self._app()
+                    if app_id:
+                        self.log.info("Spark application %s started; Spark UI: %s", app_id, ui_url)
+                        app_reported = True
+                if status.is_terminal:
+                    yield self._event("success" if status.is_successful else "failed", status.driver_state,
+                                      status.message)
+                    return
+                await asyncio.sleep(self.poll_interval_s)
+
+    async def on_kill(self) -> None:
+        """The deferred task was killed (Airflow 3.3+): kill the driver if ``cancel_on_kill``."""
+        if not self.cancel_on_kill:
+            return
+        self.log.info("Task killed while deferred: killing driver %s", self.submission_id)
+        async with self._client() as client:
+            await client.kill_submission(self.submission_id)
+
+
+def validate_event(event: Any) -> dict[str, Any]:
+    """
+    Check a trigger event before the operator acts on it.
+
+    :raises ValueError: not a dict with exactly :data:`EVENT_KEYS`, or an unknown ``status``.
+    """
+    if not isinstance(event, dict) or set(event) != EVENT_KEYS:
+        raise ValueError(f"unexpected trigger event {event!r}: expected the keys {sorted(EVENT_KEYS)}")
+    if event["status"] not in ("success", "failed"):
+        raise ValueError(f"unexpected trigger event status {event['status']!r}: expected 'success' or 'failed'")
+    return event

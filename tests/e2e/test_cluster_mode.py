@@ -1,0 +1,107 @@
+"""Cluster deploy mode against a real Spark standalone cluster, sync and deferrable, through real Airflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psutil
+import pytest
+
+from tests.conftest import VENV_BIN, airflow_env
+from tests.e2e.test_dags import HERE, run_dag
+from tests.faults.test_airflow_faults import _cmdline, _lines
+from tests.standalone import standalone_cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
+
+
+def cluster_env(cluster, tmp_path) -> dict[str, str]:
+    master = urlparse(cluster.master_url)
+    rest, ui = urlparse(cluster.rest_url), urlparse(cluster.web_ui_url)
+    return {
+        "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps({
+            "conn_type": "spark", "host": f"spark://{master.hostname}", "port": master.port,
+            "extra": {"deploy-mode": "cluster", "rest-port": rest.port, "ui-port": ui.port},
+        }),
+        "AIRFLOW__HOROVOD__ARTIFACT_ROOT": str(tmp_path / "artifacts"),  # the "shared filesystem"
+    }
+
+
+@pytest.fixture
+def cluster_dags(tmp_path) -> Path:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    shutil.copy(HERE / "dags" / "horovod_cluster.py", dags)
+    return dags
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with standalone_cluster(workers=2, cores_per_worker=2, work_dir=tmp_path_factory.mktemp("standalone")) as c:
+        yield c
+
+
+def test_cluster_mode_sync_and_deferred(cluster, airflow_home, cluster_dags, tmp_path):
+    log, run = run_dag(airflow_home, cluster_dags, "horovod_cluster", extra_env=cluster_env(cluster, tmp_path))
+    assert run["states"] == {"sync": "success", "deferred": "success"}, log[-6000:]
+    for task in ("sync", "deferred"):
+        xcom = run["xcom"]
+        assert xcom[f"{task}.return_value"] == {"size": 2, "total": 3.0, "tag": task}
+        assert xcom[f"{task}.spark_submission_id"].startswith("driver-")
+        assert xcom[f"{task}.spark_app_id"].startswith("app-")
+        assert xcom[f"{task}.spark_ui_url"].startswith("http://")
+        paths = xcom[f"{task}.artifact_paths"]
+        assert [os.path.basename(p) for p in paths] == [f"{task}.pt"] and all(Path(p).is_file() for p in paths)
+    assert "Driver driver-" in log and "is FINISHED" in log
+    assert "deferred" in log.lower()  # the second task really went through the trigger
+    state = cluster.master_json()
+    assert not state["activedrivers"] and not state["activeapps"]  # nothing left running on the cluster
+
+
+def _ranks(cluster) -> list[psutil.Process]:
+    """The cluster's live Horovod rank processes (descendants of its worker JVMs)."""
+    return [p for p in cluster.leftover_processes() if "runtime.worker" in _cmdline(p)]
+
+
+def test_killing_the_task_kills_the_driver_and_every_rank(cluster, airflow_home, cluster_dags, tmp_path):
+    env = {**airflow_env(airflow_home, cluster_dags), **cluster_env(cluster, tmp_path)}
+    proc = subprocess.Popen([str(VENV_BIN / "airflow"), "dags", "test", "horovod_cluster_long"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, seen = _lines(proc), []
+    deadline = time.monotonic() + 300
+    try:
+        while True:
+            line = lines.get(timeout=max(1.0, deadline - time.monotonic()))
+            assert line is not None, "".join(seen[-60:])
+            seen.append(line)
+            if "2/2 ranks running on" in line:  # from the Spark REST API: training is under way
+                break
+        assert cluster.master_json()["activedrivers"], "no driver running on the cluster"
+        ranks_up = time.monotonic() + 60  # Spark says the tasks run; their rank processes start a moment later
+        while len(_ranks(cluster)) < 2 and time.monotonic() < ranks_up:
+            time.sleep(0.5)
+        assert len(_ranks(cluster)) == 2
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    while (line := lines.get(timeout=30)) is not None:
+        seen.append(line)
+    assert "Kill of driver driver-" in "".join(seen), "".join(seen[-60:])
+    stop = time.monotonic() + 60
+    while time.monotonic() < stop:  # the master applies the kill asynchronously: bounded wait for it
+        state = cluster.master_json()
+        if not state["activedrivers"] and not state["activeapps"]:
+            break
+        time.sleep(1)
+    assert not state["activedrivers"] and not state["activeapps"], state
+    _gone, alive = psutil.wait_procs(_ranks(cluster), timeout=30)
+    assert not alive, [p.pid for p in alive]
