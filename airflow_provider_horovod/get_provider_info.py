@@ -29,6 +29,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_horovod.hooks.horovod",
                     "airflow_provider_horovod.hooks.progress",
                     "airflow_provider_horovod.hooks.standalone",
+                    "airflow_provider_horovod.hooks.connect",
                 ],
             }
         ],

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_horovod.exceptions import HorovodJobError, HorovodResultError
+from airflow_provider_horovod.hooks.connect import HorovodConnectHook
 from airflow_provider_horovod.hooks.horovod import HorovodHook, JobResult, cleanup_staging, read_job_result
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook, local_path
 from airflow_provider_horovod.hooks.progress import ProgressWatcher
@@ -150,8 +151,9 @@ class HorovodRunnerOperator(BaseOperator):
     :param op_kwargs: keyword arguments for the callable. (templated)
     :param np: number of Horovod processes: ``> 0`` runs a barrier stage of ``np`` Spark tasks; ``< 0`` runs
         ``-np`` processes on the Spark driver. ``0`` is refused.
-    :param conn_id: a Spark provider ``spark`` connection (default ``spark_default``). ``None``, or an id with
-        no connection behind it, uses an embedded ``local[np]`` master on 127.0.0.1. (templated)
+    :param conn_id: a Spark provider ``spark`` connection (default ``spark_default``; undefined, or ``None``:
+        an embedded ``local[np]`` master on 127.0.0.1), or a ``spark_connect`` connection: the barrier job then
+        runs from this worker through a Spark Connect session, with no JVM here. (templated)
     :param conf: extra Spark properties; they override the provider's defaults. (templated)
     :param env_vars: environment variables for the Spark driver and every rank. (templated)
     :param artifact_dir: path or URI where the ranks write model files; defaults to a directory unique to this
@@ -273,17 +275,24 @@ class HorovodRunnerOperator(BaseOperator):
         return key, payload
 
     def _resolved_deploy_mode(self) -> str:
-        if self.deploy_mode is not None:
-            return self.deploy_mode
+        """``client``, ``cluster``, or ``connect`` (a Spark provider ``spark_connect`` connection)."""
         if self.conn_id is None:
-            return "client"
+            return self.deploy_mode or "client"
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
-            extra = HorovodHook.get_connection(self.conn_id).extra_dejson
+            conn = HorovodHook.get_connection(self.conn_id)
         except AirflowNotFoundException:
-            return "client"
-        return validate_deploy_mode(extra.get("deploy-mode") or "client", source=f"connection {self.conn_id!r}")
+            return self.deploy_mode or "client"  # HorovodHook explains a missing non-default connection
+        if conn.conn_type == "spark_connect":
+            if self.np < 0:
+                raise HorovodJobError(f"np={self.np}: over Spark Connect (connection {self.conn_id!r}) there is no "
+                                      "driver machine to run ranks on; use np > 0 (barrier tasks)")
+            return "connect"
+        if self.deploy_mode is not None:
+            return self.deploy_mode
+        return validate_deploy_mode(conn.extra_dejson.get("deploy-mode") or "client",
+                                    source=f"connection {self.conn_id!r}")
 
     def _timeout_args(self) -> list[str]:
         args = ["--gloo-timeout-s", str(self.gloo_timeout_s)]
@@ -315,6 +324,13 @@ class HorovodRunnerOperator(BaseOperator):
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
         if deploy_mode == "cluster":
             return self._execute_cluster(context, key, payload, artifact_dir)
+        if deploy_mode == "connect":
+            return self._finish(ti, self.connect_hook.run(
+                payload=payload, artifact_dir=artifact_dir, name=f"{self.dag_id}.{self.task_id}",
+                runner_kwargs={"driver_log_verbosity": self.driver_log_verbosity, "env": self.env_vars,
+                               "gloo_timeout_s": self.gloo_timeout_s, "start_timeout_s": self.start_timeout_s,
+                               "training_timeout_s": self.training_timeout_s},
+            ))
         if self.deferrable:
             self.log.warning("deferrable=True needs deploy_mode='cluster' (in client mode the Spark driver runs in "
                              "this task's process); running synchronously")
@@ -352,6 +368,11 @@ class HorovodRunnerOperator(BaseOperator):
         value = None if result.return_value is None else cloudpickle.loads(result.return_value)
         check_xcom_value(value, max_bytes=self.max_return_value_bytes, artifact_paths=result.artifact_paths)
         return value
+
+    @cached_property
+    def connect_hook(self) -> HorovodConnectHook:
+        """The Spark Connect hook for this task (created on first use)."""
+        return HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name, np=self.np)
 
     # --- cluster deploy mode (Spark standalone REST submission server) ---------------------------------------
 
@@ -435,5 +456,7 @@ class HorovodRunnerOperator(BaseOperator):
             return
         if "hook" in self.__dict__:
             self.hook.on_kill()
+        if "connect_hook" in self.__dict__:
+            self.connect_hook.on_kill()
         if getattr(self, "_submission_id", None) and "cluster_hook" in self.__dict__:
             self.cluster_hook.kill(self._submission_id)

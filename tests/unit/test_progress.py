@@ -46,7 +46,7 @@ def test_waiting_for_slots():
 
 def test_all_ranks_running_names_the_executors():
     facts = describe(snapshot({"status": "ACTIVE", "numActiveTasks": 2}))
-    assert facts == {"stage-3-0": "2/2 ranks running on executor driver (127.0.0.1:40000): 2"}
+    assert facts == {"stage-3-0": "2/2 ranks running on executor driver (127.0.0.1:40000): 2 tasks"}
 
 
 def test_failed_attempt_gives_the_first_line_of_the_reason():
@@ -94,5 +94,5 @@ def test_watcher_logs_changes_only():
     assert logged == [
         "barrier stage 3 waiting for 2 task slots: 1/2 tasks running (submitted "
         f"{waiting.stages[0].submission_time})",
-        "2/2 ranks running on executor driver (127.0.0.1:40000): 2",
+        "2/2 ranks running on executor driver (127.0.0.1:40000): 2 tasks",
     ]

@@ -31,3 +31,61 @@ def test_event_validation():
         validate_event({"status": "success"})
     with pytest.raises(ValueError, match="expected 'success' or 'failed'"):
         validate_event(event | {"status": "running"})
+
+
+class _FlakyMaster:
+    """A fake REST submission server on 127.0.0.1: 503 twice, then RUNNING, then FINISHED (a 503 storm can't
+    be produced on demand by a real master)."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        answers = iter([(503, {}), (503, {}), (200, {"driverState": "RUNNING"}), (200, {"driverState": "FINISHED"})])
+        self.requests = 0
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                import json
+
+                owner.requests += 1
+                code, body = next(answers, (200, {"driverState": "FINISHED"}))
+                payload = json.dumps({"action": "SubmissionStatusResponse", "success": True,
+                                      "submissionId": "driver-1", "serverSparkVersion": "4.2.0", **body}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_trigger_rides_out_a_few_503s(tmp_path):
+    import asyncio
+
+    master = _FlakyMaster()
+    try:
+        trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url=master.url, staging=str(tmp_path),
+                                         poll_interval_s=0.05, timeout_s=5)
+
+        async def first_event():
+            return await trigger.run().__anext__()
+
+        event = asyncio.run(asyncio.wait_for(first_event(), timeout=60))
+    finally:
+        master.close()
+    assert event.payload["status"] == "success"
+    assert event.payload["driver_state"] == "FINISHED"
+    assert master.requests == 4  # two 503s retried, then RUNNING, then FINISHED

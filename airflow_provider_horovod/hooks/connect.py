@@ -1,0 +1,76 @@
+"""
+``HorovodConnectHook``: run the barrier job from the Airflow worker through a Spark Connect session.
+
+No JVM runs on the Airflow worker: the Spark provider's ``SparkConnectHook`` turns the ``spark_connect``
+connection into an ``sc://`` URL, and :class:`~airflow_provider_horovod.runtime.HorovodRunner` runs the
+barrier stage with ``mapInArrow(..., barrier=True)`` over that session. Rank output reaches this worker's log
+through the runtime's log channel (executors must be able to connect back to this machine; set
+``HOROVOD_AIRFLOW_CALLBACK_HOST`` when the address they should use is not the one that routes to the server).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+from airflow.sdk import BaseHook
+
+from airflow_provider_horovod.hooks.horovod import JobResult
+
+
+class HorovodConnectHook(BaseHook):
+    """
+    Run a Horovod payload through Spark Connect and bring back the result.
+
+    :param conn_id: a Spark provider ``spark_connect`` connection (host, port, extras for token/TLS/user).
+    :param np: number of Horovod processes (> 0).
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = SparkConnectHook.default_conn_name
+    hook_name = "Horovod over Spark Connect"
+
+    def __init__(self, *, conn_id: str, np: int) -> None:
+        super().__init__()
+        self.conn_id = conn_id
+        self.np = np
+        self._session: Any = None
+        self._tag: str | None = None
+
+    def run(self, *, payload: bytes, artifact_dir: str, runner_kwargs: dict[str, Any], name: str) -> JobResult:
+        """
+        Open a Connect session, run the payload, list the artifacts, close the session.
+
+        :param payload: the payload (checked on each rank; it never leaves this worker unsigned-checked).
+        :param artifact_dir: path/URI the ranks write their model files under.
+        :param runner_kwargs: more :class:`HorovodRunner` arguments (verbosity, timeouts, env).
+        :param name: recorded as the session's user context.
+        :raises RankFailedError: a rank failed.
+        :raises LaunchError: the stage could not run.
+        """
+        from pyspark.sql import SparkSession
+
+        from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
+        from airflow_provider_horovod.runtime.runner import HorovodRunner
+
+        url = SparkConnectHook(conn_id=self.conn_id).get_connection_url()
+        self.log.info("Spark Connect session to %s (%s)", url.split(";")[0], name)
+        ensure_dir(artifact_dir)
+        self._session = SparkSession.builder.remote(url).getOrCreate()
+        try:
+            result = HorovodRunner(np=self.np, artifact_dir=artifact_dir, spark=self._session,
+                                   **runner_kwargs).run_payload(payload)
+        finally:
+            self._session.stop()
+            self._session = None
+        return JobResult(app_id=None, ui_url=None, artifact_paths=list_artifacts(artifact_dir), return_value=result)
+
+    def on_kill(self) -> None:
+        """Interrupt every operation of the session (the barrier stage's tasks, and with them the ranks)."""
+        if self._session is not None:
+            self.log.info("Interrupting the Spark Connect session's operations")
+            self._session.interruptAll()
+
+    def get_conn(self) -> Any:
+        """Not used."""
+        return None
