@@ -59,7 +59,7 @@ def test_cluster_mode_sync_and_deferred(cluster, airflow_home, cluster_dags, tmp
         assert xcom[f"{task}.spark_ui_url"].startswith("http://")
         paths = xcom[f"{task}.artifact_paths"]
         assert [os.path.basename(p) for p in paths] == [f"{task}.pt"] and all(Path(p).is_file() for p in paths)
-    assert "Driver driver-" in log and "is FINISHED" in log
+    assert "Driver driver-" in log and "is RUNNING" in log and "is FINISHED" in log  # progress states
     assert "deferred" in log.lower()  # the second task really went through the trigger
     state = cluster.master_json()
     assert not state["activedrivers"] and not state["activeapps"]  # nothing left running on the cluster
@@ -105,3 +105,50 @@ def test_killing_the_task_kills_the_driver_and_every_rank(cluster, airflow_home,
     assert not state["activedrivers"] and not state["activeapps"], state
     _gone, alive = psutil.wait_procs(_ranks(cluster), timeout=30)
     assert not alive, [p.pid for p in alive]
+
+
+def _wait_state(hook, submission_id: str, wanted: set[str], timeout_s: float = 90) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:  # the master applies submissions and kills asynchronously: a bounded poll
+        state = hook.status(submission_id).driver_state
+        if state in wanted or time.monotonic() > deadline:
+            return state
+        time.sleep(1)
+
+
+def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch):
+    """The trigger's on_kill (a deferred task killed) and a retry both kill a still-running driver."""
+    import asyncio
+    import secrets
+
+    from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+    from airflow_provider_horovod.runtime.payload import dumps_payload
+    from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
+    from tests.e2e.dags.horovod_cluster import CONF, long_training
+
+    for name, value in cluster_env(cluster, tmp_path).items():
+        monkeypatch.setenv(name, value)
+    hook = HorovodStandaloneHook(conn_id="spark_cluster", np=2, conf=CONF, name="kill-test")
+    staging_root = tmp_path / "staging"
+
+    def submit(try_dir: str) -> str:
+        key = secrets.token_bytes(32)
+        return hook.submit(staging=staging_root / try_dir, payload=dumps_payload(long_training, key=key), key=key,
+                           artifact_dir=str(tmp_path / "art" / try_dir), driver_log_verbosity="log_callback_only")
+
+    first = submit("try-1")
+    assert _wait_state(hook, first, {"RUNNING"}) == "RUNNING"
+    trigger = HorovodSparkJobTrigger(submission_id=first, rest_url=hook.endpoints.rest_url,
+                                     staging=str(staging_root / "try-1"))
+    asyncio.run(trigger.on_kill())
+    assert _wait_state(hook, first, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"
+
+    second = submit("try-1")  # an earlier try whose driver is still alive ...
+    assert _wait_state(hook, second, {"RUNNING"}) == "RUNNING"
+    (staging_root / "try-2").mkdir()
+    assert hook.kill_earlier_tries(staging_root / "try-2") == [second]  # ... is killed by the retry
+    assert _wait_state(hook, second, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"
+    deadline = time.monotonic() + 60
+    while _ranks(cluster) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not _ranks(cluster)

@@ -149,3 +149,16 @@ def test_sigkill_of_the_airflow_task_process_takes_the_driver_down(airflow_home,
     for p in alive:  # clean up before failing
         p.kill()
     assert not leftover, leftover
+
+
+def test_execution_timeout_stops_spark_and_every_rank(airflow_home, fault_dags, session_mark):
+    started = time.monotonic()
+    log, run = run_dag(airflow_home, fault_dags, "horovod_execution_timeout")
+    assert run["states"] == {"train": "failed"}, log[-4000:]
+    assert "AirflowTaskTimeout" in log or "Timeout" in log
+    assert "Stopping the Spark job" in log  # on_kill ran
+    assert time.monotonic() - started < 240
+    from tests.conftest import session_processes
+
+    _gone, alive = psutil.wait_procs(session_processes(session_mark, cmdline_contains="runtime.worker"), timeout=30)
+    assert not alive, [_cmdline(p) for p in alive]

@@ -68,3 +68,38 @@ def test_operator_construction_does_no_io(monkeypatch):
     op = HorovodRunnerOperator(task_id="t", python_callable=train, np=2, op_kwargs={"x": "{{ ds }}"})
     assert "hook" not in op.__dict__
     assert set(op.template_fields) >= {"op_args", "op_kwargs", "conf", "env_vars", "artifact_dir"}
+
+
+def test_unpicklable_callable_is_refused_before_anything_is_submitted(tmp_path):
+    """The operator names the culprit and raises before any connection, file or Spark work."""
+    import threading
+    from types import SimpleNamespace
+
+    from airflow_provider_horovod.exceptions import HorovodJobError
+
+    lock = threading.Lock()
+
+    def train_with_lock():
+        with lock:
+            return 1
+
+    pushed: list = []
+    ti = SimpleNamespace(xcom_push=lambda key, value: pushed.append(key))
+    op = HorovodRunnerOperator(task_id="t", python_callable=train_with_lock, artifact_dir=str(tmp_path / "art"))
+    with pytest.raises(HorovodJobError, match=r"culprit is closure variable 'lock' of .*train_with_lock"):
+        op.execute({"ti": ti})
+    assert pushed == [] and "hook" not in op.__dict__ and not (tmp_path / "art").exists()
+
+
+def test_negative_np_over_spark_connect_is_refused(monkeypatch, tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from airflow_provider_horovod.exceptions import HorovodJobError
+
+    monkeypatch.setenv("AIRFLOW_CONN_MY_CONNECT", json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
+                                                              "port": 15002}))
+    op = HorovodRunnerOperator(task_id="t", python_callable=train, np=-2, conn_id="my_connect",
+                               artifact_dir=str(tmp_path))
+    with pytest.raises(HorovodJobError, match=r"np=-2: over Spark Connect .* use np > 0"):
+        op.execute({"ti": SimpleNamespace(xcom_push=lambda key, value: None)})

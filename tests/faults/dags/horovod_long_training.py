@@ -15,3 +15,11 @@ def long_training():
 
 with DAG(dag_id="horovod_long_training", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
     HorovodRunnerOperator(task_id="train", python_callable=long_training, np=2)
+
+
+with DAG(dag_id="horovod_execution_timeout", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, default_args={"retries": 0}):
+    from datetime import timedelta
+
+    HorovodRunnerOperator(task_id="train", python_callable=long_training, np=2,
+                          execution_timeout=timedelta(seconds=45))
