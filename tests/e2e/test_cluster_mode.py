@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -14,9 +13,9 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-from tests.conftest import VENV_BIN, airflow_env
+from tests.conftest import airflow_env
 from tests.e2e.test_dags import HERE, run_dag
-from tests.faults.test_airflow_faults import _cmdline, _lines
+from tests.dag_process import cmdline, dag_process
 from tests.standalone import standalone_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
@@ -67,35 +66,22 @@ def test_cluster_mode_sync_and_deferred(cluster, airflow_home, cluster_dags, tmp
 
 def _ranks(cluster) -> list[psutil.Process]:
     """The cluster's live Horovod rank processes (descendants of its worker JVMs)."""
-    return [p for p in cluster.leftover_processes() if "runtime.worker" in _cmdline(p)]
+    return [p for p in cluster.leftover_processes() if "runtime.worker" in cmdline(p)]
 
 
 def test_killing_the_task_kills_the_driver_and_every_rank(cluster, airflow_home, cluster_dags, tmp_path):
     env = {**airflow_env(airflow_home, cluster_dags), **cluster_env(cluster, tmp_path)}
-    proc = subprocess.Popen([str(VENV_BIN / "airflow"), "dags", "test", "horovod_cluster_long"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, seen = _lines(proc), []
-    deadline = time.monotonic() + 300
-    try:
-        while True:
-            line = lines.get(timeout=max(1.0, deadline - time.monotonic()))
-            assert line is not None, "".join(seen[-60:])
-            seen.append(line)
-            if "2/2 ranks running on" in line:  # from the Spark REST API: training is under way
-                break
+    with dag_process(env, "horovod_cluster_long") as run:
+        run.wait_for("2/2 ranks running on", timeout_s=300)  # from the Spark REST API: training is under way
         assert cluster.master_json()["activedrivers"], "no driver running on the cluster"
         ranks_up = time.monotonic() + 60  # Spark says the tasks run; their rank processes start a moment later
         while len(_ranks(cluster)) < 2 and time.monotonic() < ranks_up:
             time.sleep(0.5)
         assert len(_ranks(cluster)) == 2
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    while (line := lines.get(timeout=30)) is not None:
-        seen.append(line)
-    assert "Kill of driver driver-" in "".join(seen), "".join(seen[-60:])
+        run.proc.send_signal(signal.SIGTERM)
+        run.proc.wait(timeout=120)
+        log = run.rest_of_log()
+    assert "Kill of driver driver-" in log, log[-5000:]
     stop = time.monotonic() + 60
     while time.monotonic() < stop:  # the master applies the kill asynchronously: bounded wait for it
         state = cluster.master_json()

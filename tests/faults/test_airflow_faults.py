@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import queue
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -15,6 +12,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO, VENV_BIN, airflow_env
+from tests.dag_process import cmdline, dag_process
 from tests.e2e.test_dags import run_dag
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.e2e]
@@ -30,55 +28,19 @@ def fault_dags(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _cmdline(proc: psutil.Process) -> str:
-    try:
-        return " ".join(proc.cmdline())
-    except psutil.Error:  # exited or a zombie meanwhile
-        return ""
-
-
-def _lines(proc: subprocess.Popen) -> queue.Queue:
-    lines: queue.Queue = queue.Queue()
-
-    def pump() -> None:
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return lines
-
-
 def test_sigterm_to_the_airflow_task_stops_spark_and_every_rank(airflow_home, fault_dags):
-    env = airflow_env(airflow_home, fault_dags)
-    proc = subprocess.Popen([str(VENV_BIN / "airflow"), "dags", "test", "horovod_long_training"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, seen = _lines(proc), []
-    deadline = time.monotonic() + 240
-    try:
-        while True:
-            line = lines.get(timeout=max(1.0, deadline - time.monotonic()))
-            assert line is not None, "".join(seen[-50:])
-            seen.append(line)
-            if "[rank 0] training started" in line:
-                break
-        tree = psutil.Process(proc.pid).children(recursive=True)
-        cmdlines = [_cmdline(p) for p in tree]
+    with dag_process(airflow_env(airflow_home, fault_dags), "horovod_long_training") as run:
+        run.wait_for("[rank 0] training started", timeout_s=240)
+        tree = run.descendants()
+        cmdlines = [cmdline(p) for p in tree]
         assert any("SparkSubmit" in c for c in cmdlines) and sum("runtime.worker" in c for c in cmdlines) == 2
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:  # the test failed before its SIGTERM took effect: leave nothing behind
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                child.kill()
-            proc.kill()
-    while (line := lines.get(timeout=30)) is not None:
-        seen.append(line)
-    log = "".join(seen)
+        run.proc.send_signal(signal.SIGTERM)
+        run.proc.wait(timeout=120)
+        log = run.rest_of_log()
     assert "Stopping the Spark job" in log
     assert "stopped because the Airflow task was killed" in log
     _gone, alive = psutil.wait_procs(tree, timeout=20)
-    assert not alive, [_cmdline(p) for p in alive]
+    assert not alive, [cmdline(p) for p in alive]
 
 
 def test_retry_gets_its_own_artifact_dir_and_leaves_the_first_try_intact(airflow_home, fault_dags):
@@ -124,28 +86,13 @@ def test_two_runs_at_once_are_isolated(tmp_path_factory, fault_dags):
 
 def test_sigkill_of_the_airflow_task_process_takes_the_driver_down(airflow_home, fault_dags):
     """kill -9 runs no handler: the spark-submit process must still not outlive the task process."""
-    env = airflow_env(airflow_home, fault_dags)
-    proc = subprocess.Popen([str(VENV_BIN / "airflow"), "dags", "test", "horovod_long_training"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, seen = _lines(proc), []
-    deadline = time.monotonic() + 240
-    try:
-        while True:
-            line = lines.get(timeout=max(1.0, deadline - time.monotonic()))
-            assert line is not None, "".join(seen[-50:])
-            seen.append(line)
-            if "[rank 0] training started" in line:
-                break
-        tree = psutil.Process(proc.pid).children(recursive=True)
-        proc.kill()
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                child.kill()
-            proc.kill()
+    with dag_process(airflow_env(airflow_home, fault_dags), "horovod_long_training") as run:
+        run.wait_for("[rank 0] training started", timeout_s=240)
+        tree = run.descendants()
+        run.proc.kill()
+        run.proc.wait(timeout=60)
     _gone, alive = psutil.wait_procs(tree, timeout=60)
-    leftover = [_cmdline(p) for p in alive]
+    leftover = [cmdline(p) for p in alive]
     for p in alive:  # clean up before failing
         p.kill()
     assert not leftover, leftover
@@ -161,4 +108,4 @@ def test_execution_timeout_stops_spark_and_every_rank(airflow_home, fault_dags, 
     from tests.conftest import session_processes
 
     _gone, alive = psutil.wait_procs(session_processes(session_mark, cmdline_contains="runtime.worker"), timeout=30)
-    assert not alive, [_cmdline(p) for p in alive]
+    assert not alive, [cmdline(p) for p in alive]
