@@ -112,7 +112,7 @@ def _b1_reading(ours: dict, ref: dict) -> list[str]:
                 "`allGather`, writing the payload and spawning the rank.")
     text.append(f"{_s(start)} ({_pct(start, ours)}) go from process creation to the function: two fresh "
                 f"interpreters importing torch + horovod.torch at once take {_s(two)} measured alone, so imports are "
-                + (f"about all of it and unpickling + `hvd.init()` (Gloo rendezvous) are small."
+                + ("about all of it and unpickling + `hvd.init()` (Gloo rendezvous) are small."
                    if two is not None and two >= start else
                    f"about {_s(two)} of it and unpickling + `hvd.init()` (Gloo rendezvous) the other "
                    f"{_s(start - two) if two is not None else '-'}."))

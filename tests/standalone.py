@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,10 +51,10 @@ def spark_home() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the master is started with spark.port.maxRetries=0 to notice races)."""
+def free_port(host: str = HOST) -> int:
+    """A TCP port free on ``host`` right now (the master is started with spark.port.maxRetries=0 to notice races)."""
     with socket.socket() as sock:
-        sock.bind((HOST, 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
@@ -120,10 +120,11 @@ class StandaloneCluster:
                     found[proc.pid] = proc
         return [p for p in found.values() if _alive(p)]
 
-    def _start(self, name: str, main_class: str, args: list[str], env: dict[str, str]) -> None:
+    def _start(self, name: str, main_class: str, args: list[str], env: dict[str, str],
+               prefix: Sequence[str] = ()) -> None:
         with open(self.log_dir / f"{name}.log", "wb") as log:  # the JVM keeps its own copy of the descriptor
             self.processes[name] = subprocess.Popen(
-                [str(Path(env["SPARK_HOME"]) / "bin" / "spark-class"), main_class, *args],
+                [*prefix, str(Path(env["SPARK_HOME"]) / "bin" / "spark-class"), main_class, *args],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work_dir,
                 start_new_session=True)
 
@@ -192,9 +193,15 @@ def _cmdline(proc: psutil.Process) -> list[str]:
 def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_per_worker: str = "1g",
                        work_dir: Path | None = None, start_timeout_s: float = 120.0,
                        master_conf: Mapping[str, str] | None = None, worker_conf: Mapping[str, str] | None = None,
-                       extra_env: Mapping[str, str] | None = None) -> Iterator[StandaloneCluster]:
+                       extra_env: Mapping[str, str] | None = None, host: str = HOST,
+                       worker_hosts: Sequence[str] | None = None,
+                       worker_prefixes: Sequence[Sequence[str]] | None = None) -> Iterator[StandaloneCluster]:
     """
     Start a Spark standalone master (REST submission server enabled) and ``workers`` workers on 127.0.0.1.
+
+    By default everything binds to 127.0.0.1; ``host``, ``worker_hosts`` and ``worker_prefixes`` place the master
+    and each worker elsewhere, e.g. each worker in its own network namespace
+    (``worker_prefixes=[["ip", "netns", "exec", "nsA"], ...]``, ``worker_hosts=["10.200.0.11", ...]``).
 
     :param workers: how many workers to start.
     :param cores_per_worker: cores each worker offers (``--cores``); accounting only, not a CPU limit.
@@ -204,6 +211,11 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
     :param master_conf: extra ``-D`` Spark properties for the master (``SPARK_MASTER_OPTS``).
     :param worker_conf: extra ``-D`` Spark properties for the workers (``SPARK_WORKER_OPTS``).
     :param extra_env: extra environment variables for every JVM (and so for drivers and executors).
+    :param host: the address the master (and its web UI and REST server) binds to; must be reachable from here.
+    :param worker_hosts: ``worker_hosts[i]`` is worker ``i``'s address (``--host``, ``SPARK_LOCAL_IP`` and
+        ``SPARK_LOCAL_HOSTNAME``, so its executors report that IP); default: ``host`` for every worker.
+    :param worker_prefixes: ``worker_prefixes[i]`` goes in front of worker ``i``'s command line (its executors
+        inherit what it sets up, e.g. a network namespace); default: none.
     :raises TimeoutError: when the cluster is not ready within ``start_timeout_s`` (with the logs' tails).
     :raises RuntimeError: when a JVM exits while the cluster starts.
     :raises AssertionError: on exit, when a process of the cluster survives being killed.
@@ -215,25 +227,29 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
         conf_dir = work_dir / "conf"
         for sub in (work_dir / "logs", conf_dir):
             sub.mkdir(parents=True, exist_ok=True)
-        master_port, ui_port, rest_port = free_port(), free_port(), free_port()
+        master_port, ui_port, rest_port = free_port(host), free_port(host), free_port(host)
+        hosts = list(worker_hosts) if worker_hosts is not None else [host] * workers
+        prefixes = [list(p) for p in worker_prefixes] if worker_prefixes is not None else [[]] * workers
+        if len(hosts) != workers or len(prefixes) != workers:
+            raise ValueError(f"worker_hosts and worker_prefixes need one entry per worker ({workers})")
         marker = uuid.uuid4().hex
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
         env.update({
-            "SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(conf_dir), "SPARK_LOCAL_IP": HOST,
-            "SPARK_LOCAL_HOSTNAME": HOST, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(conf_dir), "SPARK_LOCAL_IP": host,
+            "SPARK_LOCAL_HOSTNAME": host, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
             "SPARK_DAEMON_MEMORY": "256m", MARKER_ENV: marker, **(extra_env or {}),
         })
         cluster = StandaloneCluster(
-            master_url=f"spark://{HOST}:{master_port}", web_ui_url=f"http://{HOST}:{ui_port}",
-            rest_url=f"http://{HOST}:{rest_port}", work_dir=work_dir, workers=workers,
+            master_url=f"spark://{host}:{master_port}", web_ui_url=f"http://{host}:{ui_port}",
+            rest_url=f"http://{host}:{rest_port}", work_dir=work_dir, workers=workers,
             cores_per_worker=cores_per_worker, marker=marker, env=env)
         stack.callback(cluster.stop)
         master_env = {**env, "SPARK_MASTER_OPTS": _opts({
-            "spark.master.rest.enabled": "true", "spark.master.rest.host": HOST,
+            "spark.master.rest.enabled": "true", "spark.master.rest.host": host,
             "spark.master.rest.port": str(rest_port), "spark.port.maxRetries": "0",
             "spark.ui.showConsoleProgress": "false", **(master_conf or {})})}
         cluster._start("master", "org.apache.spark.deploy.master.Master",
-                       ["--host", HOST, "--port", str(master_port), "--webui-port", str(ui_port)], master_env)
+                       ["--host", host, "--port", str(master_port), "--webui-port", str(ui_port)], master_env)
         deadline = time.monotonic() + start_timeout_s
         cluster._wait_ready(deadline, 0)  # workers started earlier would wait ~10 s before registering again
         worker_env = {**env, "SPARK_WORKER_OPTS": _opts(dict(worker_conf or {}))}
@@ -241,8 +257,9 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
             worker_dir = work_dir / f"worker-{i}"
             worker_dir.mkdir(exist_ok=True)
             cluster._start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
-                           ["--host", HOST, "--port", "0", "--webui-port", "0", "--cores", str(cores_per_worker),
+                           ["--host", hosts[i], "--port", "0", "--webui-port", "0", "--cores", str(cores_per_worker),
                             "--memory", memory_per_worker, "--work-dir", str(worker_dir), cluster.master_url],
-                           worker_env)
+                           {**worker_env, "SPARK_LOCAL_IP": hosts[i], "SPARK_LOCAL_HOSTNAME": hosts[i]},
+                           prefixes[i])
         cluster._wait_ready(deadline, workers)
         yield cluster

@@ -235,6 +235,8 @@ class HorovodHook(BaseHook):
         gloo_timeout_s: int | None = None,
         start_timeout_s: float | None = None,
         training_timeout_s: float | None = None,
+        use_gpu: bool = False,
+        gpu_visibility: str | None = None,
         on_app_started: Callable[[str, str | None], None] | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> JobResult:
@@ -249,6 +251,8 @@ class HorovodHook(BaseHook):
         :param gloo_timeout_s: Gloo timeout for every rank, seconds (``None``: the runtime default).
         :param start_timeout_s: seconds each rank may take to finish ``hvd.init()`` (``None``: runtime default).
         :param training_timeout_s: seconds each rank may run in all (``None``: no limit).
+        :param use_gpu: give ranks their tasks' Spark-scheduled GPUs (see ``HorovodRunner``).
+        :param gpu_visibility: ``"host"`` or ``"rank"`` (``None``: the runtime default).
         :param on_app_started: called with ``(app_id, ui_url)`` as soon as the driver reports them.
         :param on_output: called with every line spark-submit prints (driver output, forwarded rank lines).
         :return: the job's result.
@@ -276,6 +280,10 @@ class HorovodHook(BaseHook):
                             ("--training-timeout-s", training_timeout_s)):
             if value is not None:
                 args += [flag, str(value)]
+        if use_gpu:
+            args.append("--use-gpu")
+        if gpu_visibility is not None:
+            args += ["--gpu-visibility", gpu_visibility]
         self._submit = _SparkSubmit(
             local_master=f"local[{abs(self.np)}]" if local else None,
             on_line=self._watch(on_app_started, on_output),

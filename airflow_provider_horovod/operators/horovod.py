@@ -23,6 +23,7 @@ from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, SparkUILink
 from airflow_provider_horovod.runtime.errors import PayloadError
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
+from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, validate_gpu_visibility
 from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S
 from airflow_provider_horovod.runtime.runner import validate_np, validate_timeout, validate_verbosity
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger, validate_event
@@ -181,6 +182,12 @@ class HorovodRunnerOperator(BaseOperator):
     :param staging_dir: cluster mode: a directory the Spark workers share (path or ``file://``) for the
         payload, the runtime and the result; default ``<artifact_root>/.staging/<dag>/<run>/<task>/try-<n>``.
         (templated)
+    :param use_gpu: give each rank the GPUs Spark scheduled for its task (``CUDA_VISIBLE_DEVICES``); the
+        application's ``conf`` must set ``spark.task.resource.gpu.amount`` (and executors a GPU discovery
+        script), else the task fails up front saying so. ``False``: ranks see no GPU.
+    :param gpu_visibility: with ``use_gpu``: ``"host"`` (each rank sees its host's task GPUs ordered by local
+        rank: ``torch.cuda.set_device(hvd.local_rank())``) or ``"rank"`` (only its own: ``set_device(0)``).
+        See ``docs/gpu-and-multihost.md``.
     :raises ValueError: an argument is invalid (raised when the DAG is parsed).
     :raises TypeError: ``python_callable`` is not callable.
     """
@@ -214,6 +221,8 @@ class HorovodRunnerOperator(BaseOperator):
         deferrable: bool = _default_deferrable(),
         cancel_on_kill: bool = True,
         staging_dir: str | None = None,
+        use_gpu: bool = False,
+        gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -250,6 +259,10 @@ class HorovodRunnerOperator(BaseOperator):
         self.deferrable = deferrable
         self.cancel_on_kill = cancel_on_kill
         self.staging_dir = staging_dir
+        if not isinstance(use_gpu, bool):
+            raise ValueError(f"use_gpu must be True or False, got {use_gpu!r}")
+        self.use_gpu = use_gpu
+        self.gpu_visibility = validate_gpu_visibility(gpu_visibility)
         self._submission_id: str | None = None
 
     @cached_property
@@ -295,7 +308,10 @@ class HorovodRunnerOperator(BaseOperator):
                                     source=f"connection {self.conn_id!r}")
 
     def _timeout_args(self) -> list[str]:
-        args = ["--gloo-timeout-s", str(self.gloo_timeout_s)]
+        """Driver-program flags for the timeouts and GPU settings (cluster mode)."""
+        args = ["--gloo-timeout-s", str(self.gloo_timeout_s), "--gpu-visibility", self.gpu_visibility]
+        if self.use_gpu:
+            args.append("--use-gpu")
         if self.start_timeout_s is not None:
             args += ["--start-timeout-s", str(self.start_timeout_s)]
         if self.training_timeout_s is not None:
@@ -329,7 +345,8 @@ class HorovodRunnerOperator(BaseOperator):
                 payload=payload, artifact_dir=artifact_dir, name=f"{self.dag_id}.{self.task_id}",
                 runner_kwargs={"driver_log_verbosity": self.driver_log_verbosity, "env": self.env_vars,
                                "gloo_timeout_s": self.gloo_timeout_s, "start_timeout_s": self.start_timeout_s,
-                               "training_timeout_s": self.training_timeout_s},
+                               "training_timeout_s": self.training_timeout_s, "use_gpu": self.use_gpu,
+                               "gpu_visibility": self.gpu_visibility},
             ))
         if self.deferrable:
             self.log.warning("deferrable=True needs deploy_mode='cluster' (in client mode the Spark driver runs in "
@@ -350,7 +367,7 @@ class HorovodRunnerOperator(BaseOperator):
                 payload_path=payload_path, staging_dir=staging, key=key, artifact_dir=artifact_dir,
                 driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
                 start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
-                on_app_started=on_app_started,
+                use_gpu=self.use_gpu, gpu_visibility=self.gpu_visibility, on_app_started=on_app_started,
             )
         finally:
             for watcher in watchers:

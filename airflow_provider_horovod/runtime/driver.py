@@ -2,7 +2,8 @@
 The Spark driver program that the Airflow hook submits with ``spark-submit``.
 
 ``spark-submit [...] driver.py --payload FILE --result-dir DIR --np N [--artifact-dir LOC]
-[--driver-log-verbosity V] [--gloo-timeout-s S] [--start-timeout-s S] [--training-timeout-s S]``; the payload's HMAC key comes in the environment
+[--driver-log-verbosity V] [--gloo-timeout-s S] [--start-timeout-s S] [--training-timeout-s S] [--use-gpu]
+[--gpu-visibility host|rank]``; the payload's HMAC key comes in the environment
 variable ``HOROVOD_AIRFLOW_PAYLOAD_KEY`` (hex), never on the command line or in Spark properties.
 
 It verifies the payload, runs it through :class:`~airflow_provider_horovod.runtime.HorovodRunner`, and
@@ -44,6 +45,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--gloo-timeout-s", type=int)
     p.add_argument("--start-timeout-s", type=float)
     p.add_argument("--training-timeout-s", type=float)
+    p.add_argument("--use-gpu", action="store_true", help="give ranks their tasks' Spark-scheduled GPUs")
+    p.add_argument("--gpu-visibility", choices=("host", "rank"), default="host",
+                   help="host: device hvd.local_rank() is the rank's own GPU; rank: only its own GPUs (device 0)")
     return p.parse_args(argv)
 
 
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in os.environ.get(RANK_ENV_NAMES, "").split(",") if n]
         runner = HorovodRunner(np=args.np, driver_log_verbosity=args.driver_log_verbosity,
                                artifact_dir=args.artifact_dir, env={n: os.environ[n] for n in names if n in os.environ},
-                               **extra)
+                               use_gpu=args.use_gpu, gpu_visibility=args.gpu_visibility, **extra)
         if args.artifact_dir:
             ensure_dir(args.artifact_dir)
         if args.np > 0:
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except RankFailedError as err:
         outcome["error"], outcome["message"] = err.to_dict(), str(err)
-        print(f"airflow-provider-horovod: {err}", file=sys.stderr, flush=True)
+        print(f"airflow-provider-horovod: the job failed: {str(err).splitlines()[0]}", file=sys.stderr, flush=True)
         return 1
     except Exception as err:
         outcome["message"] = f"{type(err).__name__}: {err}"

@@ -25,14 +25,24 @@ from dataclasses import dataclass, field
 from airflow_provider_horovod.runtime import protocol
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
+from airflow_provider_horovod.runtime.gpus import (
+    CUDA_VISIBLE_DEVICES,
+    DEFAULT_GPU_VISIBILITY,
+    GPU_RESOURCE,
+    device_env,
+    driver_owned_gpus,
+    owned_gpus,
+)
 from airflow_provider_horovod.runtime.logs import LogClient
 from airflow_provider_horovod.runtime.plan import (
     DEFAULT_GLOO_TIMEOUT_S,
+    IFACE_ENV,
     Slot,
     build_plan,
     child_environ,
+    choose_interface,
     gloo_env,
-    interface_for,
+    gloo_host_address,
     local_plan,
     to_slot_info,
 )
@@ -65,6 +75,10 @@ class JobSpec:
     :param training_timeout_s: seconds a rank may run in all; ``None`` for no limit.
     :param executors_share_driver_stderr: executors run inside the driver process (``local[N]``), so their
         stderr is the driver's: forwarded lines are not echoed there a second time.
+    :param use_gpu: give ranks the GPUs Spark scheduled for their tasks; ``False`` hides GPUs from ranks
+        (``CUDA_VISIBLE_DEVICES=""``). See :mod:`~airflow_provider_horovod.runtime.gpus`.
+    :param gpu_visibility: ``"host"`` (device ``hvd.local_rank()`` is the rank's own) or ``"rank"`` (only the
+        rank's own GPUs, device 0).
     """
 
     payload: bytes
@@ -78,6 +92,8 @@ class JobSpec:
     executors_share_driver_stderr: bool = False
     start_timeout_s: float | None = DEFAULT_START_TIMEOUT_S
     training_timeout_s: float | None = None
+    use_gpu: bool = False
+    gpu_visibility: str = DEFAULT_GPU_VISIBILITY
 
     def forwards(self, slot: Slot) -> bool:
         """Whether ``slot``'s output goes to the driver."""
@@ -93,10 +109,13 @@ class RankProcess:
     :param gloo: the rank's Horovod/Gloo variables (from :func:`~.plan.gloo_env`).
     :param workdir: a private directory for the payload copy, the result and the error file.
     :param sink: called with every output line of the rank (without the newline).
+    :param devices: the rank's device variables (from :func:`~.gpus.device_env`); ``spec.env`` overrides them.
     """
 
-    def __init__(self, slot: Slot, spec: JobSpec, gloo: dict[str, str], workdir: str, sink: Sink) -> None:
+    def __init__(self, slot: Slot, spec: JobSpec, gloo: dict[str, str], workdir: str, sink: Sink,
+                 devices: dict[str, str] | None = None) -> None:
         self.slot = slot
+        self._devices = dict(devices or {})
         self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
         self._spec = spec
         self._gloo = gloo
@@ -134,6 +153,7 @@ class RankProcess:
         read_end, self._lifeline = os.pipe()
         progress_read, progress_write = os.pipe()
         extra = {
+            **self._devices,
             **self._spec.env,
             **self._gloo,
             protocol.ENV_PAYLOAD: payload_path,
@@ -348,8 +368,11 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
     plan = local_plan(spec.np)
     workdir = tempfile.mkdtemp(prefix="horovod-ranks-")
     server, port = _start_rendezvous(plan)
+    owned = driver_owned_gpus(spec.np, os.environ.get(CUDA_VISIBLE_DEVICES)) if spec.use_gpu else []
     procs = [RankProcess(s, spec, gloo_env(s, rendezvous_addr="127.0.0.1", rendezvous_port=port, iface="lo",
-                                           gloo_timeout_s=spec.gloo_timeout_s), workdir, sink) for s in plan]
+                                           gloo_timeout_s=spec.gloo_timeout_s), workdir, sink,
+                         devices=device_env(spec.use_gpu, owned, plan, i, spec.gpu_visibility))
+             for i, s in enumerate(plan)]
     exited: queue.Queue[tuple[RankProcess, RankFailedError | None]] = queue.Queue()
     try:
         for p in procs:
@@ -401,17 +424,62 @@ def _preflight(host: str) -> None:
             )
 
 
+def _task_gpus(ctx, host: str) -> list[str]:
+    """This barrier task's GPUs as device IDs (Spark's addresses mapped through the executor's own list)."""
+    info = ctx.resources().get(GPU_RESOURCE)
+    return owned_gpus(list(info.addresses) if info is not None else [], os.environ.get(CUDA_VISIBLE_DEVICES),
+                      where=f"task {ctx.partitionId()} on {host}")
+
+
+def _rank_interface(spec: JobSpec, rendezvous_addr: str, host: str) -> str:
+    """The interface for Gloo/NCCL: :data:`~.plan.IFACE_ENV` (rank ``env``, then executor) or the route."""
+    override = spec.env.get(IFACE_ENV) or os.environ.get(IFACE_ENV)
+    try:
+        return choose_interface(rendezvous_addr, override)
+    except ValueError as err:
+        raise LaunchError(f"on {host}: {err}") from None
+
+
+def _check_host_name(plan: list[Slot], host: str) -> None:
+    """
+    Fail fast when ranks on other hosts could not reach this one's Gloo connections (a multi-host job only).
+
+    Horovod 0.28's process-set Gloo contexts bind to the address of this machine's host name, not to
+    ``HOROVOD_GLOO_IFACE`` (see :func:`~.plan.gloo_host_address`); Gloo itself would abort later with
+    ``connect [127.0.0.1]: Connection refused`` or ``Unable to find address for: <name>``.
+    """
+    import ipaddress
+    import socket
+
+    if len({s.host_key for s in plan}) < 2:
+        return
+    name = socket.gethostname()
+    address = gloo_host_address(name)
+    if address is not None and not ipaddress.ip_address(address.split("%")[0]).is_loopback:
+        return
+    found = "does not resolve to an address of this machine" if address is None else f"resolves to {address}"
+    raise LaunchError(
+        f"on {host}: the host name {name!r} {found}. Horovod's Gloo binds its connections to the address of the "
+        f"host name (it ignores HOROVOD_GLOO_IFACE there), so ranks on the other hosts could not connect. Make "
+        f"{name!r} resolve, on that machine, to an address the other hosts reach (e.g. {host} in /etc/hosts "
+        "instead of a 127.x line)"
+    )
+
+
 def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     """
     The body of every task of the barrier stage: plan, rendezvous, start one rank, watch it.
 
-    Partition 0 runs Horovod's ``RendezvousServer`` and shares its port through ``allGather``; every task
-    then starts its rank with the full Gloo environment. A rank that fails raises at once (the barrier stage
-    aborts and Spark kills the other tasks, whose ranks die with their lifeline); only on success do the
-    tasks meet at a final ``barrier()`` so the rendezvous server outlives every rank.
+    Partition 0 runs Horovod's ``RendezvousServer``; every task puts what the others need (the server's port
+    from partition 0, each task's GPUs) in the JSON it gathers with ``allGather``, then starts its rank with
+    the full Gloo and device environment. A rank that fails raises at once (the barrier stage aborts and Spark
+    kills the other tasks, whose ranks die with their lifeline); only on success do the tasks meet at a final
+    ``barrier()`` so the rendezvous server outlives every rank.
 
     :return: an iterator yielding rank 0's cloudpickled return value from partition 0, nothing elsewhere.
     :raises RankFailedError: this task's rank failed; its message ends with a marker the driver decodes.
+    :raises LaunchError: the task cannot start its rank (no GPU with ``use_gpu``, an unusable interface
+        override or host name).
     """
     from pyspark import BarrierTaskContext
 
@@ -423,14 +491,20 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
         raise LaunchError(f"barrier stage has {len(addresses)} tasks but np={spec.np}")
     plan = build_plan(addresses)
     slot = plan[partition]
+    _check_host_name(plan, addresses[partition])
+    mine = _task_gpus(ctx, addresses[partition]) if spec.use_gpu else []
     server = None
+    port = None
     if partition == 0:
         server, port = _start_rendezvous(plan, peers=addresses)
     try:
-        port = int(ctx.allGather(str(port) if partition == 0 else "")[0])
+        infos = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "gpus": mine}))]
+        port = int(infos[0]["port"])
+        devices = device_env(spec.use_gpu, [info["gpus"] for info in infos], plan, partition, spec.gpu_visibility)
         rendezvous_addr = addresses[0]
         gloo = gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=port,
-                        iface=interface_for(rendezvous_addr), gloo_timeout_s=spec.gloo_timeout_s)
+                        iface=_rank_interface(spec, rendezvous_addr, addresses[partition]),
+                        gloo_timeout_s=spec.gloo_timeout_s)
         client = LogClient(spec.log_address, spec.log_token or "") if spec.log_address else None
         forward = client is not None and spec.forwards(slot)
 
@@ -441,19 +515,21 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
                 client.send(f"[rank {s.rank}] {line}")
 
         workdir = tempfile.mkdtemp(prefix="horovod-rank-")
-        proc = RankProcess(slot, spec, gloo, workdir, sink)
+        proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices)
         try:
             proc.start()
             err = proc.run_to_end(host=addresses[partition])
             if err is not None:
-                if client is not None:
-                    client.report_failure(err.to_dict())  # lets the driver tell root cause from bystanders
+                reported = client is not None and client.report_failure(err.to_dict())
+                # the report lets the driver tell the root cause from bystanders; without a channel the error
+                # text itself must carry it through Spark's exception
                 if err.is_secondary:
                     # This rank failed because another one did (Horovod shut it down). That rank's task, or
                     # Spark's own reason for losing it, should abort the stage and be what the user reads;
                     # this task waits a bounded grace (and is usually killed by the abort meanwhile).
                     time.sleep(FAILURE_GRACE_S)
-                err.args = (f"{err}\n{err.marker()}",)
+                if not reported:
+                    err.args = (f"{err}\n{err.marker()}",)
                 raise err
             result = proc.result()
         finally:

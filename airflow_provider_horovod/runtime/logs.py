@@ -160,8 +160,12 @@ class LogClient:
         data = text[:limit].encode("utf-8", "replace")
         return _LEN.pack(len(data)) + data
 
-    def report_failure(self, failure: dict) -> None:
-        """Send a rank's failure (a ``RankFailedError.to_dict()``) so the driver can pick the root cause."""
+    def report_failure(self, failure: dict) -> bool:
+        """
+        Send a rank's failure (a ``RankFailedError.to_dict()``) so the driver can pick the root cause.
+
+        :return: whether it was sent (the channel is connected and took it).
+        """
         report = dict(failure)
         report["output_tail"] = [line[:1000] for line in report.get("output_tail") or []]
         if report.get("traceback"):
@@ -170,23 +174,25 @@ class LogClient:
         if len(text) > _MAX_FRAME // 4:
             report["output_tail"] = report["output_tail"][-10:]
             text = _FAILURE_PREFIX + json.dumps(report)
-        self._send(self._frame(text, limit=_MAX_FRAME // 4))
+        return self._send(self._frame(text, limit=_MAX_FRAME // 4))
 
     def send(self, line: str) -> None:
         """Send one line (without its newline); silently drop it once the channel is broken."""
         self._send(self._frame(line))
 
-    def _send(self, frame: bytes) -> None:
+    def _send(self, frame: bytes) -> bool:
         if self._broken:
-            return
+            return False
         if self._sock is None:
             self._connect()
             if self._sock is None:
-                return
+                return False
         try:
             self._sock.sendall(frame)
         except OSError:
             self._broken = True
+            return False
+        return True
 
     def close(self) -> None:
         """Flush and close the connection."""

@@ -123,6 +123,34 @@ def interface_for(destination: str) -> str:
     raise OSError(f"no network interface carries {source}, the source address for {destination}")
 
 
+def gloo_host_address(hostname: str | None = None) -> str | None:
+    """
+    The address Horovod's Gloo binds its process-set connections to: the first address of ``hostname`` that
+    can be bound, as Gloo's ``lookupAddrForHostname`` picks it.
+
+    Horovod 0.28.1 creates the Gloo device of every process set (the global one included) without the
+    interface from ``HOROVOD_GLOO_IFACE``, so Gloo falls back to resolving ``gethostname()``. A host whose
+    name resolves to a loopback address (Debian's ``127.0.1.1 myhost`` line) then advertises an address the
+    other hosts cannot reach.
+
+    :param hostname: the name to resolve; default: this machine's ``socket.gethostname()``.
+    :return: the address, or ``None`` when the name does not resolve to a bindable address.
+    """
+    name = hostname or socket.gethostname()
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return None
+    for family, _type, _proto, _canon, sockaddr in infos:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((sockaddr[0], 0))
+            except OSError:
+                continue
+            return sockaddr[0]
+    return None
+
+
 def choose_interface(destination: str, override: str | None = None) -> str:
     """
     The interface a rank uses for Gloo and NCCL: the first name in ``override`` this host has, else the route.

@@ -13,7 +13,10 @@ from typing import Any
 
 import cloudpickle
 
-from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
+from airflow_provider_horovod.runtime.connect import is_connect_session, run_barrier_connect
+from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
+from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, check_gpu_conf, validate_gpu_visibility
 from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S, JobSpec, barrier_task, run_on_driver
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
@@ -113,6 +116,15 @@ class HorovodRunner:
     :param start_timeout_s: seconds each rank may take to load the function and finish ``hvd.init()``;
         past it the job fails naming the ranks that never joined. ``None``: no limit.
     :param training_timeout_s: seconds each rank may run in all; ``None`` (default): no limit.
+    :param spark: the ``SparkSession`` to run on (classic or Spark Connect); default: the active session, else
+        ``SparkSession.builder.getOrCreate()``.
+    :param use_gpu: ``True``: each rank gets the GPUs Spark scheduled for its task through
+        ``CUDA_VISIBLE_DEVICES`` (the application must set ``spark.task.resource.gpu.amount``; with ``np < 0``
+        rank ``r`` gets the driver's device ``r``). ``False`` (default): ranks see no GPU
+        (``CUDA_VISIBLE_DEVICES=""``, as TorchDistributor does). A ``CUDA_VISIBLE_DEVICES`` in ``env`` wins.
+    :param gpu_visibility: with ``use_gpu``, ``"host"`` (default: every rank sees its host's task GPUs, device
+        ``hvd.local_rank()`` being its own, so ``torch.cuda.set_device(hvd.local_rank())``) or ``"rank"`` (only
+        its own GPUs: ``torch.cuda.set_device(0)``). See :mod:`~airflow_provider_horovod.runtime.gpus`.
     :raises ValueError: an argument is invalid (raised here, before any Spark work).
     """
 
@@ -126,10 +138,14 @@ class HorovodRunner:
         env: dict[str, str] | None = None,
         start_timeout_s: float | None = DEFAULT_START_TIMEOUT_S,
         training_timeout_s: float | None = None,
+        spark: Any = None,
+        use_gpu: bool = False,
+        gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
     ) -> None:
         self.np = validate_np(np)
         for pname, value in (("start_timeout_s", start_timeout_s), ("training_timeout_s", training_timeout_s)):
             validate_timeout(pname, value)
+        self.spark = spark
         self.start_timeout_s = start_timeout_s
         self.training_timeout_s = training_timeout_s
         self.driver_log_verbosity = validate_verbosity(driver_log_verbosity)
@@ -138,6 +154,10 @@ class HorovodRunner:
         self.artifact_dir = artifact_dir
         self.gloo_timeout_s = gloo_timeout_s
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        if not isinstance(use_gpu, bool):
+            raise ValueError(f"use_gpu must be a bool, got {use_gpu!r}")
+        self.use_gpu = use_gpu
+        self.gpu_visibility = validate_gpu_visibility(gpu_visibility)
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """
@@ -150,7 +170,8 @@ class HorovodRunner:
         :param kwargs: keyword arguments for ``main``.
         :return: what rank 0's ``main`` returned.
         :raises RankFailedError: a rank failed; the message names the rank and carries its traceback.
-        :raises LaunchError: the stage could not run (not enough slots, dynamic allocation, Spark error).
+        :raises LaunchError: the stage could not run (not enough slots, dynamic allocation, ``use_gpu`` without
+            GPU scheduling, Spark error).
         :raises PayloadError: ``main`` or ``kwargs`` cannot be pickled.
         """
         payload = dumps_payload(main, (), kwargs)
@@ -171,7 +192,8 @@ class HorovodRunner:
         """
         spec = JobSpec(payload=payload, np=abs(self.np), artifact_dir=self.artifact_dir,
                        forward_all=self.driver_log_verbosity == "all", gloo_timeout_s=self.gloo_timeout_s, env=self.env,
-                       start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s)
+                       start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
+                       use_gpu=self.use_gpu, gpu_visibility=self.gpu_visibility)
         if self.np < 0:
             return run_on_driver(spec)
         return self._run_barrier(spec)
@@ -179,12 +201,16 @@ class HorovodRunner:
     def _run_barrier(self, spec: JobSpec) -> bytes | None:
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        spark = self.spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        if is_connect_session(spark):
+            return run_barrier_connect(spark, spec, runtime_zip())
         sc = spark.sparkContext
         conf = sc.getConf()
         if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
             raise LaunchError("Spark barrier stages cannot run with dynamic allocation (SPARK-24942): set "
                               "spark.dynamicAllocation.enabled=false for this application")
+        if spec.use_gpu:
+            check_gpu_conf(dict(conf.getAll()))
         slots = _local_master_slots(sc.master)
         if slots is not None and spec.np > slots:
             raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {sc.master} has {slots}; "
@@ -210,20 +236,7 @@ class HorovodRunner:
                 sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         # The log server is closed: every failure report a task sent has arrived.
         if stage_error is not None:
-            failures = [RankFailedError.from_dict(f) for f in logs.failures]
-            in_exception = RankFailedError.find_in(str(stage_error))
-            if in_exception is not None:
-                failures.append(in_exception)
-            if any(not f.is_secondary for f in failures) or (in_exception is not None and not logs.failures):
-                raise root_cause(failures) from None
-            if "requires more slots than the total number of slots" in str(stage_error):
-                raise LaunchError(_not_enough_slots(sc, spec.np)) from stage_error
-            # No rank failed on its own: Spark lost a task (executor or Python worker died, stage cancelled).
-            reason = f"the Horovod barrier stage failed: {_spark_reason(str(stage_error))}"
-            if failures:
-                reason += ("\nRanks stopped as a consequence: "
-                           + ", ".join(f"{f.rank} ({f.exc_type})" for f in sorted(failures, key=lambda f: f.rank)))
-            raise LaunchError(reason) from stage_error
+            raise_for_stage_failure(stage_error, logs.failures, lambda: _not_enough_slots(sc, spec.np))
         return results[0] if results else None
 
     @staticmethod
@@ -260,8 +273,3 @@ def _not_enough_slots(sc: Any, np_: int) -> str:
         "cores, or lower np"
     )
 
-
-def _spark_reason(text: str, n: int = 40) -> str:
-    """The informative part of a Py4J/Spark error: the summary line and the Python traceback, not JVM frames."""
-    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("at ")]
-    return "\n".join(lines[:n])

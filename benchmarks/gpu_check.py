@@ -1,0 +1,191 @@
+"""
+One-command GPU check: train the example DAG's model with Horovod on this machine's GPUs and report samples/s.
+
+``scripts/gpu_check.sh`` (or ``.venv/bin/python -m benchmarks.gpu_check``) runs ``HorovodRunner(np=-N,
+use_gpu=True)``: N rank processes on this machine, one per GPU, each given ``CUDA_VISIBLE_DEVICES`` by the
+provider and pinning ``torch.cuda.set_device(hvd.local_rank())``. The model is ``build_model`` from
+``example_dags/horovod_digits_retraining.py`` (read from that file, so Airflow is not needed), trained like
+``train_digits`` (SGD + momentum, ``hvd.DistributedOptimizer``, parameters broadcast from rank 0) on
+scikit-learn's bundled digits, tiled to make epochs long enough to time.
+
+What it measures: **global training throughput** (samples/s summed over ranks = samples processed by all ranks
+/ wall time of the timed epochs), excluding a first warm-up epoch (CUDA context, NCCL communicator set-up), with
+``torch.cuda.synchronize()`` before reading the clock. Gradients are averaged with NCCL when Horovod was built
+with it (``horovod.torch.nccl_built()``) and the tensors are on CUDA; otherwise it says which path it took.
+
+Fallbacks, each stated in the report: no CUDA device, or a Horovod built without CUDA (``scripts/setup.sh``
+builds a CPU/Gloo Horovod), trains on the CPU with 2 ranks. Nothing is built or downloaded; rebuilding Horovod
+with NCCL (``HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITH_PYTORCH=1 pip install --no-cache-dir horovod==0.28.1``)
+takes about 3-5 minutes on 16 cores and must be done before this check. The whole run is bounded by
+``--timeout-s`` (default 540 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_DAG = REPO / "example_dags" / "horovod_digits_retraining.py"
+
+
+def load_build_model(path: str = str(EXAMPLE_DAG)):
+    """``build_model`` from the example DAG file, without importing the DAG (and so Airflow)."""
+    source = Path(path).read_text()
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "build_model")
+    namespace: dict = {}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), namespace)  # noqa: S102 - our own file
+    return namespace["build_model"]
+
+
+def bench(data_path: str, dag_path: str, epochs: int, batch_size: int, lr: float, use_cuda: bool) -> dict:
+    """The Horovod training function every rank runs; rank 0 returns the measurements."""
+    import numpy as np
+    import torch
+
+    import horovod.torch as hvd
+
+    hvd.init()
+    torch.manual_seed(1234)
+    if use_cuda:
+        torch.cuda.set_device(hvd.local_rank())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+    data = np.load(data_path)
+    x = torch.tensor(data["x"][hvd.rank():: hvd.size()], dtype=torch.float32, device=device)
+    y = torch.tensor(data["y"][hvd.rank():: hvd.size()], dtype=torch.long, device=device)
+    steps = (len(data["x"]) // hvd.size()) // batch_size
+
+    model = load_build_model(dag_path)().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size(), momentum=0.9)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def sync() -> None:
+        if use_cuda:
+            torch.cuda.synchronize()
+
+    timed_s = 0.0
+    loss = torch.zeros(())
+    for epoch in range(epochs + 1):  # epoch 0 is the warm-up
+        order = torch.randperm(len(x), device=device)
+        sync()
+        started = time.perf_counter()
+        for step in range(steps):
+            idx = order[step * batch_size: (step + 1) * batch_size]
+            optimizer.zero_grad()
+            loss = loss_fn(model(x[idx]), y[idx])
+            loss.backward()
+            optimizer.step()
+        sync()
+        if epoch > 0:
+            timed_s += time.perf_counter() - started
+    with torch.no_grad():
+        correct = (model(x).argmax(dim=1) == y).sum()
+    totals = hvd.allreduce(torch.tensor([float(correct), float(len(y)), float(loss.detach())]), op=hvd.Sum)
+    slowest = hvd.allreduce(torch.tensor([timed_s]), op=hvd.Max).item()
+    devices = hvd.allgather_object(torch.cuda.get_device_name(device) if use_cuda else "cpu")
+    visible = hvd.allgather_object(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if hvd.rank() != 0:
+        return {}
+    samples = steps * batch_size * hvd.size() * epochs
+    return {
+        "ranks": hvd.size(), "devices": devices, "cuda_visible_devices": visible,
+        "allreduce": ("NCCL" if hvd.nccl_built() else "CUDA tensors without NCCL") if use_cuda else "Gloo (CPU tensors)",
+        "timed_epochs": epochs, "samples": samples, "seconds": round(slowest, 3),
+        "samples_per_s": round(samples / slowest, 1) if slowest else None,
+        "train_accuracy": round(totals[0].item() / totals[1].item(), 4),
+        "mean_final_loss": round(totals[2].item() / hvd.size(), 4),
+    }
+
+
+def _environment() -> dict:
+    import torch
+
+    import horovod.torch as hvd
+
+    return {"torch": torch.__version__, "cuda_available": torch.cuda.is_available(),
+            "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            "horovod_cuda_built": bool(hvd.cuda_built()), "horovod_nccl_built": bool(hvd.nccl_built()),
+            "horovod_gloo_built": bool(hvd.gloo_built())}
+
+
+def _dataset(path: str, copies: int) -> int:
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    np.savez(path, x=np.tile(x / 16.0, (copies, 1)), y=np.tile(y, copies))
+    return len(x) * copies
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
+    p.add_argument("--np", type=int, default=0, help="ranks (default: one per GPU, or 2 on the CPU)")
+    p.add_argument("--epochs", type=int, default=5, help="timed epochs (after one warm-up epoch)")
+    p.add_argument("--batch-size", type=int, default=256, help="per-rank batch size")
+    p.add_argument("--copies", type=int, default=0, help="tile the 1,797 digits this many times (default: "
+                   "64 on GPUs, 32 on the CPU)")
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even when GPUs are usable")
+    p.add_argument("--timeout-s", type=float, default=540.0, help="bound on the training run")
+    p.add_argument("--out", help="also write the report as JSON here")
+    args = p.parse_args(argv)
+
+    sys.path.insert(0, str(REPO))
+    from airflow_provider_horovod.runtime import HorovodRunner
+
+    env = _environment()
+    notes = []
+    use_cuda = env["cuda_available"] and env["horovod_cuda_built"] and not args.cpu
+    if args.cpu:
+        notes.append("--cpu given: trained on the CPU")
+    elif not env["cuda_available"]:
+        notes.append("no CUDA device visible to PyTorch: trained on the CPU (the fallback path)")
+    elif not env["horovod_cuda_built"]:
+        notes.append("Horovod was built without CUDA (scripts/setup.sh builds Gloo/CPU): trained on the CPU. Rebuild "
+                     "with HOROVOD_GPU_OPERATIONS=NCCL to measure GPUs")
+    elif not env["horovod_nccl_built"]:
+        notes.append("Horovod has CUDA but not NCCL: GPU gradients are reduced without NCCL")
+    np_ = args.np or (env["cuda_devices"] if use_cuda else 2)
+    copies = args.copies or (64 if use_cuda else 32)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        data_path = os.path.join(tmp, "digits.npz")
+        n = _dataset(data_path, copies)
+        started = time.monotonic()
+        runner = HorovodRunner(np=-np_, use_gpu=use_cuda, env={"OMP_NUM_THREADS": "1"}, start_timeout_s=120,
+                               training_timeout_s=args.timeout_s)
+        result = runner.run(bench, data_path=data_path, dag_path=str(EXAMPLE_DAG), epochs=args.epochs,
+                            batch_size=args.batch_size, lr=0.05, use_cuda=use_cuda)
+        wall = time.monotonic() - started
+    report = {"measured": "global training throughput of the example DAG's build_model() MLP (64-128-64-10), "
+                          "samples/s summed over ranks, timed epochs only (one warm-up epoch excluded)",
+              "mode": "gpu" if use_cuda else "cpu", "dataset_samples": n, "batch_size_per_rank": args.batch_size,
+              **result, "wall_s_including_start": round(wall, 1), "environment": env, "notes": notes}
+    print("\n=== gpu_check report ===")
+    print(f"measured : {report['measured']}")
+    print(f"mode     : {report['mode'].upper()} on {result['ranks']} rank(s) {result['devices']}; "
+          f"CUDA_VISIBLE_DEVICES per rank {result['cuda_visible_devices']}; allreduce {result['allreduce']}")
+    print(f"result   : {result['samples_per_s']} samples/s ({result['samples']} samples in {result['seconds']} s; "
+          f"train accuracy {result['train_accuracy']}, final loss {result['mean_final_loss']})")
+    print(f"horovod  : cuda_built={env['horovod_cuda_built']} nccl_built={env['horovod_nccl_built']}; "
+          f"torch {env['torch']}, {env['cuda_devices']} CUDA device(s)")
+    for note in notes:
+        print(f"note     : {note}")
+    print(json.dumps(report))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

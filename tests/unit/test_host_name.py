@@ -1,0 +1,35 @@
+"""The multi-host pre-check for Horovod 0.28's Gloo, which binds process-set connections to the host name's address."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from airflow_provider_horovod.runtime import launch
+from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.plan import build_plan, gloo_host_address
+
+
+def test_gloo_host_address_mimics_gloo():
+    assert gloo_host_address("localhost") in {"127.0.0.1", "::1"}
+    assert gloo_host_address("no-such-host.invalid") is None
+
+
+@pytest.mark.parametrize("resolved, found", [("127.0.1.1", "resolves to 127.0.1.1"),
+                                             (None, "does not resolve to an address of this machine")])
+def test_multi_host_job_refuses_a_host_name_other_hosts_cannot_reach(monkeypatch, resolved, found):
+    monkeypatch.setattr(socket, "gethostname", lambda: "node7")
+    monkeypatch.setattr(launch, "gloo_host_address", lambda name: resolved)
+    with pytest.raises(LaunchError) as info:
+        launch._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
+    message = str(info.value)
+    assert message.startswith(f"on 10.0.0.2: the host name 'node7' {found}.")
+    assert "ignores HOROVOD_GLOO_IFACE" in message and "10.0.0.2 in /etc/hosts" in message
+
+
+def test_reachable_host_name_and_single_host_jobs_pass(monkeypatch):
+    monkeypatch.setattr(launch, "gloo_host_address", lambda name: "10.0.0.2")
+    launch._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
+    monkeypatch.setattr(launch, "gloo_host_address", lambda name: "127.0.0.1")
+    launch._check_host_name(build_plan(["127.0.0.1", "127.0.0.1"]), "127.0.0.1")  # one host: loopback is fine
