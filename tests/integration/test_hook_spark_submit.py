@@ -154,7 +154,7 @@ def train_for_a_few_seconds():
     import torch
 
     hvd.init()
-    for _ in range(12):
+    for _ in range(40):  # ~20 s of "training": long enough for a poll to see it on a loaded machine
         hvd.allreduce(torch.ones(1))
         time.sleep(0.5)
     return hvd.size()

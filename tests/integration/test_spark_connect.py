@@ -1,13 +1,56 @@
-"""The barrier job over Spark Connect: a real Connect server on 127.0.0.1, no JVM in the caller."""
+"""The barrier job over Spark Connect: a real Connect server on 127.0.0.1, no JVM in the caller.
+
+Each client runs in its own interpreter: PySpark refuses a remote session in a process that already has a
+classic one (the other integration tests' ``local[2]`` session lives in the pytest process).
+"""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
-from airflow_provider_horovod.runtime import HorovodRunner, RankFailedError
 from tests.connect_server import connect_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
+
+CLIENT = """
+import json, sys
+from pyspark.sql import SparkSession
+from airflow_provider_horovod.runtime import HorovodRunner, RankFailedError
+from airflow_provider_horovod.runtime.connect import is_connect_session
+
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+assert is_connect_session(spark)
+
+def allreduce(value):
+    import horovod.torch as hvd, torch
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+    print(f"connect rank {hvd.rank()} total {total.item()}", flush=True)
+    return {"rank": hvd.rank(), "size": hvd.size(), "total": total.item(), "value": value, "blob": "x" * 3_000_000}
+
+def fail_on_rank_one():
+    import horovod.torch as hvd, torch
+    hvd.init()
+    if hvd.rank() == 1:
+        raise ValueError("bad shard over Connect")
+    hvd.allreduce(torch.ones(1))
+
+out = {}
+if sys.argv[2] == "ok":
+    result = HorovodRunner(np=2, spark=spark).run(allreduce, value="c")
+    out = {"blob_len": len(result.pop("blob")), **result}
+else:
+    try:
+        HorovodRunner(np=2, spark=spark).run(fail_on_rank_one)
+    except RankFailedError as err:
+        out = {"rank": err.rank, "message": str(err)}
+print("RESULT " + json.dumps(out), flush=True)
+spark.stop()
+"""
 
 
 @pytest.fixture(scope="module")
@@ -16,55 +59,28 @@ def connect_url(tmp_path_factory):
         yield url
 
 
-@pytest.fixture
-def remote_session(connect_url):
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.builder.remote(connect_url).getOrCreate()
-    yield session
-    session.stop()
-
-
-def allreduce(value):
-    import horovod.torch as hvd
-    import torch
-
-    hvd.init()
-    total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
-    print(f"connect rank {hvd.rank()} total {total.item()}", flush=True)
-    return {"rank": hvd.rank(), "size": hvd.size(), "total": total.item(), "value": value, "blob": "x" * 3_000_000}
+def _client(tmp_path, url: str, mode: str) -> tuple[dict, str]:
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    proc = subprocess.run([sys.executable, str(script), url, mode], capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):]), proc.stdout
 
 
-def fail_on_rank_one():
-    import horovod.torch as hvd
-    import torch
-
-    hvd.init()
-    if hvd.rank() == 1:
-        raise ValueError("bad shard over Connect")
-    hvd.allreduce(torch.ones(1))
+def test_np2_over_spark_connect(connect_url, tmp_path):
+    result, stdout = _client(tmp_path, connect_url, "ok")
+    assert result == {"blob_len": 3_000_000, "rank": 0, "size": 2, "total": 3.0, "value": "c"}  # several rows
+    assert "[rank 0] connect rank 0 total 3.0" in stdout  # output came back over the log channel
 
 
-def test_np2_over_spark_connect(remote_session, capfd):
-    from airflow_provider_horovod.runtime.connect import is_connect_session
-
-    assert is_connect_session(remote_session)
-    result = HorovodRunner(np=2, spark=remote_session).run(allreduce, value="c")
-    assert {k: result[k] for k in ("rank", "size", "total", "value")} == {"rank": 0, "size": 2, "total": 3.0,
-                                                                          "value": "c"}
-    assert len(result["blob"]) == 3_000_000  # travelled in several rows, reassembled
-    assert "[rank 0] connect rank 0 total 3.0" in capfd.readouterr().out  # output came back over the channel
-
-
-def test_failing_rank_over_spark_connect(remote_session):
-    with pytest.raises(RankFailedError) as info:
-        HorovodRunner(np=2, spark=remote_session).run(fail_on_rank_one)
-    assert info.value.rank == 1 and "bad shard over Connect" in str(info.value)
+def test_failing_rank_over_spark_connect(connect_url, tmp_path):
+    result, _ = _client(tmp_path, connect_url, "fail")
+    assert result["rank"] == 1 and "bad shard over Connect" in result["message"]
 
 
 def test_operator_with_a_spark_connect_connection(connect_url, airflow_home, tmp_path):
     """Real Airflow: a ``spark_connect`` connection runs the job through Connect from the task process."""
-    import json
     import os
     import shutil
     from urllib.parse import urlparse
