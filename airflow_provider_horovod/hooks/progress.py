@@ -53,7 +53,11 @@ def describe(snapshot: Snapshot) -> dict[str, str]:
             continue
         topic = f"stage-{stage.stage_id}-{stage.attempt_id}"
         n = stage.num_tasks
-        if stage.status == "ACTIVE" and stage.num_active_tasks < n:
+        if stage.status == "ACTIVE" and stage.num_completed_tasks > 0:
+            # ranks finish one by one at the end: that is not a stage waiting for slots
+            facts[topic] = (f"barrier stage {stage.stage_id}: {stage.num_completed_tasks}/{n} ranks finished, "
+                            f"{stage.num_active_tasks} still running")
+        elif stage.status == "ACTIVE" and stage.num_active_tasks < n:
             since = f" (submitted {stage.submission_time})" if stage.submission_time else ""
             facts[topic] = (f"barrier stage {stage.stage_id} waiting for {n} task slots: "
                             f"{stage.num_active_tasks}/{n} tasks running{since}")

@@ -49,6 +49,11 @@ def test_all_ranks_running_names_the_executors():
     assert facts == {"stage-3-0": "2/2 ranks running on executor driver (127.0.0.1:40000): 2 tasks"}
 
 
+def test_ranks_finishing_one_by_one_is_not_waiting_for_slots():
+    facts = describe(snapshot({"status": "ACTIVE", "numActiveTasks": 1, "numCompleteTasks": 1}))
+    assert facts == {"stage-3-0": "barrier stage 3: 1/2 ranks finished, 1 still running"}
+
+
 def test_failed_attempt_gives_the_first_line_of_the_reason():
     facts = describe(snapshot({"status": "FAILED", "numActiveTasks": 0,
                                 "failureReason": "Could not recover from a failed barrier ResultStage.\nat ..."}))
