@@ -22,9 +22,9 @@ from benchmarks.contenders import Series, Unavailable
 from benchmarks.env import REPO, setup_environ
 
 FULL = {"b1_reps": 5, "b3_reps": 3, "b3_warmup": 50, "b3_steps": 1000, "b2_reps": 3, "b4_seconds": 60.0,
-        "min_reps": 2, "budget_s": {"b1": 270, "b3": 150, "b2": 200}}
+        "b4_cluster_seconds": 20.0, "min_reps": 2, "budget_s": {"b1": 270, "b3": 150, "b2": 200}}
 QUICK = {"b1_reps": 2, "b3_reps": 1, "b3_warmup": 30, "b3_steps": 300, "b2_reps": 1, "b4_seconds": 15.0,
-         "min_reps": 1, "budget_s": {"b1": 150, "b3": 60, "b2": 90}}
+         "b4_cluster_seconds": 10.0, "min_reps": 1, "budget_s": {"b1": 150, "b3": 60, "b2": 90}}
 """Rounds per benchmark, and a time budget per benchmark (seconds, warm-up included): once the next round would
 end past it, no further round starts (at least ``min_reps`` run), so a run stays bounded on a loaded machine."""
 BATCH_SIZE = 32  # the example DAG's default
@@ -165,6 +165,7 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
                 section(results, "b2", lambda: run_b2(sandbox, cfg, notes))
             if "b4" in only:
                 section(results, "b4", lambda: run_b4(sandbox, cfg["b4_seconds"]))
+                section(results, "b4_cluster", lambda: run_b4_cluster(sandbox, cfg["b4_cluster_seconds"]))
         finally:
             sandbox.close()
 
@@ -182,14 +183,20 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
 
 def run_b2(sandbox, cfg: dict, notes: list[str]) -> dict:
     """B2: ``airflow dags test`` of the operator DAG vs the hand-written spark-submit, interleaved."""
+    from benchmarks.airflow_side import NOOP_MARKS, OPERATOR_PHASES
+
     phases: list[dict[str, float]] = []
     hand_phases: list[dict[str, float]] = []
+    noop_phases: list[dict[str, float]] = []
     counter = iter(range(10**6))
+
+    execute = Series()  # the operator's own span in each run's log: first line of execute() -> XCom pushed
 
     def operator() -> float:
         seconds, parsed = sandbox.dags_test("bench_b2", f"b2-operator-{next(counter)}")
         if parsed:
             phases.append(parsed)
+            execute.samples.append(sum(v for k, v in parsed.items() if k.startswith(OPERATOR_PHASES)))
         return seconds
 
     def hand() -> float:
@@ -198,7 +205,10 @@ def run_b2(sandbox, cfg: dict, notes: list[str]) -> dict:
         return seconds
 
     def noop() -> float:
-        return sandbox.dags_test("bench_noop", f"b2-noop-{next(counter)}")[0]
+        seconds, parsed = sandbox.dags_test("bench_noop", f"b2-noop-{next(counter)}", marks=NOOP_MARKS)
+        if parsed:
+            noop_phases.append(parsed)
+        return seconds
 
     series = interleave({"airflow dags test + HorovodRunnerOperator": operator, "spark-submit by hand": hand,
                          "airflow dags test of a no-op task": noop}, cfg["b2_reps"], warmup=False,
@@ -206,7 +216,8 @@ def run_b2(sandbox, cfg: dict, notes: list[str]) -> dict:
     def medians(runs: list[dict[str, float]]) -> dict[str, float]:
         return {label: statistics.median(r[label] for r in runs) for label in (runs[0] if runs else {})}
 
-    return {"series": series, "phases": medians(phases), "hand_phases": medians(hand_phases)}
+    return {"series": series, "phases": medians(phases), "hand_phases": medians(hand_phases),
+            "noop_phases": medians(noop_phases), "execute": execute}
 
 
 def run_b4(sandbox, seconds: float) -> dict:
@@ -219,6 +230,38 @@ def run_b4(sandbox, seconds: float) -> dict:
     return {"train_seconds": seconds, "wall_seconds": wall, "peak_bytes": dict(sampler.peak),
             "samples": sampler.samples, "interval_s": sampler.interval, "phases": parsed,
             "process_names": {role: sorted(names) for role, names in sampler.seen.items()}}
+
+
+def run_b4_cluster(sandbox, seconds: float) -> dict:
+    """
+    B4, cluster deploy mode on a standalone master + 2 workers (127.0.0.1): ``airflow dags test`` of a
+    ~``seconds`` training run, synchronous and deferrable. Per run: wall time, the phases from the log, the
+    seconds a worker is held (task code running), and, sampled every 0.2 s, the processes below the Airflow
+    process and its RSS while the job runs (deferrable: while the trigger waits; sync: while ``execute`` polls).
+    """
+    from benchmarks.airflow_side import DEFER_MARKS, SYNC_MARKS, RssSampler, mark_times
+    from tests.standalone import standalone_cluster
+
+    out: dict = {"train_seconds": seconds}
+    with standalone_cluster(workers=2, cores_per_worker=2, work_dir=sandbox.root / "standalone") as cluster:
+        sandbox.write_b4_cluster_dags(seconds, cluster)
+        for mode, marks, window_at in (("sync", SYNC_MARKS, 1), ("deferred", DEFER_MARKS, 2)):
+            sampler = RssSampler()
+            tag = f"b4-cluster-{mode}"
+            wall, phases = sandbox.dags_test(f"bench_b4_cluster_{mode}", tag, sampler=sampler, marks=marks)
+            times = mark_times((sandbox.root / f"{tag}.log").read_text(errors="replace"), marks)
+            window = (times[window_at], times[window_at + 1]) if times else None
+            inside = [(n, rss) for t, n, rss in sampler.timeline if window and window[0] <= t <= window[1]]
+            out[mode] = {
+                "wall_seconds": wall, "phases": phases,
+                "held_seconds": sum(v for k, v in phases.items() if k.startswith("task holds a worker")) if phases
+                else None,
+                "window_seconds": window[1] - window[0] if window else None, "window_samples": len(inside),
+                "max_children": max((n for n, _ in inside), default=None),
+                "peak_rss": max((rss for _, rss in inside), default=None), "samples": sampler.samples,
+            }
+            log(f"B4 cluster {mode}: {wall:.1f} s, worker held {out[mode]['held_seconds']}")
+    return out
 
 
 if __name__ == "__main__":

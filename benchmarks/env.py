@@ -49,25 +49,11 @@ def spark_session(cores: int = 2):
 
 
 def load_example_model():
-    """
-    ``build_model`` from the example DAG file, without importing the DAG (and Airflow): the function's source is
-    compiled into a small module registered with cloudpickle to travel by value (ranks cannot import a DAG file).
-    """
-    import ast
-    import types
+    """``build_model`` from the example DAG file, without importing the DAG (and Airflow): see
+    :mod:`benchmarks.example_model` (compiled from the DAG's source, travels to the ranks by value)."""
+    from benchmarks.example_model import build_model
 
-    import cloudpickle
-
-    name = "horovod_digits_retraining_model"
-    module = sys.modules.get(name)
-    if module is None:
-        tree = ast.parse(EXAMPLE_DAG.read_text(), filename=str(EXAMPLE_DAG))
-        node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "build_model")
-        module = types.ModuleType(name, f"build_model() copied from {EXAMPLE_DAG}")
-        exec(compile(ast.Module(body=[node], type_ignores=[]), str(EXAMPLE_DAG), "exec"), module.__dict__)
-        sys.modules[name] = module
-        cloudpickle.register_pickle_by_value(module)
-    return module.build_model
+    return build_model
 
 
 def prepare_digits(workdir: str | None = None) -> str:

@@ -3,10 +3,11 @@ One-command GPU check: train the example DAG's model with Horovod on this machin
 
 ``scripts/gpu_check.sh`` (or ``.venv/bin/python -m benchmarks.gpu_check``) runs ``HorovodRunner(np=-N,
 use_gpu=True)``: N rank processes on this machine, one per GPU, each given ``CUDA_VISIBLE_DEVICES`` by the
-provider and pinning ``torch.cuda.set_device(hvd.local_rank())``. The model is ``build_model`` from
-``example_dags/horovod_digits_retraining.py`` (read from that file, so Airflow is not needed), trained like
-``train_digits`` (SGD + momentum, ``hvd.DistributedOptimizer``, parameters broadcast from rank 0) on
-scikit-learn's bundled digits, tiled to make epochs long enough to time.
+provider and pinning ``torch.cuda.set_device(hvd.local_rank())``. The model and its training set-up are
+``build_model`` and ``horovod_trainer`` from ``example_dags/horovod_digits_retraining.py`` (compiled from that
+file by ``benchmarks/example_model.py``, so Airflow is not needed), as ``train_digits`` uses them (SGD + momentum,
+``hvd.DistributedOptimizer``, parameters broadcast from rank 0), on scikit-learn's bundled digits, tiled to make
+epochs long enough to time.
 
 What it measures: **global training throughput** (samples/s summed over ranks = samples processed by all ranks
 / wall time of the timed epochs), excluding a first warm-up epoch (CUDA context, NCCL communicator set-up), with
@@ -23,7 +24,6 @@ takes about 3-5 minutes on 16 cores and must be done before this check. The whol
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import sys
@@ -31,45 +31,31 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.example_model import build_model, horovod_trainer
+
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLE_DAG = REPO / "example_dags" / "horovod_digits_retraining.py"
 
 
-def load_build_model(path: str = str(EXAMPLE_DAG)):
-    """``build_model`` from the example DAG file, without importing the DAG (and so Airflow)."""
-    source = Path(path).read_text()
-    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "build_model")
-    namespace: dict = {}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), namespace)  # noqa: S102 - our own file
-    return namespace["build_model"]
+def bench(data_path: str, epochs: int, batch_size: int, lr: float, use_cuda: bool) -> dict:
+    """
+    The Horovod training function every rank runs: the example DAG's ``build_model`` and ``horovod_trainer``,
+    one untimed warm-up epoch, then ``epochs`` timed epochs.
 
-
-def bench(data_path: str, dag_path: str, epochs: int, batch_size: int, lr: float, use_cuda: bool) -> dict:
-    """The Horovod training function every rank runs; rank 0 returns the measurements."""
-    import numpy as np
+    :param data_path: ``.npz`` with ``x_train`` and ``y_train`` (:func:`_dataset`).
+    :param epochs: timed epochs.
+    :param batch_size: samples per step on each rank.
+    :param lr: learning rate of a single rank.
+    :param use_cuda: train on GPU ``hvd.local_rank()``, else on the CPU.
+    :return: on rank 0, the measurements; ``{}`` on the other ranks.
+    """
     import torch
 
     import horovod.torch as hvd
 
     hvd.init()
     torch.manual_seed(1234)
-    if use_cuda:
-        torch.cuda.set_device(hvd.local_rank())
-        device = torch.device("cuda", torch.cuda.current_device())
-    else:
-        torch.set_num_threads(1)
-        device = torch.device("cpu")
-    data = np.load(data_path)
-    x = torch.tensor(data["x"][hvd.rank():: hvd.size()], dtype=torch.float32, device=device)
-    y = torch.tensor(data["y"][hvd.rank():: hvd.size()], dtype=torch.long, device=device)
-    steps = (len(data["x"]) // hvd.size()) // batch_size
-
-    model = load_build_model(dag_path)().to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size(), momentum=0.9)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    model = build_model()
+    trainer = horovod_trainer(model, data_path, batch_size, lr, cuda=use_cuda)
 
     def sync() -> None:
         if use_cuda:
@@ -78,27 +64,22 @@ def bench(data_path: str, dag_path: str, epochs: int, batch_size: int, lr: float
     timed_s = 0.0
     loss = torch.zeros(())
     for epoch in range(epochs + 1):  # epoch 0 is the warm-up
-        order = torch.randperm(len(x), device=device)
         sync()
         started = time.perf_counter()
-        for step in range(steps):
-            idx = order[step * batch_size: (step + 1) * batch_size]
-            optimizer.zero_grad()
-            loss = loss_fn(model(x[idx]), y[idx])
-            loss.backward()
-            optimizer.step()
+        for _ in range(trainer.steps_per_epoch):
+            loss = trainer.step()
         sync()
         if epoch > 0:
             timed_s += time.perf_counter() - started
     with torch.no_grad():
-        correct = (model(x).argmax(dim=1) == y).sum()
-    totals = hvd.allreduce(torch.tensor([float(correct), float(len(y)), float(loss.detach())]), op=hvd.Sum)
+        correct = (model(trainer.x).argmax(dim=1) == trainer.y).sum()
+    totals = hvd.allreduce(torch.tensor([float(correct), float(len(trainer.y)), float(loss)]), op=hvd.Sum)
     slowest = hvd.allreduce(torch.tensor([timed_s]), op=hvd.Max).item()
-    devices = hvd.allgather_object(torch.cuda.get_device_name(device) if use_cuda else "cpu")
+    devices = hvd.allgather_object(torch.cuda.get_device_name(trainer.device) if use_cuda else "cpu")
     visible = hvd.allgather_object(os.environ.get("CUDA_VISIBLE_DEVICES"))
     if hvd.rank() != 0:
         return {}
-    samples = steps * batch_size * hvd.size() * epochs
+    samples = trainer.steps_per_epoch * batch_size * hvd.size() * epochs
     return {
         "ranks": hvd.size(), "devices": devices, "cuda_visible_devices": visible,
         "allreduce": ("NCCL" if hvd.nccl_built() else "CUDA tensors without NCCL") if use_cuda else "Gloo (CPU tensors)",
@@ -125,7 +106,7 @@ def _dataset(path: str, copies: int) -> int:
     from sklearn.datasets import load_digits
 
     x, y = load_digits(return_X_y=True)
-    np.savez(path, x=np.tile(x / 16.0, (copies, 1)), y=np.tile(y, copies))
+    np.savez(path, x_train=np.tile(x / 16.0, (copies, 1)), y_train=np.tile(y, copies))
     return len(x) * copies
 
 
@@ -164,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         runner = HorovodRunner(np=-np_, use_gpu=use_cuda, env={"OMP_NUM_THREADS": "1"}, start_timeout_s=120,
                                training_timeout_s=args.timeout_s)
-        result = runner.run(bench, data_path=data_path, dag_path=str(EXAMPLE_DAG), epochs=args.epochs,
-                            batch_size=args.batch_size, lr=0.05, use_cuda=use_cuda)
+        result = runner.run(bench, data_path=data_path, epochs=args.epochs, batch_size=args.batch_size, lr=0.05,
+                            use_cuda=use_cuda)
         wall = time.monotonic() - started
     report = {"measured": "global training throughput of the example DAG's build_model() MLP (64-128-64-10), "
                           "samples/s summed over ranks, timed epochs only (one warm-up epoch excluded)",

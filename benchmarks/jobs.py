@@ -1,10 +1,13 @@
 """
 The functions the contenders run on their ranks. Imports live inside them: they travel by value to the ranks.
 
-Each returns a plain value so rank 0's result can be compared across launchers.
+Each returns a plain value so rank 0's result can be compared across launchers. The training jobs use the example
+DAG's own :func:`horovod_trainer` (see :mod:`benchmarks.example_model`, which travels by value too).
 """
 
 from __future__ import annotations
+
+from benchmarks.example_model import horovod_trainer
 
 
 def hvd_trivial() -> float:
@@ -32,49 +35,32 @@ def torch_dist_trivial() -> float:
 def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_steps: int, steps: int,
                          lr: float = 0.05) -> dict:
     """
-    B3 job: the example DAG's training step (``build_model``, SGD + ``hvd.DistributedOptimizer``, one thread per
-    rank) on the digits data, ``warmup_steps`` untimed then ``steps`` timed steps of ``batch_size`` per rank.
+    B3 job: the example DAG's training step (``build_model`` and :func:`horovod_trainer`, one thread per rank) on
+    the digits data, ``warmup_steps`` untimed then ``steps`` timed steps of ``batch_size`` per rank.
 
+    :param data_path: the example DAG's split of the digits (:func:`benchmarks.env.prepare_digits`).
+    :param build_model: the example DAG's ``build_model``.
+    :param batch_size: samples per step on each rank.
+    :param warmup_steps: untimed steps first.
+    :param steps: timed steps, between two barriers.
+    :param lr: learning rate of a single rank.
     :return: on rank 0: ``samples_per_s`` (global: steps x batch_size x size / timed seconds), ``size``, ``seconds``.
     """
     import time
 
-    import numpy as np
     import torch
 
     import horovod.torch as hvd
 
     hvd.init()
     torch.manual_seed(1234)
-    torch.set_num_threads(1)
-    data = np.load(data_path)
-    x = torch.tensor(data["x_train"][hvd.rank():: hvd.size()], dtype=torch.float32)
-    y = torch.tensor(data["y_train"][hvd.rank():: hvd.size()], dtype=torch.long)
-    model = build_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size(), momentum=0.9)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    per_epoch = len(x) // batch_size
-    order = torch.randperm(len(x))
-
-    def step(i: int) -> None:
-        nonlocal order
-        j = i % per_epoch
-        if j == 0 and i:
-            order = torch.randperm(len(x))
-        idx = order[j * batch_size:(j + 1) * batch_size]
-        optimizer.zero_grad()
-        loss_fn(model(x[idx]), y[idx]).backward()
-        optimizer.step()
-
-    for i in range(warmup_steps):
-        step(i)
+    trainer = horovod_trainer(build_model(), data_path, batch_size, lr)
+    for _ in range(warmup_steps):
+        trainer.step()
     hvd.allreduce(torch.zeros(1), name="warmup_done")
     start = time.perf_counter()
-    for i in range(warmup_steps, warmup_steps + steps):
-        step(i)
+    for _ in range(steps):
+        trainer.step()
     hvd.allreduce(torch.zeros(1), name="timed_done")
     seconds = time.perf_counter() - start
     return {"samples_per_s": steps * batch_size * hvd.size() / seconds, "size": hvd.size(), "seconds": seconds}
@@ -82,33 +68,27 @@ def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_st
 
 def hvd_train_for(data_path: str, build_model, seconds: float, batch_size: int = 32) -> dict:
     """
-    B4 job: train the example model for about ``seconds`` (rank 0's clock decides; every 20 steps the ranks
-    agree through a broadcast whether to stop, so all take the same number of steps).
+    B4 job: train the example model (``build_model`` and :func:`horovod_trainer`) for about ``seconds`` (rank 0's
+    clock decides; every 20 steps the ranks agree through a broadcast whether to stop, so all take the same number
+    of steps).
+
+    :param data_path: the example DAG's split of the digits (:func:`benchmarks.env.prepare_digits`).
+    :param build_model: the example DAG's ``build_model``.
+    :param seconds: how long to train.
+    :param batch_size: samples per step on each rank.
+    :return: ``steps``, ``seconds`` (this rank's training time) and ``size``.
     """
     import time
 
-    import numpy as np
     import torch
 
     import horovod.torch as hvd
 
     hvd.init()
-    torch.set_num_threads(1)
-    data = np.load(data_path)
-    x = torch.tensor(data["x_train"][hvd.rank():: hvd.size()], dtype=torch.float32)
-    y = torch.tensor(data["y_train"][hvd.rank():: hvd.size()], dtype=torch.long)
-    model = build_model()
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size(), momentum=0.9),
-                                         named_parameters=model.named_parameters())
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    per_epoch = len(x) // batch_size
+    trainer = horovod_trainer(build_model(), data_path, batch_size)
     start, steps = time.monotonic(), 0
     while True:
-        j = steps % per_epoch
-        optimizer.zero_grad()
-        loss_fn(model(x[j * batch_size:(j + 1) * batch_size]), y[j * batch_size:(j + 1) * batch_size]).backward()
-        optimizer.step()
+        trainer.step()
         steps += 1
         if steps % 20 == 0:
             stop = torch.tensor([1.0 if time.monotonic() - start >= seconds else 0.0])

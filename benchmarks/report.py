@@ -127,8 +127,17 @@ def rows(results: dict) -> list[dict]:
             _samples(hand, "s"))
         noop = series["airflow dags test of a no-op task"]
         add("B2 operator", "reference: airflow dags test of a no-op @task", noop.reason or _fmt(noop.median, "s"),
-            _samples(noop, "s"), f"operator - no-op = {op.median - noop.median:.2f} s"
-            if op.median and noop.median else "")
+            _samples(noop, "s"))
+        if op.median and hand.median and noop.median:
+            floor = (noop.median + hand.median) / hand.median
+            add("B2 operator", "bound: a zero-cost operator (no-op task + hand spark-submit)",
+                _fmt(noop.median + hand.median, "s"), "", f"(no-op + hand)/hand = {floor:.3f}x")
+        execute = results["b2"].get("execute")
+        if execute is not None and execute.median and hand.median:
+            net = execute.median / hand.median
+            add("B2 operator", "net of Airflow's fixed cost: the operator's execute() (its first log line -> "
+                "XCom pushed, same runs)", _fmt(execute.median, "s"), _samples(execute, "s"),
+                f"execute/hand = {net:.3f}x", f"<= {B2_TARGET}x", _verdict(net, B2_TARGET, True))
 
     if not add_error("B3 throughput", "b3"):
         b3 = results["b3"]
@@ -150,7 +159,25 @@ def rows(results: dict) -> list[dict]:
             f"{b4['samples']} samples")
         add("B4 memory", f"{label}: spark-submit JVM peak RSS", _fmt(peak["jvm"], "MiB"))
         add("B4 memory", f"{label}: Spark Python workers + ranks peak RSS (context)", _fmt(peak["spark_python"], "MiB"))
-        add("B4 memory", "deferrable mode", "does not exist yet in the provider: nothing to measure")
+    if results.get("b4_cluster") is not None and not add_error("B4 deferral", "b4_cluster"):
+        b4c = results["b4_cluster"]
+        for mode, label in (("sync", "cluster mode, sync"), ("deferred", "cluster mode, deferrable")):
+            run = b4c[mode]
+            label = f"{label}, ~{b4c['train_seconds']:.0f} s training"
+            if not run["phases"]:
+                add("B4 deferral", label, "the log lacks the expected steps: "
+                    + ("the task did not defer" if mode == "deferred" else "phases unknown"))
+                continue
+            add("B4 deferral", f"{label}: worker held (task code running)",
+                f"{run['held_seconds']:.2f} s of {run['wall_seconds']:.2f} s", "",
+                f"held/wall = {run['held_seconds'] / run['wall_seconds']:.2f}")
+            if mode == "deferred":
+                add("B4 deferral", f"{label}: trigger waits for the driver, no task code running (worker free)",
+                    f"{run['window_seconds']:.2f} s", "", f"free/wall = {run['window_seconds'] / run['wall_seconds']:.2f}")
+            what = "while the trigger waits" if mode == "deferred" else "while execute() polls"
+            add("B4 deferral", f"{label}: processes below the Airflow process {what}",
+                "-" if run["max_children"] is None else str(run["max_children"]), f"{run['window_samples']} samples")
+            add("B4 deferral", f"{label}: Airflow process peak RSS {what}", _fmt(run["peak_rss"], "MiB"))
     return out
 
 

@@ -30,10 +30,16 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
     """
     Horovod training function: runs on every rank; rank 0 saves the model and returns its metrics.
 
-    Data is sharded by rank, parameters are broadcast from rank 0, gradients are averaged by
-    ``hvd.DistributedOptimizer``; the learning rate is scaled by the number of ranks.
+    The Horovod part of the set-up (data sharded by rank, gradients averaged by ``hvd.DistributedOptimizer``,
+    parameters broadcast from rank 0) is :func:`horovod_trainer` below.
+
+    :param data_path: ``.npz`` written by ``prepare_data``, readable by every rank.
+    :param epochs: passes over each rank's shard of the training data.
+    :param batch_size: samples per step on each rank.
+    :param lr: learning rate of a single rank (scaled by the number of ranks, see :func:`horovod_trainer`).
+    :return: on rank 0: ``model_path``, ``final_loss`` (mean over the last epoch and all ranks), ``ranks``;
+        ``{}`` on the other ranks.
     """
-    import numpy as np
     import torch
 
     import horovod.torch as hvd
@@ -41,29 +47,13 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
 
     hvd.init()
     torch.manual_seed(1234)
-    torch.set_num_threads(1)
-    data = np.load(data_path)
-    x = torch.tensor(data["x_train"][hvd.rank() :: hvd.size()], dtype=torch.float32)
-    y = torch.tensor(data["y_train"][hvd.rank() :: hvd.size()], dtype=torch.long)
-    steps = (len(data["x_train"]) // hvd.size()) // batch_size  # same step count on every rank
-
     model = build_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size(), momentum=0.9)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    trainer = horovod_trainer(model, data_path, batch_size, lr)
 
     for epoch in range(1, epochs + 1):
-        order = torch.randperm(len(x))
-        total = torch.zeros(2)
-        for step in range(steps):
-            idx = order[step * batch_size : (step + 1) * batch_size]
-            optimizer.zero_grad()
-            loss = loss_fn(model(x[idx]), y[idx])
-            loss.backward()
-            optimizer.step()
-            total += torch.tensor([loss.item(), 1.0])
+        total = torch.zeros(2)  # (sum of losses, steps) on this rank
+        for _ in range(trainer.steps_per_epoch):
+            total += torch.tensor([trainer.step().item(), 1.0])
         avg = hvd.allreduce(total, op=hvd.Sum)
         if hvd.rank() == 0 and (epoch == 1 or epoch % 5 == 0):
             print(f"epoch {epoch:2d}/{epochs}  loss {avg[0] / avg[1]:.4f}  (size={hvd.size()})", flush=True)
@@ -74,6 +64,68 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
         print(f"saved model to {path}", flush=True)
         return {"model_path": path, "final_loss": round(float(avg[0] / avg[1]), 4), "ranks": hvd.size()}
     return {}
+
+
+def horovod_trainer(model, data_path: str, batch_size: int, lr: float = 0.05, cuda: bool = False):
+    """
+    Data-parallel SGD for ``model`` on this rank's shard of the data; call it after ``hvd.init()`` on every rank.
+
+    Each rank keeps every ``hvd.size()``-th training sample starting at ``hvd.rank()``. SGD (momentum 0.9,
+    learning rate ``lr * hvd.size()``) is wrapped in ``hvd.DistributedOptimizer``, which averages the gradients
+    over the ranks, and rank 0's parameters and optimizer state are broadcast so every rank starts alike.
+    (The benchmarks and the GPU check time this very function: ``benchmarks/example_model.py``.)
+
+    :param model: the freshly built ``torch.nn.Module``; moved to the training device in place.
+    :param data_path: ``.npz`` with ``x_train`` (features) and ``y_train`` (class labels), readable by every rank.
+    :param batch_size: samples per step on each rank.
+    :param lr: learning rate of a single rank.
+    :param cuda: train on GPU ``hvd.local_rank()``; otherwise on the CPU with one thread per rank.
+    :return: a namespace: ``step()`` trains on this rank's next batch and returns its loss (each epoch visits
+        the shard in a new random order), ``steps_per_epoch`` (the same on every rank, so their collective
+        operations match), this rank's shard ``x`` and ``y``, and the ``device``.
+    """
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    import horovod.torch as hvd
+
+    if cuda:
+        torch.cuda.set_device(hvd.local_rank())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+    data = np.load(data_path)
+    x = torch.tensor(data["x_train"][hvd.rank() :: hvd.size()], dtype=torch.float32, device=device)
+    y = torch.tensor(data["y_train"][hvd.rank() :: hvd.size()], dtype=torch.long, device=device)
+    steps_per_epoch = (len(data["x_train"]) // hvd.size()) // batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(f"{len(data['x_train'])} samples make no batch of {batch_size} on each of {hvd.size()} ranks")
+
+    model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size(), momentum=0.9)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    order, done = None, 0
+
+    def step() -> torch.Tensor:
+        nonlocal order, done
+        j = done % steps_per_epoch
+        if j == 0:  # a new epoch, a new order
+            order = torch.randperm(len(x), device=device)
+        idx = order[j * batch_size : (j + 1) * batch_size]
+        optimizer.zero_grad()
+        loss = loss_fn(model(x[idx]), y[idx])
+        loss.backward()
+        optimizer.step()
+        done += 1
+        return loss.detach()
+
+    return SimpleNamespace(step=step, steps_per_epoch=steps_per_epoch, x=x, y=y, device=device)
 
 
 with DAG(

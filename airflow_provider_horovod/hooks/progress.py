@@ -3,7 +3,7 @@ Follow a running Horovod job through the Spark monitoring REST API and report st
 
 :func:`describe` turns one snapshot of ``/jobs``, ``/stages`` and ``/executors`` into facts (one message per
 topic); :class:`ProgressWatcher` polls every ``poll_interval_s`` and logs a topic only when its message changes:
-barrier stage waiting for N slots -> N/N ranks running on which executors -> stage attempt failed (reason) ->
+barrier stage waiting for N free slots -> starting -> N/N ranks running on which executors -> stage attempt failed (reason) ->
 finished.
 """
 
@@ -57,10 +57,14 @@ def describe(snapshot: Snapshot) -> dict[str, str]:
             # ranks finish one by one at the end: that is not a stage waiting for slots
             facts[topic] = (f"barrier stage {stage.stage_id}: {stage.num_completed_tasks}/{n} ranks finished, "
                             f"{stage.num_active_tasks} still running")
-        elif stage.status == "ACTIVE" and stage.num_active_tasks < n:
+        elif stage.status == "ACTIVE" and stage.num_active_tasks == 0:
             since = f" (submitted {stage.submission_time})" if stage.submission_time else ""
-            facts[topic] = (f"barrier stage {stage.stage_id} waiting for {n} task slots: "
-                            f"{stage.num_active_tasks}/{n} tasks running{since}")
+            facts[topic] = f"barrier stage {stage.stage_id} waiting for {n} free task slots{since}"
+        elif stage.status == "ACTIVE" and stage.num_active_tasks < n:
+            # Spark launches a barrier stage's tasks all at once or not at all: the slots are granted, the
+            # remaining task-start events are on their way
+            facts[topic] = (f"barrier stage {stage.stage_id} starting: {stage.num_active_tasks}/{n} tasks "
+                            "launched")
         elif stage.status == "ACTIVE":
             busy = [e for e in snapshot.executors if e.active_tasks > 0]
             where = ", ".join(f"executor {e.id} ({e.host_port}): {e.active_tasks} task{'s' if e.active_tasks != 1 else ''}"

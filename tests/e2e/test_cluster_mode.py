@@ -103,7 +103,10 @@ def _wait_state(hook, submission_id: str, wanted: set[str], timeout_s: float = 9
 
 
 def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch):
-    """The trigger's on_kill (a deferred task killed) and a retry both kill a still-running driver."""
+    """
+    The trigger's on_kill (a deferred task killed), a retry, and a failed trigger (the task resumed with
+    ``__fail__``) each kill a still-running driver.
+    """
     import asyncio
     import secrets
 
@@ -134,6 +137,26 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
     (staging_root / "try-2").mkdir()
     assert hook.kill_earlier_tries(staging_root / "try-2") == [second]  # ... is killed by the retry
     assert _wait_state(hook, second, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"
+
+    from airflow.sdk.exceptions import TaskDeferralError
+
+    from airflow_provider_horovod.operators.horovod import XCOM_SUBMISSION_ID, HorovodRunnerOperator
+
+    third = submit("try-3")
+    assert _wait_state(hook, third, {"RUNNING"}) == "RUNNING"
+    op = HorovodRunnerOperator(task_id="train", python_callable=long_training, np=2, conn_id="spark_cluster",
+                               deferrable=True, conf=CONF)
+    pulled: list[tuple] = []
+
+    class TaskInstance:  # only the XCom the operator pushed at submission; a trigger failure cannot be staged
+        def xcom_pull(self, task_ids, key):
+            pulled.append((task_ids, key))
+            return third
+
+    with pytest.raises(TaskDeferralError, match="trigger crashed"):
+        op.resume_execution("__fail__", {"error": "trigger crashed"}, {"ti": TaskInstance()})
+    assert pulled == [("train", XCOM_SUBMISSION_ID)]
+    assert _wait_state(hook, third, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"
     deadline = time.monotonic() + 60
     while _ranks(cluster) and time.monotonic() < deadline:
         time.sleep(1)

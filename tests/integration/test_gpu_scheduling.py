@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.client_script import run_client_script
 from tests.standalone import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -65,15 +64,11 @@ def cluster(tmp_path_factory):
 
 
 def _run(cluster, tmp_path, np_: int, conf: dict, **runner_kwargs) -> dict:
-    script = tmp_path / "app.py"
-    script.write_text(APP)
-    env = {**cluster.env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.run([sys.executable, str(script), cluster.master_url, str(np_), json.dumps(conf),
-                           json.dumps(runner_kwargs)], env=env, capture_output=True, text=True, timeout=240)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, cluster.log_tail(15) + "\n==> driver <==\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    # cluster.env has PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON = sys.executable and SPARK_LOCAL_IP = 127.0.0.1
+    result, _ = run_client_script(
+        APP, tmp_path / "app.py", [cluster.master_url, str(np_), json.dumps(conf), json.dumps(runner_kwargs)],
+        env=cluster.env, timeout_s=240, context=lambda: cluster.log_tail(15))
+    return result
 
 
 def _ranks(result: dict) -> list[dict]:

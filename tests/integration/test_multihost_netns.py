@@ -8,12 +8,9 @@ Needs root (network namespaces); skipped with the reason when ``ip netns add`` i
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
+from tests.client_script import run_client_script
 from tests.netns import NetnsUnavailable, netns_hosts
 from tests.standalone import standalone_cluster
 
@@ -90,16 +87,12 @@ def _run_job(hosts, tmp_path, prefixes) -> dict:
     with standalone_cluster(workers=2, cores_per_worker=2, memory_per_worker="1g", work_dir=tmp_path / "spark",
                             host=hosts.root_ip, worker_hosts=[h.ip for h in hosts.hosts],
                             worker_prefixes=prefixes, start_timeout_s=90) as cluster:
-        script = tmp_path / "app.py"
-        script.write_text(APP)
-        env = {**cluster.env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-               "SPARK_LOCAL_IP": hosts.root_ip}
-        proc = subprocess.run([sys.executable, str(script), cluster.master_url, hosts.root_ip,
-                               ",".join(h.hostname for h in hosts.hosts)], env=env,
-                              capture_output=True, text=True, timeout=150)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        assert lines, proc.stdout[-4000:] + proc.stderr[-4000:] + cluster.log_tail()
-    return json.loads(lines[-1][len("RESULT "):])
+        # the driver runs in the root namespace; cluster.env has PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON =
+        # sys.executable and SPARK_LOCAL_IP = hosts.root_ip
+        result, _ = run_client_script(
+            APP, tmp_path / "app.py", [cluster.master_url, hosts.root_ip, ",".join(h.hostname for h in hosts.hosts)],
+            env=cluster.env, timeout_s=150, context=cluster.log_tail)
+    return result
 
 
 def test_four_ranks_on_two_namespaced_hosts(hosts, tmp_path):

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 
 import pytest
 
+from tests.client_script import run_client_script
 from tests.standalone import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
@@ -51,15 +49,10 @@ def cluster(tmp_path_factory):
 
 
 def _run(cluster, tmp_path, *args: str) -> dict:
-    script = tmp_path / "app.py"
-    script.write_text(APP)
-    env = {**cluster.env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.run([sys.executable, str(script), cluster.master_url, *args], env=env, capture_output=True,
-                          text=True, timeout=300)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    # cluster.env has PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON = sys.executable and SPARK_LOCAL_IP = 127.0.0.1
+    result, _ = run_client_script(APP, tmp_path / "app.py", [cluster.master_url, *args], env=cluster.env,
+                                  timeout_s=300)
+    return result
 
 
 def test_two_ranks_on_two_executors(cluster, tmp_path):

@@ -7,11 +7,10 @@ classic one (the other integration tests' ``local[2]`` session lives in the pyte
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from tests.client_script import run_client_script
 from tests.connect_server import connect_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
@@ -60,12 +59,7 @@ def connect_url(tmp_path_factory):
 
 
 def _client(tmp_path, url: str, mode: str) -> tuple[dict, str]:
-    script = tmp_path / "client.py"
-    script.write_text(CLIENT)
-    proc = subprocess.run([sys.executable, str(script), url, mode], capture_output=True, text=True, timeout=300)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):]), proc.stdout
+    return run_client_script(CLIENT, tmp_path / "client.py", [url, mode], timeout_s=300)
 
 
 def test_np2_over_spark_connect(connect_url, tmp_path):

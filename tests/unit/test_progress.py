@@ -39,9 +39,15 @@ def snapshot(stage_changes: dict, *, group: str = "horovod-abc123", active_on_ex
 
 
 def test_waiting_for_slots():
-    facts = describe(snapshot({"status": "ACTIVE", "numActiveTasks": 1, "submissionTime": "2026-11-30T08:00:00.000GMT"}))
-    assert facts == {"stage-3-0": "barrier stage 3 waiting for 2 task slots: 1/2 tasks running "
+    facts = describe(snapshot({"status": "ACTIVE", "numActiveTasks": 0, "submissionTime": "2026-11-30T08:00:00.000GMT"}))
+    assert facts == {"stage-3-0": "barrier stage 3 waiting for 2 free task slots "
                                   "(submitted 2026-11-30T08:00:00.000GMT)"}
+
+
+def test_some_tasks_started_is_a_stage_starting_not_waiting_for_slots():
+    """Spark grants a barrier stage all its slots at once; a snapshot may still see only some task starts."""
+    facts = describe(snapshot({"status": "ACTIVE", "numActiveTasks": 1}))
+    assert facts == {"stage-3-0": "barrier stage 3 starting: 1/2 tasks launched"}
 
 
 def test_all_ranks_running_names_the_executors():
@@ -90,14 +96,13 @@ class _FakeClient:
 
 def test_watcher_logs_changes_only():
     logged: list[str] = []
-    waiting = snapshot({"status": "ACTIVE", "numActiveTasks": 1})
+    waiting = snapshot({"status": "ACTIVE", "numActiveTasks": 0})
     running = snapshot({"status": "ACTIVE", "numActiveTasks": 2})
     watcher = ProgressWatcher("http://127.0.0.1:4040", "local-1", logged.append)
     client = _FakeClient([waiting, waiting, running, running, running])
     for _ in range(5):
         watcher.poll_once(client)  # type: ignore[arg-type]
     assert logged == [
-        "barrier stage 3 waiting for 2 task slots: 1/2 tasks running (submitted "
-        f"{waiting.stages[0].submission_time})",
+        f"barrier stage 3 waiting for 2 free task slots (submitted {waiting.stages[0].submission_time})",
         "2/2 ranks running on executor driver (127.0.0.1:40000): 2 tasks",
     ]
