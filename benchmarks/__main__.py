@@ -190,7 +190,7 @@ def run_b2(sandbox, cfg: dict, notes: list[str]) -> dict:
     noop_phases: list[dict[str, float]] = []
     counter = iter(range(10**6))
 
-    execute = Series()  # the operator's own span in each run's log: first line of execute() -> XCom pushed
+    execute = Series()  # the operator task's own span in each run's log: task started -> task ended
 
     def operator() -> float:
         seconds, parsed = sandbox.dags_test("bench_b2", f"b2-operator-{next(counter)}")

@@ -123,7 +123,7 @@ MARKS = [  # (phase label, log text that ends it)
     ("XCom push, task end", "[DAG TEST] end task"),
 ]
 OPERATOR_PHASES = ("operator:", "hook:", "spark-submit", "SparkSession", "Horovod job", "XCom push")
-"""The :data:`MARKS` phases that make up the operator's ``execute()``: from its first log line to the XCom push."""
+"""The :data:`MARKS` phases of the operator task itself: Airflow's "Task started" to "[DAG TEST] end task"."""
 NOOP_MARKS = [
     ("CLI start, DAG parse, DB writes, DAG run created", "[DAG TEST] starting task_id="),
     (API_START, "Task started"),

@@ -49,8 +49,8 @@ def _conditions(results: dict) -> list[str]:
         peak = max(x[0] for x in loads)
         lines.append(f"1-minute load average at the start / end of the run: "
                      f"{' / '.join(f'{x[0]:.1f}' for x in loads)} on {meta['cores']} cores"
-                     + (" - the machine was shared with other work and oversubscribed, so absolute times are "
-                        "inflated and noisy; the interleaved ratios are the more meaningful part."
+                     + (" - above the core count (the benchmark's own JVMs, Spark workers and ranks count "
+                        "too), so absolute times are noisy; the interleaved ratios are the more meaningful part."
                         if peak > meta["cores"] else "."))
     for note in results.get("notes", []):
         lines.append(f"Time budget: {note}.")
@@ -163,24 +163,32 @@ def _b2_breakdown(results: dict) -> list[str]:
     fixed = [k for k in noop_phases if k in phases]  # Airflow's steps that both runs share
     ours = [k for k in phases if k.startswith(("operator:", "hook:", "XCom push"))]
     submit = sum(v for k, v in phases.items() if k.startswith(("spark-submit", "SparkSession", "Horovod job")))
+    from benchmarks.airflow_side import API_START
+    from benchmarks.report import B2_TARGET
+
+    largest = max(fixed, key=lambda k: noop_phases[k]) if fixed else None
+    api_note = ("The in-process execution API is the largest part: " if largest == API_START else
+                "The in-process execution API start-up is one part: ")
     lines += [
         f"**Reading.** Airflow's own fixed cost is what the no-op run shows: {_s(noop)} in all, of which "
-        + "; ".join(f"{k}: {_s(noop_phases[k])}" for k in fixed)
-        + ". The in-process execution API is the largest part: `airflow dags test` builds Airflow's task-execution "
+        + "; ".join(f"{k}: {_s(noop_phases[k])}" for k in fixed) + ". "
+        + api_note + "`airflow dags test` builds Airflow's task-execution "
         "API app inside the CLI process and the task runner's first call waits for it (the same start-up happens "
         "for every `airflow dags test`, with or without this provider; a deployed worker talks to an API server "
-        "that is already running). Since both contenders run the same spark-submit job, even an operator costing "
-        f"nothing could not get below (no-op + hand) / hand = {(noop + hand) / hand:.2f}x, so the gross target of "
-        f"<= 1.15x cannot be met by any operator under `airflow dags test` for a job of this size.",
+        "that is already running). Both contenders run the same spark-submit job, so an operator costing nothing "
+        f"would be expected at about (no-op + hand) / hand = {(noop + hand) / hand:.2f}x (an estimate from separate "
+        f"runs, not a strict bound): the gross target of <= {B2_TARGET}x is out of reach of any operator under "
+        "`airflow dags test` for a job of this size.",
         "",
         f"The operator's own steps outside Spark: {'; '.join(f'{k}: {_s(phases[k])}' for k in ours)}. "
         f"spark-submit inside the task took {_s(submit)} from the command to its exit against {_s(hand)} for the "
         f"hand-started one ({submit - hand:+.2f} s; what the operator's run does in addition there: the driver "
         "program verifies the payload's HMAC, writes the result files and lists the artifacts, and the task "
         "process reads spark-submit's output and polls the Spark REST API for progress). "
-        + (f"The operator's whole `execute()`, from its first log line to the XCom push, took "
-           f"{_s(execute.median)} (median of the same runs) against {_s(hand)} for spark-submit by hand: "
-           f"{execute.median / hand:.2f}x. " if execute is not None and execute.median else "")
+        + (f"The operator task's own span, from Airflow's \"Task started\" to \"end task\" in the same runs' logs "
+           f"(templates, payload, spark-submit, result, XComs), took {_s(execute.median)} (median) against "
+           f"{_s(hand)} for spark-submit by hand: {execute.median / hand:.2f}x. "
+           if execute is not None and execute.median else "")
         + f"Subtracting the no-op run instead (operator - no-op = {_s(op - noop)}, {(op - noop) / hand:.2f}x) "
         "gives a noisier estimate of the same quantity: it is the difference of two separate runs' wall times.",
         "",
@@ -226,10 +234,12 @@ def _b4_details(results: dict) -> list[str]:
         if d.get("held_seconds") is not None and d.get("window_seconds") is not None:
             lines += ["", f"With `deferrable=True` a worker runs task code for {_s(d['held_seconds'])} (staging and "
                       f"submitting the payload, then reading the result and pushing XComs); for the "
-                      f"{_s(d['window_seconds'])} the driver runs (Spark start-up, executors, training, shutdown), no worker process is held: the task has "
+                      f"{_s(d['window_seconds'])} the driver runs (Spark start-up, executors, training, shutdown), no "
+                      "worker process is held: the task has "
                       "deferred and only the trigger's coroutine polls the master's REST API. "
-                      f"Processes below the Airflow process meanwhile: {d['max_children']} (no spark-submit, no "
-                      "JVM: submission, status and kill go over REST)."]
+                      f"Processes below the Airflow process meanwhile (largest count seen): {d['max_children']}"
+                      + (" (no spark-submit, no JVM: submission, status and kill go over REST)."
+                         if d["max_children"] == 0 else ".")]
         lines.append("")
     return lines
 
@@ -253,8 +263,9 @@ def _method(cfg: dict) -> list[str]:
         "`spark-submit --master local[2]` of a small script doing SparkSession + `HorovodRunner(np=2).run` with "
         "the same Spark properties the operator sets. Throwaway AIRFLOW_HOME (SQLite, migrated once), "
         "`AIRFLOW__CORE__LOAD_EXAMPLES=False`. A no-op `@task` through the same `airflow dags test` measures "
-        "Airflow's fixed cost; the net row is the operator's own `execute()` span (its first log line to the "
-        "XCom push, from the same runs' logs) against the hand-started spark-submit.",
+        "Airflow's fixed cost; the net row is the operator task's own span (Airflow's \"Task started\" to \"end "
+        "task\" log lines of the same runs: templates, payload, spark-submit, result, XComs) against the "
+        "hand-started spark-submit.",
         f"- B3 (up to {cfg['b3_reps']} rounds, within a time budget; "
         "the Samples column shows those run): the example DAG's `build_model()` MLP on its `load_digits` split, batch "
         f"size {cfg['batch_size']} per rank, SGD + `hvd.DistributedOptimizer`, one torch thread per rank; "

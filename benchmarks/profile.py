@@ -19,7 +19,7 @@ PHASES = [
     ("imports inside the function", "torch / horovod.torch / torch.distributed imports still to do"),
     ("hvd.init() / init_process_group()", "rendezvous (0 when already done before the function)"),
     ("one allreduce", "the job's only collective"),
-    ("function return -> value at the caller", "result write/transfer, rank exit, final barrier, collect"),
+    ("function return -> value at the caller", "result write/transfer, rank exit, done reports to task 0, collect"),
 ]
 
 

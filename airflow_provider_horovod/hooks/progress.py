@@ -53,7 +53,12 @@ def describe(snapshot: Snapshot) -> dict[str, str]:
             continue
         topic = f"stage-{stage.stage_id}-{stage.attempt_id}"
         n = stage.num_tasks
-        if stage.status == "ACTIVE" and stage.num_completed_tasks > 0:
+        lost = stage.num_failed_tasks + stage.num_killed_tasks
+        if stage.status == "ACTIVE" and lost:
+            # one failed task aborts a barrier stage: the others are being killed, not starting or waiting
+            facts[topic] = (f"barrier stage {stage.stage_id}: {stage.num_failed_tasks} task(s) failed, "
+                            f"{stage.num_killed_tasks} killed; Spark is aborting the stage")
+        elif stage.status == "ACTIVE" and stage.num_completed_tasks > 0:
             # ranks finish one by one at the end: that is not a stage waiting for slots
             facts[topic] = (f"barrier stage {stage.stage_id}: {stage.num_completed_tasks}/{n} ranks finished, "
                             f"{stage.num_active_tasks} still running")

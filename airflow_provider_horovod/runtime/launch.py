@@ -312,10 +312,15 @@ class RanksDone:
             self._ranks.add(rank)
             self._cond.notify_all()
 
-    def wait_for(self, count: int, timeout_s: float | None = None) -> bool:
-        """Block until ``count`` ranks have reported; ``False`` if ``timeout_s`` (seconds) ran out first."""
+    def wait_for(self, ranks: Iterable[int], timeout_s: float | None = None) -> bool:
+        """
+        Block until every rank in ``ranks`` has reported (other keys do not count); ``False`` if ``timeout_s``
+        (seconds) ran out first. Without a timeout it waits like Spark's ``barrier()`` does: a failing task aborts
+        the stage, and Spark then kills this task.
+        """
+        expected = {str(r) for r in ranks}
         with self._cond:
-            return self._cond.wait_for(lambda: len(self._ranks) >= count, timeout=timeout_s)
+            return self._cond.wait_for(lambda: expected <= self._ranks, timeout=timeout_s)
 
 
 def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = ()):  # -> (RendezvousServer, port)
@@ -348,9 +353,11 @@ def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = ()):  # -> (Rende
         def do_PUT(self) -> None:
             if not self._refused():
                 super().do_PUT()
-                parts = self.path.split("/")
-                if len(parts) == 3 and parts[1] == DONE_SCOPE:
-                    done.mark(parts[2])
+
+        def _put_value(self, scope: str, key: str, value: bytes) -> None:
+            super()._put_value(scope, key, value)
+            if scope == DONE_SCOPE:  # recorded before the reply, so a 200 means counted
+                done.mark(key)
 
         def do_DELETE(self) -> None:
             if not self._refused():
@@ -385,7 +392,8 @@ def _report_done(addr: str, port: int, rank: int, timeout_s: float = 30.0) -> No
             last = err
         finally:
             conn.close()
-        time.sleep(0.2 * (attempt + 1))  # back-off before the next attempt
+        if attempt + 1 < DONE_REPORT_ATTEMPTS:
+            time.sleep(0.2 * (attempt + 1))  # back-off before the next attempt
     raise LaunchError(f"rank {rank} finished but could not tell the rendezvous store at {addr}:{port} "
                       f"({DONE_REPORT_ATTEMPTS} attempts, last: {last}); failing the stage so task 0 does not wait")
 
@@ -610,7 +618,7 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
                 client.close()
             shutil.rmtree(workdir, ignore_errors=True)
         if server is not None:  # task 0: the store must outlive every rank
-            server.ranks_done.wait_for(spec.np - 1)
+            server.ranks_done.wait_for(s.rank for s in plan if s.rank != slot.rank)
         else:
             _report_done(rendezvous_addr, port, slot.rank)
         if result is not None:

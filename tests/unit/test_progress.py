@@ -60,6 +60,11 @@ def test_ranks_finishing_one_by_one_is_not_waiting_for_slots():
     assert facts == {"stage-3-0": "barrier stage 3: 1/2 ranks finished, 1 still running"}
 
 
+def test_a_failed_task_in_an_active_stage_is_an_abort_not_a_start():
+    facts = describe(snapshot({"status": "ACTIVE", "numActiveTasks": 1, "numFailedTasks": 1}))
+    assert facts == {"stage-3-0": "barrier stage 3: 1 task(s) failed, 0 killed; Spark is aborting the stage"}
+
+
 def test_failed_attempt_gives_the_first_line_of_the_reason():
     facts = describe(snapshot({"status": "FAILED", "numActiveTasks": 0,
                                 "failureReason": "Could not recover from a failed barrier ResultStage.\nat ..."}))
