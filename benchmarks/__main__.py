@@ -92,7 +92,7 @@ def section(results: dict, key: str, fn: Callable[[], object]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the selected benchmarks, print the table and write the page."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions and a 15 s B4 run (~3-5 min)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter B4 runs (~5-8 min)")
     parser.add_argument("--only", default="b1,b2,b3,b4", help="comma-separated subset, e.g. b1,b3")
     parser.add_argument("--no-write", action="store_true", help="print the table only; write no files")
     parser.add_argument("--from-results", metavar="PICKLE", help="rewrite the page from a saved run; measure nothing")

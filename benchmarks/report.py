@@ -15,7 +15,7 @@ from pathlib import Path
 
 B1_TARGET, B2_TARGET, B3_TARGET = 0.5, 1.15, 0.98
 RERUN = ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores)\n" \
-        ".venv/bin/python -m benchmarks --quick    # ~3-5 min, fewer repetitions, 15 s B4 run"
+        ".venv/bin/python -m benchmarks --quick    # ~5-8 min, fewer repetitions, shorter B4 runs"
 
 
 def load_average() -> list[float] | None:
