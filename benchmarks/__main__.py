@@ -104,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.from_results, "rb") as f:
             results = pickle.load(f)
         print(report.console_table(results))
-        md_path, png_note = report.write(results, Path(args.out))
-        log(f"wrote {md_path}; chart: {png_note}")
+        if not args.no_write:
+            md_path, png_note = report.write(results, Path(args.out))
+            log(f"wrote {md_path}; chart: {png_note}")
         return 0
     cfg = QUICK if args.quick else FULL
     only = {s.strip().lower() for s in args.only.split(",")}

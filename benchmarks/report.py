@@ -82,8 +82,12 @@ def rows(results: dict) -> list[dict]:
     """Table rows: benchmark, contender, median, samples, ratio, target, verdict."""
     out: list[dict] = []
 
+    few = results.get("config", {}).get("min_reps", 2) < 2  # --quick: one round may be all there is
+
     def add(bench: str, contender: str, value: str, samples: str = "", ratio: str = "", target: str = "",
             verdict: str = "") -> None:
+        if few and verdict in ("met", "missed"):
+            verdict += " (quick run: indicative)"
         out.append({"bench": bench, "contender": contender, "median": value, "samples": samples, "ratio": ratio,
                     "target": target, "verdict": verdict})
 
