@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -34,6 +35,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 import httpx
 import psutil
@@ -84,6 +86,15 @@ class StandaloneCluster:
     @property
     def log_dir(self) -> Path:
         return self.work_dir / "logs"
+
+    def airflow_connection(self, deploy_mode: str = "cluster") -> str:
+        """
+        This cluster as an Airflow ``spark`` connection (the JSON form of ``AIRFLOW_CONN_<ID>``): the master, its
+        REST submission port and web UI port, and ``deploy_mode``.
+        """
+        master, rest, ui = (urlparse(u) for u in (self.master_url, self.rest_url, self.web_ui_url))
+        return json.dumps({"conn_type": "spark", "host": f"spark://{master.hostname}", "port": master.port,
+                           "extra": {"deploy-mode": deploy_mode, "rest-port": rest.port, "ui-port": ui.port}})
 
     def master_json(self, timeout_s: float = 5.0) -> dict:
         """The master's ``/json/`` page, decoded (raw httpx: the fixture does not depend on the client under test)."""

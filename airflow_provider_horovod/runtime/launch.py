@@ -376,6 +376,9 @@ def _report_done(addr: str, port: int, rank: int, timeout_s: float = 30.0) -> No
 
     :raises LaunchError: the store did not accept it after :data:`DONE_REPORT_ATTEMPTS` attempts (the stage then
         fails instead of leaving task 0 waiting).
+
+    Not Horovod's ``http_client.put_data_into_kvstore``: it sets no timeout, so a stuck connection would hang
+    this task, and task 0 with it.
     """
     import http.client
 

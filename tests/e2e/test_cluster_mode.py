@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import time
 from pathlib import Path
-from urllib.parse import urlparse
 
 import psutil
 import pytest
@@ -22,13 +20,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 def cluster_env(cluster, tmp_path) -> dict[str, str]:
-    master = urlparse(cluster.master_url)
-    rest, ui = urlparse(cluster.rest_url), urlparse(cluster.web_ui_url)
     return {
-        "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps({
-            "conn_type": "spark", "host": f"spark://{master.hostname}", "port": master.port,
-            "extra": {"deploy-mode": "cluster", "rest-port": rest.port, "ui-port": ui.port},
-        }),
+        "AIRFLOW_CONN_SPARK_CLUSTER": cluster.airflow_connection(),
         "AIRFLOW__HOROVOD__ARTIFACT_ROOT": str(tmp_path / "artifacts"),  # the "shared filesystem"
     }
 
