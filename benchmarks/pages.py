@@ -84,7 +84,10 @@ def _b1_breakdown(results: dict) -> list[str]:
         cells = [launchers[n].get("error", "") if "error" in launchers[n] else _s(launchers[n].get(phase))
                  for n in names]
         lines.append(f"| {phase} | {what} | " + " | ".join(cells) + " |")
-    lines += ["", "Reference costs measured alone in the same run:", "", "| Cost | Seconds |", "|---|---|"]
+    lines += ["", "Reference costs measured alone in the same run (with Spark's Python workers warm, unlike the "
+              "floor row of the table above, which runs in the rotation right after the other launchers: that "
+              "is the likely reason the same empty barrier job times differently there):", "",
+              "| Cost | Seconds |", "|---|---|"]
     lines += [f"| {k} | {_s(v) if isinstance(v, float) else v} |" for k, v in prof["reference"].items()]
     lines.append("")
     lines += _b1_reading(launchers.get("ours", {}), prof["reference"])
@@ -111,8 +114,9 @@ def _b1_reading(ours: dict, ref: dict) -> list[str]:
                 f"barrier tasks (an empty barrier job alone: {_s(barrier)}), task-side imports (runtime "
                 f"{_s(task_imports)}, rendezvous server {_s(rdv)} when fresh), starting the rendezvous server, "
                 "the `allGather` that shares its port (a Spark barrier sync: every task but the last to arrive "
-                "gets its answer about one second later, at the JVM's next check), writing the payload and "
-                "spawning the rank.")
+                "gets its answer about one second later, at the JVM's next check; the probe times rank 0's "
+                "process, so when task 0 arrives last that second falls on the other rank and shows up in the "
+                "next phase, as rank 0 waiting for it in `hvd.init()`), writing the payload and spawning the rank.")
     text.append(f"{_s(start)} ({_pct(start, ours)}) go from process creation to the function: two fresh "
                 f"interpreters importing torch + horovod.torch at once take {_s(two)} measured alone, so imports are "
                 + ("about all of it and unpickling + `hvd.init()` (Gloo rendezvous) are small."
@@ -270,7 +274,10 @@ def _method(cfg: dict) -> list[str]:
         "the Samples column shows those run): the example DAG's `build_model()` MLP on its `load_digits` split, batch "
         f"size {cfg['batch_size']} per rank, SGD + `hvd.DistributedOptimizer`, one torch thread per rank; "
         f"{cfg['b3_warmup']} warm-up steps, then {cfg['b3_steps']} steps timed inside the training function "
-        "(between two allreduces); global samples/s = steps x batch x ranks / seconds. Launch time is excluded.",
+        "(between two allreduces); global samples/s = steps x batch x ranks / seconds. Launch time is excluded. "
+        "np=2 is slower than np=1 here: a small MLP on 2 cores shared with Spark, where each step's gradient "
+        "allreduce costs more than the compute it splits; B3 compares launchers at equal np (the training loop "
+        "is the same function under both), not scaling.",
         f"- B4: peak RSS while `airflow dags test` trains the example model for ~{cfg['b4_seconds']:.0f} s "
         "through the operator (client mode, sync); then, on a standalone cluster in cluster deploy mode, the "
         f"seconds a worker is held during a ~{cfg.get('b4_cluster_seconds', 0):.0f} s training run, sync vs "
