@@ -16,6 +16,16 @@ import re
 import signal
 from typing import Any
 
+START_TIMEOUT = "airflow_provider_horovod.StartTimeout"
+"""``exc_type`` of a rank stopped because it was still loading the function when ``start_timeout_s`` ran out."""
+WAITING_FOR_PEERS = "airflow_provider_horovod.WaitingForPeers"
+"""``exc_type`` of a rank stopped while waiting in ``hvd.init()`` for the others when ``start_timeout_s`` ran out."""
+TRAINING_TIMEOUT = "airflow_provider_horovod.TrainingTimeout"
+"""``exc_type`` of a rank stopped because it was still running when ``training_timeout_s`` ran out."""
+LOAD_ERROR = "airflow_provider_horovod.LoadError"
+"""``exc_type`` of a rank that could not load (unpickle) the training function; the message is the cause."""
+TIMEOUTS = (START_TIMEOUT, WAITING_FOR_PEERS, TRAINING_TIMEOUT)
+
 _MARK_START = "<<horovod-rank-failure:"
 _MARK_END = ":horovod-rank-failure>>"
 _MARK_RE = re.compile(re.escape(_MARK_START) + r"([A-Za-z0-9+/=]+)" + re.escape(_MARK_END))
@@ -81,7 +91,8 @@ class RankFailedError(HorovodRuntimeError):
         Horovod shuts every rank down when one fails (``HorovodInternalError: Horovod has been shut down``);
         such a rank is a bystander, not the root cause. (Ranks the launcher itself stops are never reported.)
         """
-        return bool(self.exc_type and self.exc_type.endswith(("HorovodInternalError", ".WaitingForPeers")))
+        return bool(self.exc_type and (self.exc_type.endswith("HorovodInternalError")
+                                       or self.exc_type == WAITING_FOR_PEERS))
 
     @property
     def exit_reason(self) -> str:
@@ -96,14 +107,27 @@ class RankFailedError(HorovodRuntimeError):
             return f"killed by signal {name}"
         return f"exit code {self.exit_code}"
 
-    def _format(self) -> str:
+    def headline(self) -> str:
+        """The first line of the message: which rank, where, and what actually happened to it."""
         where = f" on {self.host}" if self.host else ""
-        if (self.exc_type or "").startswith("airflow_provider_horovod."):  # a timeout the launcher enforced
-            head = f"Horovod rank {self.rank}{where} timed out and was stopped: {self.exc_message}"
-        else:
-            head = f"Horovod rank {self.rank}{where} failed ({self.exit_reason})"
-            if self.exc_type:
-                head += f": {self.exc_type}: {self.exc_message}"
+        if self.exc_type in TIMEOUTS:  # a limit the launcher enforced
+            return f"Horovod rank {self.rank}{where} timed out and was stopped: {self.exc_message}"
+        if self.exc_type == LOAD_ERROR:
+            return (f"Horovod rank {self.rank}{where} could not load the training function ({self.exit_reason}): "
+                    f"{self.exc_message}{_module_hint(self.exc_message)}")
+        head = f"Horovod rank {self.rank}{where} failed ({self.exit_reason})"
+        if self.exc_type == "SystemExit":
+            return f"{head}: {self.exc_message}"
+        if self.exc_type:
+            hint = _module_hint(self.exc_message) if self.exc_type == "ModuleNotFoundError" else ""
+            return f"{head}: {self.exc_type}: {self.exc_message}{hint}"
+        if self.exit_code is not None and self.exit_code > 0:
+            return (f"{head}: the process ended without a Python exception from the training function "
+                    "(os._exit() or a crash in native code)")
+        return head
+
+    def _format(self) -> str:
+        head = self.headline()
         parts = [head]
         if self.traceback:
             parts.append(f"Traceback of rank {self.rank}:\n{self.traceback.rstrip()}")
@@ -154,6 +178,16 @@ class RankFailedError(HorovodRuntimeError):
         return cls.from_dict(json.loads(base64.b64decode(match.group(1))))
 
 
+def _module_hint(message: str | None) -> str:
+    """For a missing module: where it is missing and the usual ways to get it there."""
+    match = re.search(r"No module named '([^']+)'", message or "")
+    if match is None:
+        return ""
+    return (f". The module {match.group(1)!r} is importable where the DAG was parsed but not by this rank's Python: "
+            "install it on the executors, ship it with spark_submit_kwargs={'py_files': ...} (or spark.submit.pyFiles), "
+            "or define what the function needs in the DAG file so it travels with the function")
+
+
 def root_cause(failures: list[RankFailedError]) -> RankFailedError:
     """
     Pick the failure to report among several ranks' failures.
@@ -168,7 +202,7 @@ def root_cause(failures: list[RankFailedError]) -> RankFailedError:
         raise ValueError("no failures to choose from")
     chosen = min(failures, key=lambda f: (f.is_secondary, f.failed_at if f.failed_at is not None else float("inf"),
                                           f.rank))
-    never_joined = sorted({f.rank for f in failures if (f.exc_type or "").endswith(".StartTimeout")})
+    never_joined = sorted({f.rank for f in failures if f.exc_type == START_TIMEOUT})
     if never_joined:
         chosen.args = (f"{chosen.args[0]}\nRanks that never reached hvd.init(): {never_joined}",)
     return chosen

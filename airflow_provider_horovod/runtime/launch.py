@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 
 from airflow_provider_horovod.runtime import protocol
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
-from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
+from airflow_provider_horovod.runtime.errors import (
+    START_TIMEOUT,
+    TRAINING_TIMEOUT,
+    WAITING_FOR_PEERS,
+    LaunchError,
+    RankFailedError,
+    root_cause,
+)
 from airflow_provider_horovod.runtime.gpus import (
     CUDA_VISIBLE_DEVICES,
     DEFAULT_GPU_VISIBILITY,
@@ -126,9 +133,13 @@ class RankProcess:
         self._reader: threading.Thread | None = None
         self._progress_reader: threading.Thread | None = None
         self._started_at = 0.0
-        self._start_phase_over = threading.Event()
+        self._changed = threading.Condition()
+        self._init_entered_at: float | None = None
+        self._exited = False
         self.phase = "starting"
-        """``starting`` -> ``loaded`` (function unpickled) -> ``ready`` (``hvd.init()`` done)."""
+        """``starting`` -> ``running`` (function loaded and called) -> ``init`` (inside ``hvd.init()``) ->
+        ``ready`` (``hvd.init()`` returned); ``init``/``ready`` repeat for every ``hvd.init()``."""
+        self.ever_initialized = False
         self.exited_at: float | None = None
 
     @property
@@ -184,20 +195,30 @@ class RankProcess:
         self._progress_reader = threading.Thread(target=self._follow_progress, args=(progress_read,),
                                                  name=f"rank-{self.slot.rank}-progress", daemon=True)
         self._progress_reader.start()
+        threading.Thread(target=self._watch_exit, name=f"rank-{self.slot.rank}-exit", daemon=True).start()
 
     def _follow_progress(self, fd: int) -> None:
+        phases = {protocol.PROGRESS_LOADED: "running", protocol.PROGRESS_INIT: "init", protocol.PROGRESS_READY: "ready"}
         try:
             while milestone := os.read(fd, 1):
-                if milestone == protocol.PROGRESS_LOADED:
-                    self.phase = "loaded"
-                elif milestone == protocol.PROGRESS_READY:
-                    self.phase = "ready"
-                    break
+                with self._changed:
+                    self.phase = phases.get(milestone, self.phase)
+                    if milestone == protocol.PROGRESS_INIT:
+                        self._init_entered_at = time.monotonic()
+                    elif milestone == protocol.PROGRESS_READY:
+                        self.ever_initialized = True
+                    self._changed.notify_all()
         except OSError:
             pass
         finally:
             os.close(fd)
-            self._start_phase_over.set()  # ready, or the process is gone (EOF)
+
+    def _watch_exit(self) -> None:
+        assert self._proc is not None
+        self._proc.wait()
+        with self._changed:
+            self._exited = True
+            self._changed.notify_all()
 
     def _pump(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
@@ -214,47 +235,63 @@ class RankProcess:
         self._reader.join()
         return code
 
+    def _deadline(self) -> tuple[float, str] | None:
+        """The next limit this rank can run into, as ``(monotonic time, which)``; call with ``_changed`` held."""
+        spec = self._spec
+        limits: list[tuple[float, str]] = []
+        if spec.start_timeout_s is not None:
+            if self.phase == "starting":
+                limits.append((self._started_at + spec.start_timeout_s, "start"))
+            elif self.phase == "init" and self._init_entered_at is not None:
+                # Waiting in hvd.init() means another rank is late: give that rank FAILURE_GRACE_S to be reported
+                # first, as the one that never joined.
+                limits.append((self._init_entered_at + spec.start_timeout_s + FAILURE_GRACE_S, "init"))
+        if spec.training_timeout_s is not None:
+            limits.append((self._started_at + spec.training_timeout_s, "training"))
+        return min(limits) if limits else None
+
     def run_to_end(self, host: str | None = None) -> RankFailedError | None:
         """
         Wait for the rank within the job's timeouts; return its failure, or ``None`` on success.
 
-        A rank that misses ``start_timeout_s`` or ``training_timeout_s`` is killed (with its process group)
-        and reported as failed with the phase it was stuck in.
+        ``start_timeout_s`` bounds loading the function (process start until it is called) and every
+        ``hvd.init()`` (the rendezvous with the other ranks); the function's own work before ``hvd.init()`` is
+        not counted. ``training_timeout_s`` bounds the whole run. A rank that misses one is killed (with its
+        process group) and reported as failed with what it was doing.
         """
         assert self._proc is not None
-        spec = self._spec
-        if spec.start_timeout_s is not None:
-            self._start_phase_over.wait(spec.start_timeout_s)
-            if self.phase == "loaded":
-                # Waiting in hvd.init() means another rank is late: give that rank the time to be reported
-                # first, as the one that never joined.
-                self._start_phase_over.wait(FAILURE_GRACE_S)
-            if self.phase != "ready" and self._proc.poll() is None:
-                return self._timed_out("start", spec.start_timeout_s, host)
-        remaining = None
-        if spec.training_timeout_s is not None:
-            remaining = max(0.0, spec.training_timeout_s - (time.monotonic() - self._started_at))
-        try:
-            self._proc.wait(timeout=remaining)
-        except subprocess.TimeoutExpired:
-            return self._timed_out("training", spec.training_timeout_s, host)
+        with self._changed:
+            while not self._exited:
+                deadline = self._deadline()
+                if deadline is None:
+                    self._changed.wait()
+                    continue
+                remaining = deadline[0] - time.monotonic()
+                if remaining <= 0:
+                    phase = self.phase
+                    break
+                self._changed.wait(remaining)
+            else:
+                deadline = None
+        if deadline is not None:
+            return self._timed_out(deadline[1], phase, host)
         return None if self.wait() == 0 else self.failure(host=host)
 
-    def _timed_out(self, which: str, limit: float | None, host: str | None) -> RankFailedError:
-        phase = self.phase
+    def _timed_out(self, which: str, phase: str, host: str | None) -> RankFailedError:
         self.kill()
         self.wait()
-        rank = self.slot.rank
+        rank, spec = self.slot.rank, self._spec
         if which == "training":
-            kind, message = "TrainingTimeout", f"rank {rank} was still running when training_timeout_s={limit} ran out"
-        elif phase == "starting":
-            kind, message = "StartTimeout", (f"rank {rank} never reached hvd.init() within start_timeout_s={limit}: it "
-                                             "was still loading the training function (unpickling, imports)")
+            kind, message = TRAINING_TIMEOUT, (f"rank {rank} was still running when training_timeout_s="
+                                               f"{spec.training_timeout_s} ran out")
+        elif which == "start":
+            kind, message = START_TIMEOUT, (f"rank {rank} never reached hvd.init() within start_timeout_s="
+                                            f"{spec.start_timeout_s}: it was still loading the training function "
+                                            "(unpickling, imports)")
         else:
-            kind, message = "WaitingForPeers", (f"rank {rank} was waiting in hvd.init() for the other ranks when "
-                                                f"start_timeout_s={limit} ran out")
-        return RankFailedError(rank=rank, exit_code=self.returncode, host=host,
-                               exc_type=f"airflow_provider_horovod.{kind}", exc_message=message,
+            kind, message = WAITING_FOR_PEERS, (f"rank {rank} was waiting in hvd.init() for the other ranks when "
+                                                f"start_timeout_s={spec.start_timeout_s} ran out")
+        return RankFailedError(rank=rank, exit_code=self.returncode, host=host, exc_type=kind, exc_message=message,
                                output_tail=list(self.tail), failed_at=time.time())
 
     def failure(self, host: str | None = None) -> RankFailedError:
@@ -271,11 +308,17 @@ class RankProcess:
                                failed_at=details.get("failed_at", self.exited_at))
 
     def result(self) -> bytes | None:
-        """Rank 0's cloudpickled return value, or ``None`` for other ranks."""
+        """
+        Rank 0's cloudpickled return value; ``None`` for other ranks, and for a rank 0 that exited with status 0
+        without returning (``os._exit(0)``), which ``horovodrun`` also counts as success.
+        """
         if self.slot.rank != 0:
             return None
-        with open(self.result_path, "rb") as f:
-            return f.read()
+        try:
+            with open(self.result_path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
 
     def kill(self) -> None:
         """Kill the rank's whole process group (no-op when nothing is left) and drop the lifeline."""

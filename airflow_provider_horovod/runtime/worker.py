@@ -10,6 +10,14 @@ before CUDA starts) and its own process group. Everything it needs comes through
 - ``HOROVOD_AIRFLOW_LIFELINE_FD``: the read end of a pipe whose write end the launcher holds. When the
   launcher dies (task killed, stage aborted, executor lost) the pipe reaches EOF and this process kills its
   whole process group, so no training process outlives its Spark task.
+
+The function initialises Horovod itself, exactly as under ``horovodrun``: whatever it passes to ``hvd.init``
+(process sets, ``comm``), and ``hvd.shutdown()`` followed by ``hvd.init()`` again, reach Horovod unchanged. The
+worker only wraps ``HorovodBasics.init`` (shared by ``horovod.torch``, ``horovod.tensorflow`` and
+``horovod.keras``) to report when a rank enters and leaves ``hvd.init()`` (the launcher's ``start_timeout_s``
+clock) and to check that Horovod sees all ``np`` ranks. The function ends as a ``horovodrun`` process does:
+returning, or ``sys.exit(0)`` / ``sys.exit()``, is success (rank 0's value, ``None`` for an exit); a non-zero
+``sys.exit`` status, an exception, or ``KeyboardInterrupt`` is a failure reported with its exit status.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
+from airflow_provider_horovod.runtime.errors import LOAD_ERROR
 from airflow_provider_horovod.runtime.protocol import (
     ENV_CHECK_SIZE,
     ENV_ERROR,
@@ -30,10 +40,10 @@ from airflow_provider_horovod.runtime.protocol import (
     ENV_PAYLOAD,
     ENV_PROGRESS,
     ENV_RESULT,
+    PROGRESS_INIT,
     PROGRESS_LOADED,
     PROGRESS_READY,
 )
-
 
 def _hold_lifeline(fd: int) -> None:
     try:
@@ -45,38 +55,57 @@ def _hold_lifeline(fd: int) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-def _check_horovod_world(expected_size: int) -> None:
-    """Initialize Horovod and check it sees all ``expected_size`` ranks (not each process alone)."""
-    try:
-        import horovod.torch as hvd
-    except ImportError as err:
-        raise ImportError(f"horovod.torch cannot be imported by {sys.executable}: {err}. Install Horovod built "
-                          "with PyTorch and Gloo on every executor.") from err
-    hvd.init()
-    if hvd.size() != expected_size:
-        raise RuntimeError(
-            f"Horovod initialized with size {hvd.size()} but the job has np={expected_size}: the rank environment "
-            "(HOROVOD_RANK/SIZE/...) did not reach this process, so it would train alone."
-        )
-
-
 class _Progress:
-    """Start-up milestones for the launcher, which enforces ``start_timeout_s`` with them."""
+    """Milestones for the launcher, which enforces ``start_timeout_s`` with them (one byte each)."""
 
     def __init__(self) -> None:
         fd = os.environ.get(ENV_PROGRESS)
         self._fd = int(fd) if fd else None
+        if self._fd is not None:
+            os.set_inheritable(self._fd, False)  # not into the function's own subprocesses
 
-    def report(self, milestone: bytes, *, last: bool = False) -> None:
+    def report(self, milestone: bytes) -> None:
         if self._fd is None:
             return
         try:
             os.write(self._fd, milestone)
         except OSError:
             pass
-        if last:
-            os.close(self._fd)
-            self._fd = None
+
+
+def guard_init(expected_size: int | None, progress: _Progress) -> None:
+    """
+    Wrap ``horovod.common.basics.HorovodBasics.init`` so every ``hvd.init(...)`` the function makes reports its
+    start and end to the launcher and, when it asks for the whole world (no ``comm`` subset), checks that Horovod
+    sees ``expected_size`` ranks. Arguments are passed through untouched. Without Horovod importable, nothing is
+    wrapped (the function's own ``import horovod...`` then fails with its usual error).
+
+    :param expected_size: the job's ``np``; ``None`` skips the size check.
+    :param progress: where milestones go.
+    """
+    try:
+        from horovod.common.basics import HorovodBasics
+    except ImportError:
+        return
+    original = HorovodBasics.init
+    if getattr(original, "__wrapped_by_airflow_provider_horovod__", False):
+        return
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> Any:
+        progress.report(PROGRESS_INIT)
+        value = original(self, *args, **kwargs)
+        comm = args[0] if args else kwargs.get("comm")
+        if expected_size is not None and not comm and self.size() != expected_size:
+            raise RuntimeError(
+                f"Horovod initialized with size {self.size()} but the job has np={expected_size}: the rank "
+                "environment (HOROVOD_RANK/SIZE/...) did not reach this process, so it would train alone."
+            )
+        progress.report(PROGRESS_READY)
+        return value
+
+    init.__wrapped_by_airflow_provider_horovod__ = True  # type: ignore[attr-defined]
+    init.__doc__ = original.__doc__
+    HorovodBasics.init = init
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -86,42 +115,77 @@ def _write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _error(exc_type: str, message: str, tb: str) -> bytes:
+    return json.dumps({"exc_type": exc_type, "exc_message": message, "traceback": tb,
+                       "failed_at": time.time()}).encode()
+
+
+def _qualname(err: BaseException) -> str:
+    return f"{type(err).__module__}.{type(err).__qualname__}".removeprefix("builtins.")
+
+
+def _exit_status(code: object) -> int:
+    """The process exit status ``sys.exit(code)`` gives: ``None`` 0, an int itself, anything else 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF if code >= 0 else 1
+    return 1
+
+
 def main() -> int:
     """Run the payload's function as this rank; return the process exit status."""
     lifeline = os.environ.get(ENV_LIFELINE)
     if lifeline is not None:
         threading.Thread(target=_hold_lifeline, args=(int(lifeline),), name="lifeline", daemon=True).start()
     rank = int(os.environ.get("HOROVOD_RANK", "0"))
+    error_path = os.environ[ENV_ERROR]
     progress = _Progress()
+    check_size = os.environ.get(ENV_CHECK_SIZE)
+    guard_init(int(check_size) if check_size else None, progress)
+    import cloudpickle
+
+    from airflow_provider_horovod.runtime.payload import loads_payload
+
     try:
-        import cloudpickle
-
-        from airflow_provider_horovod.runtime.payload import loads_payload
-
         fn, args, kwargs = loads_payload(Path(os.environ[ENV_PAYLOAD]).read_bytes())
-        progress.report(PROGRESS_LOADED)
-        check_size = os.environ.get(ENV_CHECK_SIZE)
-        if check_size:
-            _check_horovod_world(int(check_size))
-        progress.report(PROGRESS_READY, last=True)
-        value = fn(*args, **kwargs)
-        if rank == 0:
-            try:
-                data = cloudpickle.dumps(value)
-            except Exception as err:
-                raise TypeError(f"rank 0's return value ({type(value).__name__}) cannot be pickled: {err}. "
-                                "Return paths, metrics or other plain values.") from err
-            _write_atomic(os.environ[ENV_RESULT], data)
     except Exception as err:
         tb = traceback.format_exc()
         sys.stderr.write(tb)
-        sys.stderr.flush()
-        error = {"exc_type": f"{type(err).__module__}.{type(err).__qualname__}".removeprefix("builtins."),
-                 "exc_message": str(err), "traceback": tb, "failed_at": time.time()}
-        _write_atomic(os.environ[ENV_ERROR], json.dumps(error).encode())
+        cause = err.__cause__
+        message = str(err) if cause is None else f"{_qualname(cause)}: {cause} (Python {sys.executable})"
+        _write_atomic(error_path, _error(LOAD_ERROR, message, tb))
+        return 1
+    progress.report(PROGRESS_LOADED)
+    value = None
+    try:
+        value = fn(*args, **kwargs)
+    except SystemExit as exit_:
+        status = _exit_status(exit_.code)
+        if status != 0:
+            tb = traceback.format_exc()
+            sys.stderr.write(tb)
+            _write_atomic(error_path, _error("SystemExit", f"the training function called sys.exit({exit_.code!r})",
+                                             tb))
+            return status
+    except BaseException as err:  # noqa: BLE001 - KeyboardInterrupt too: every failure is reported
+        tb = traceback.format_exc()
+        sys.stderr.write(tb)
+        _write_atomic(error_path, _error(_qualname(err), str(err), tb))
         return 1
     finally:
         sys.stdout.flush()
+        sys.stderr.flush()
+    if rank == 0:
+        try:
+            data = cloudpickle.dumps(value)
+        except Exception as err:
+            tb = traceback.format_exc()
+            message = (f"rank 0's return value ({type(value).__name__}) cannot be pickled: {err}. "
+                       "Return paths, metrics or other plain values.")
+            _write_atomic(error_path, _error("TypeError", message, tb))
+            return 1
+        _write_atomic(os.environ[ENV_RESULT], data)
     return 0
 
 

@@ -43,3 +43,30 @@ def test_root_cause_prefers_the_real_exception_over_bystanders():
     assert root_cause([bystander, killed]) is killed  # a rank killed by a signal is a primary failure
     earlier = RankFailedError(rank=3, exit_code=1, exc_type="KeyError", exc_message="x", failed_at=99.0)
     assert root_cause([real, earlier]) is earlier
+
+
+def test_only_limits_the_launcher_enforced_read_as_timeouts():
+    """A runtime error (a payload that cannot be loaded) is not a timeout: the head says what happened."""
+    from airflow_provider_horovod.runtime.errors import LOAD_ERROR, START_TIMEOUT
+
+    load = RankFailedError(rank=1, exit_code=1, exc_type=LOAD_ERROR, host="10.0.0.2",
+                           exc_message="ModuleNotFoundError: No module named 'mylib' (Python /opt/py/bin/python)")
+    head = str(load).splitlines()[0]
+    assert head.startswith("Horovod rank 1 on 10.0.0.2 could not load the training function (exit code 1): "
+                           "ModuleNotFoundError: No module named 'mylib'")
+    assert "'mylib' is importable where the DAG was parsed but not by this rank's Python" in head
+    assert "timed out" not in head
+    payload = RankFailedError(rank=0, exit_code=1, exc_type="airflow_provider_horovod.runtime.errors.PayloadError",
+                              exc_message="payload digest mismatch")
+    assert "timed out" not in str(payload) and "PayloadError: payload digest mismatch" in str(payload)
+    timeout = RankFailedError(rank=1, exit_code=-9, exc_type=START_TIMEOUT, exc_message="rank 1 never reached ...")
+    assert str(timeout).startswith("Horovod rank 1 timed out and was stopped: rank 1 never reached")
+
+
+def test_exit_without_exception_and_sys_exit_heads():
+    crashed = RankFailedError(rank=1, exit_code=7)
+    assert str(crashed) == ("Horovod rank 1 failed (exit code 7): the process ended without a Python exception from "
+                            "the training function (os._exit() or a crash in native code)")
+    exited = RankFailedError(rank=1, exit_code=3, exc_type="SystemExit",
+                             exc_message="the training function called sys.exit(3)")
+    assert str(exited) == "Horovod rank 1 failed (exit code 3): the training function called sys.exit(3)"
