@@ -24,6 +24,8 @@ TRAINING_TIMEOUT = "airflow_provider_horovod.TrainingTimeout"
 """``exc_type`` of a rank stopped because it was still running when ``training_timeout_s`` ran out."""
 LOAD_ERROR = "airflow_provider_horovod.LoadError"
 """``exc_type`` of a rank that could not load (unpickle) the training function; the message is the cause."""
+PEER_LEFT = "airflow_provider_horovod.PeerLeft"
+"""``exc_type`` of a rank stopped inside ``hvd.init()`` because another rank ended without ever calling it."""
 TIMEOUTS = (START_TIMEOUT, WAITING_FOR_PEERS, TRAINING_TIMEOUT)
 
 _MARK_START = "<<horovod-rank-failure:"
@@ -112,6 +114,8 @@ class RankFailedError(HorovodRuntimeError):
         where = f" on {self.host}" if self.host else ""
         if self.exc_type in TIMEOUTS:  # a limit the launcher enforced
             return f"Horovod rank {self.rank}{where} timed out and was stopped: {self.exc_message}"
+        if self.exc_type == PEER_LEFT:
+            return f"Horovod rank {self.rank}{where} was stopped: {self.exc_message}"
         if self.exc_type == LOAD_ERROR:
             return (f"Horovod rank {self.rank}{where} could not load the training function ({self.exit_reason}): "
                     f"{self.exc_message}{_module_hint(self.exc_message)}")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from airflow_provider_horovod.runtime import protocol
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.errors import (
+    PEER_LEFT,
     START_TIMEOUT,
     TRAINING_TIMEOUT,
     WAITING_FOR_PEERS,
@@ -136,6 +137,7 @@ class RankProcess:
         self._changed = threading.Condition()
         self._init_entered_at: float | None = None
         self._exited = False
+        self._peer_left: str | None = None
         self.phase = "starting"
         """``starting`` -> ``running`` (function loaded and called) -> ``init`` (inside ``hvd.init()``) ->
         ``ready`` (``hvd.init()`` returned); ``init``/``ready`` repeat for every ``hvd.init()``."""
@@ -233,7 +235,20 @@ class RankProcess:
         code = self._proc.wait()
         self.exited_at = time.time()  # the failure time of a rank that died without reporting (signal, os._exit)
         self._reader.join()
+        if self._progress_reader is not None:
+            # milestones written before the exit are in the pipe; a process the function forked may hold the pipe
+            # open past this one's exit, so do not wait for its end of file
+            self._progress_reader.join(timeout=2.0)
         return code
+
+    def peer_left(self, reason: str) -> None:
+        """
+        Another rank ended without ever calling ``hvd.init()``: if this rank is (or gets) inside ``hvd.init()``, it
+        waits there in vain, so :meth:`run_to_end` stops it at once with ``reason`` instead of at ``start_timeout_s``.
+        """
+        with self._changed:
+            self._peer_left = reason
+            self._changed.notify_all()
 
     def _deadline(self) -> tuple[float, str] | None:
         """The next limit this rank can run into, as ``(monotonic time, which)``; call with ``_changed`` held."""
@@ -262,6 +277,9 @@ class RankProcess:
         assert self._proc is not None
         with self._changed:
             while not self._exited:
+                if self._peer_left is not None and self.phase == "init":
+                    deadline, phase = (time.monotonic(), "peer"), self.phase
+                    break
                 deadline = self._deadline()
                 if deadline is None:
                     self._changed.wait()
@@ -284,6 +302,8 @@ class RankProcess:
         if which == "training":
             kind, message = TRAINING_TIMEOUT, (f"rank {rank} was still running when training_timeout_s="
                                                f"{spec.training_timeout_s} ran out")
+        elif which == "peer":
+            kind, message = PEER_LEFT, f"{self._peer_left}, so rank {rank} waited for it in hvd.init() in vain"
         elif which == "start":
             kind, message = START_TIMEOUT, (f"rank {rank} never reached hvd.init() within start_timeout_s="
                                             f"{spec.start_timeout_s}: it was still loading the training function "
@@ -349,11 +369,28 @@ class RanksDone:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._ranks: set[str] = set()
+        self._uninitialized: list[str] = []
+        self._watchers: list[Callable[[str], None]] = []
 
-    def mark(self, rank: str) -> None:
+    def mark(self, rank: str, initialized: bool = True) -> None:
+        """Record that ``rank`` exited with status 0; ``initialized=False``: it never called ``hvd.init()``."""
         with self._cond:
             self._ranks.add(rank)
+            if not initialized:
+                self._uninitialized.append(rank)
+            watchers = list(self._watchers)
             self._cond.notify_all()
+        if not initialized:
+            for watcher in watchers:
+                watcher(rank)
+
+    def on_uninitialized(self, watcher: Callable[[str], None]) -> None:
+        """Call ``watcher(rank)`` for every rank that reported (or reports later) an exit without ``hvd.init()``."""
+        with self._cond:
+            self._watchers.append(watcher)
+            already = list(self._uninitialized)
+        for rank in already:
+            watcher(rank)
 
     def wait_for(self, ranks: Iterable[int], timeout_s: float | None = None) -> bool:
         """
@@ -400,11 +437,30 @@ def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = ()):  # -> (Rende
         def _put_value(self, scope: str, key: str, value: bytes) -> None:
             super()._put_value(scope, key, value)
             if scope == DONE_SCOPE:  # recorded before the reply, so a 200 means counted
-                done.mark(key)
+                done.mark(key, initialized=value != b"0")
 
         def do_DELETE(self) -> None:
-            if not self._refused():
-                super().do_DELETE()
+            if self._refused():
+                return
+            parts = self.path.split("/")
+            if len(parts) != 3 or parts[1] not in self.server.scope_size:
+                super().do_DELETE()  # ad-hoc scopes (process sets): Horovod deletes the one key
+                return
+            # A planned scope (global, local_<host>, cross_<n>) is cleared once all its ranks finished their
+            # rendezvous, as in Horovod. Horovod 0.28 then also forgets every *other* scope's finished ranks, so a
+            # scope whose ranks were half counted is never cleared, and the next hvd.init() after hvd.shutdown()
+            # can read a stale address (``connect ... Connection refused``; 1 in 6 runs under horovodrun here).
+            # Count and clear per scope instead.
+            scope, key = parts[1], parts[2]
+            with self.server.finished_list_lock:
+                finished = self.server.finished_list[scope]
+                if key not in finished:
+                    finished.append(key)
+                if len(finished) >= self.server.scope_size[scope]:
+                    with self.server.cache_lock:
+                        self.server.cache.pop(scope, None)
+                    del self.server.finished_list[scope]
+            self.send_status_code(200)
 
     server = RendezvousServer()
     port = server.start(handler_cls=_JobOnlyHandler)
@@ -413,7 +469,7 @@ def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = ()):  # -> (Rende
     return server, port
 
 
-def _report_done(addr: str, port: int, rank: int, timeout_s: float = 30.0) -> None:
+def _report_done(addr: str, port: int, rank: int, timeout_s: float = 30.0, initialized: bool = True) -> None:
     """
     Tell task 0's rendezvous store that ``rank``'s process exited successfully (HTTP PUT to :data:`DONE_SCOPE`).
 
@@ -429,7 +485,8 @@ def _report_done(addr: str, port: int, rank: int, timeout_s: float = 30.0) -> No
     for attempt in range(DONE_REPORT_ATTEMPTS):
         conn = http.client.HTTPConnection(addr, port, timeout=timeout_s)
         try:
-            conn.request("PUT", f"/{DONE_SCOPE}/{rank}", body=b"1", headers={"Content-Length": "1"})
+            conn.request("PUT", f"/{DONE_SCOPE}/{rank}", body=b"1" if initialized else b"0",
+                         headers={"Content-Length": "1"})
             status = conn.getresponse().status
             if status == 200:
                 return
@@ -460,6 +517,11 @@ def _stop_rendezvous_soon(server) -> threading.Thread:
     thread = threading.Thread(target=_stop_rendezvous, args=(server,), name="horovod-rendezvous-stop", daemon=True)
     thread.start()
     return thread
+
+
+def _left_uninitialized(rank: int) -> str:
+    return (f"rank {rank} ended (exit code 0) without calling hvd.init(); call hvd.init() on every rank, or on none "
+            "(a function that does not use Horovod)")
 
 
 def _stderr_sink(slot: Slot, line: str) -> None:
@@ -505,6 +567,10 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
             threading.Thread(target=lambda p=p: exited.put((p, p.run_to_end(host="driver"))), daemon=True).start()
         for remaining in range(len(procs), 0, -1):
             p, failure = exited.get()
+            if failure is None and not p.ever_initialized:
+                for other in procs:
+                    if other is not p:
+                        other.peer_left(_left_uninitialized(p.slot.rank))
             if failure is not None:
                 failures = [failure]
                 # The other ranks usually fail within moments (Horovod shuts them down); collect them so the
@@ -642,6 +708,8 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
 
         workdir = tempfile.mkdtemp(prefix="horovod-rank-")
         proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices)
+        if server is not None:
+            server.ranks_done.on_uninitialized(lambda rank: proc.peer_left(_left_uninitialized(int(rank))))
         try:
             proc.start()
             err = proc.run_to_end(host=addresses[partition])
@@ -666,7 +734,7 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
         if server is not None:  # task 0: the store must outlive every rank
             server.ranks_done.wait_for(s.rank for s in plan if s.rank != slot.rank)
         else:
-            _report_done(rendezvous_addr, port, slot.rank)
+            _report_done(rendezvous_addr, port, slot.rank, initialized=proc.ever_initialized)
         if result is not None:
             yield result
     finally:

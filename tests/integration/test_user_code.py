@@ -8,6 +8,8 @@ Each case runs on real Spark barrier tasks (np=2) and as processes on the driver
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from airflow_provider_horovod.runtime import HorovodRunner, RankFailedError
@@ -126,6 +128,18 @@ def interrupted_on_rank_zero():
     hvd.allreduce(torch.tensor([1.0]))
 
 
+def rank_one_returns_before_init():
+    import os
+
+    import horovod.torch as hvd
+    import torch
+
+    if os.environ["HOROVOD_RANK"] == "1":
+        return None
+    hvd.init()
+    hvd.allreduce(torch.tensor([1.0]))
+
+
 def no_horovod_at_all(x):
     return x * 2
 
@@ -179,6 +193,15 @@ class TestEndings:
         assert (info.value.rank, info.value.exit_code) == (1, 7)
         assert "(exit code 7)" in first_line(info.value) and "os._exit()" in first_line(info.value)
         assert not any(word in str(info.value) for word in INTERNAL_WORDS), str(info.value)
+
+    def test_a_rank_returning_before_init_is_named_at_once(self, spark, np_):
+        """horovodrun would leave rank 0 waiting in hvd.init() until a timeout; here it stops with the reason."""
+        started = time.monotonic()
+        with pytest.raises(RankFailedError) as info:
+            HorovodRunner(np=np_).run(rank_one_returns_before_init)  # start_timeout_s stays at its 600 s default
+        assert info.value.rank == 0
+        assert "rank 1 ended (exit code 0) without calling hvd.init()" in first_line(info.value)
+        assert time.monotonic() - started < 120
 
     def test_keyboard_interrupt_is_a_failure_of_its_rank(self, spark, np_):
         with pytest.raises(RankFailedError) as info:

@@ -74,3 +74,39 @@ def test_a_rank_that_cannot_report_fails_its_task():
         port = s.getsockname()[1]  # nothing listens there once closed
     with pytest.raises(LaunchError, match=r"rank 1 finished but could not tell the rendezvous store"):
         _report_done("127.0.0.1", port, 1, timeout_s=2)
+
+
+def test_a_rank_done_without_hvd_init_is_reported_to_task_zero():
+    """Task 0 learns that a rank ended without hvd.init(), before or after it starts watching, and only that rank."""
+    server, port = _start_rendezvous(local_plan(3))
+    seen: list[str] = []
+    try:
+        _report_done("127.0.0.1", port, 1, initialized=False)
+        server.ranks_done.on_uninitialized(seen.append)
+        assert seen == ["1"]  # reported before the watch began
+        _report_done("127.0.0.1", port, 2)  # initialized: not news
+        assert seen == ["1"] and server.ranks_done.wait_for([1, 2], timeout_s=0)
+    finally:
+        _stop_rendezvous_soon(server).join(timeout=10)
+
+
+def test_each_planned_scope_is_cleared_when_its_own_ranks_finish():
+    """
+    Gloo rank processes DELETE their key from each scope once connected; a scope is cleared when all its ranks did.
+    Horovod 0.28's handler forgets the other scopes' counts whenever one scope clears, so a half-counted scope kept
+    stale addresses that a later hvd.init() (after hvd.shutdown()) read.
+    """
+    server, port = _start_rendezvous(local_plan(2))  # scopes: global (2), local_<host> (2), cross_0 (1), cross_1 (1)
+    local = next(scope for scope in server._httpd.scope_size if scope.startswith("local_"))
+    try:
+        for rank in ("0", "1"):
+            assert _request(port, "127.0.0.1", "PUT", f"/{local}/{rank}", b"addr") == 200
+        assert _request(port, "127.0.0.1", "DELETE", f"/{local}/1") == 200  # rank 1 done with the local scope
+        assert _request(port, "127.0.0.1", "PUT", "/cross_0/0", b"addr") == 200
+        assert _request(port, "127.0.0.1", "DELETE", "/cross_0/0") == 200  # a one-rank scope: cleared at once
+        assert _request(port, "127.0.0.1", "GET", f"/{local}/0") == 200  # rank 0 has not finished: kept
+        assert _request(port, "127.0.0.1", "DELETE", f"/{local}/0") == 200
+        assert _request(port, "127.0.0.1", "GET", f"/{local}/0") == 404  # both finished: no stale address left
+        assert _request(port, "127.0.0.1", "GET", f"/{local}/1") == 404
+    finally:
+        _stop_rendezvous_soon(server).join(timeout=10)
