@@ -37,4 +37,7 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Horovod", "python-modules": ["airflow_provider_horovod.triggers.horovod"]}
         ],
         "extra-links": ["airflow_provider_horovod.links.SparkUILink"],
+        "task-decorators": [
+            {"class-name": "airflow_provider_horovod.decorators.horovod.horovod_task", "name": "horovod"}
+        ],
     }

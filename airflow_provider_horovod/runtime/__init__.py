@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.artifacts import artifact_dir
+    from airflow_provider_horovod.runtime.data import rank_shard
     from airflow_provider_horovod.runtime.errors import HorovodRuntimeError, LaunchError, PayloadError, RankFailedError
     from airflow_provider_horovod.runtime.runner import HorovodRunner
 
@@ -23,6 +24,7 @@ _EXPORTS = {
     "PayloadError": "airflow_provider_horovod.runtime.errors",
     "RankFailedError": "airflow_provider_horovod.runtime.errors",
     "artifact_dir": "airflow_provider_horovod.runtime.artifacts",
+    "rank_shard": "airflow_provider_horovod.runtime.data",
 }
 
 __all__ = sorted(_EXPORTS)
