@@ -16,7 +16,10 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_horovod.exceptions import HorovodJobError, HorovodResultError
 from airflow_provider_horovod.hooks.connect import HorovodConnectHook
-from airflow_provider_horovod.hooks.horovod import HorovodHook, JobResult, cleanup_staging, read_job_result
+from airflow_provider_horovod.hooks.horovod import (
+    BASE_SPARK_CONF, HorovodHook, JobResult, cleanup_staging, read_job_result,
+)
+from airflow_provider_horovod.hooks.slots import ClusterSlotsWatcher
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook, local_path
 from airflow_provider_horovod.hooks.progress import ProgressWatcher
 from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, SparkUILink
@@ -26,6 +29,7 @@ from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
 from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, validate_gpu_visibility
 from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S
 from airflow_provider_horovod.runtime.runner import validate_np, validate_timeout, validate_verbosity
+from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger, validate_event
 
 if TYPE_CHECKING:
@@ -55,7 +59,7 @@ def default_artifact_root() -> str:
     ``$AIRFLOW_HOME/horovod-artifacts``. It must be reachable by every executor (a shared filesystem or an
     object-store URI) when Spark runs on more than one machine.
     """
-    from airflow.sdk.configuration import conf
+    from airflow_provider_horovod._compat import conf
 
     root = conf.get("horovod", "artifact_root", fallback=None)
     if root:
@@ -78,8 +82,30 @@ def validate_deploy_mode(value: object, *, source: str) -> str:
     return str(value)
 
 
+def history_server_url(conn_extra: Mapping[str, Any] | None = None) -> str | None:
+    """
+    The Spark History Server the "Spark UI" link points to once the application has ended, if any.
+
+    The connection's ``history-server-url`` extra, else ``[horovod] history_server_url`` in the Airflow config
+    (env ``AIRFLOW__HOROVOD__HISTORY_SERVER_URL``); the history server only knows applications that ran with
+    ``spark.eventLog.enabled=true`` and an event log directory it reads.
+
+    :param conn_extra: the Spark connection's extras, when there is a connection.
+    :return: the base URL, e.g. ``http://history:18080``, or ``None``.
+    """
+    from airflow_provider_horovod._compat import conf
+
+    url = (conn_extra or {}).get("history-server-url") or conf.get("horovod", "history_server_url", fallback=None)
+    return str(url).rstrip("/") if url else None
+
+
+def history_app_url(base_url: str, app_id: str) -> str:
+    """The application's page on a Spark History Server (``<base>/history/<app-id>/``)."""
+    return f"{base_url.rstrip('/')}/history/{app_id}/"
+
+
 def _default_deferrable() -> bool:
-    from airflow.sdk.configuration import conf
+    from airflow_provider_horovod._compat import conf
 
     return conf.getboolean("operators", "default_deferrable", fallback=False)
 
@@ -116,7 +142,7 @@ def check_xcom_value(value: Any, *, max_bytes: int, artifact_paths: Sequence[str
     :raises HorovodResultError: it cannot be serialized by Airflow's serde, or is larger than ``max_bytes``
         once serialized; the message lists the artifact files (which stay where they are).
     """
-    from airflow.sdk.serde import serialize
+    from airflow_provider_horovod._compat import serialize
 
     kept = ("; the model files are kept: " + ", ".join(artifact_paths)) if artifact_paths else ""
     try:
@@ -188,12 +214,17 @@ class HorovodRunnerOperator(BaseOperator):
     :param gpu_visibility: with ``use_gpu``: ``"host"`` (each rank sees its host's task GPUs ordered by local
         rank: ``torch.cuda.set_device(hvd.local_rank())``) or ``"rank"`` (only its own: ``set_device(0)``).
         See ``docs/gpu-and-multihost.md``.
+    :param slot_wait_timeout_s: seconds the Spark driver waits for ``np`` free task slots when the cluster is
+        busy (default 3600); ``None``: no limit. The task log says what it waits for, on change (in cluster mode
+        read from the standalone master); a job that can never fit fails in seconds with the counts, on a
+        standalone master before anything is submitted. Bound concurrency the Airflow way with a pool:
+        ``docs/shared-clusters.md``. (templated)
     :raises ValueError: an argument is invalid (raised when the DAG is parsed).
     :raises TypeError: ``python_callable`` is not callable.
     """
 
     template_fields: Sequence[str] = ("op_args", "op_kwargs", "conn_id", "conf", "env_vars", "artifact_dir",
-                                      "spark_name", "staging_dir")
+                                      "spark_name", "staging_dir", "slot_wait_timeout_s")
     template_fields_renderers = {"op_kwargs": "py", "op_args": "py", "conf": "json", "env_vars": "json"}
     operator_extra_links = (SparkUILink(),)
     ui_color = "#f6e3c5"
@@ -223,6 +254,7 @@ class HorovodRunnerOperator(BaseOperator):
         staging_dir: str | None = None,
         use_gpu: bool = False,
         gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
+        slot_wait_timeout_s: float | str | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -263,7 +295,12 @@ class HorovodRunnerOperator(BaseOperator):
             raise ValueError(f"use_gpu must be True or False, got {use_gpu!r}")
         self.use_gpu = use_gpu
         self.gpu_visibility = validate_gpu_visibility(gpu_visibility)
+        self.slot_wait_timeout_s = slot_wait_timeout_s if isinstance(slot_wait_timeout_s, str) \
+            else validate_timeout("slot_wait_timeout_s", slot_wait_timeout_s)  # a template is checked once rendered
         self._submission_id: str | None = None
+        self._spark_app_id: str | None = None
+        self.spark_ui_url: str | None = None
+        """What the "Spark UI" link shows for the try this instance runs (the live UI, then the history server)."""
 
     @cached_property
     def hook(self) -> HorovodHook:
@@ -291,7 +328,7 @@ class HorovodRunnerOperator(BaseOperator):
         """``client``, ``cluster``, or ``connect`` (a Spark provider ``spark_connect`` connection)."""
         if self.conn_id is None:
             return self.deploy_mode or "client"
-        from airflow.sdk.exceptions import AirflowNotFoundException
+        from airflow_provider_horovod._compat import AirflowNotFoundException
 
         try:
             conn = HorovodHook.get_connection(self.conn_id)
@@ -307,9 +344,27 @@ class HorovodRunnerOperator(BaseOperator):
         return validate_deploy_mode(conn.extra_dejson.get("deploy-mode") or "client",
                                     source=f"connection {self.conn_id!r}")
 
+    def _slot_wait(self) -> float | None:
+        """
+        ``slot_wait_timeout_s`` once rendered: a number of seconds, or ``None``.
+
+        :raises ValueError: the rendered template is not a positive number, ``None`` or ``"none"``.
+        """
+        value = self.slot_wait_timeout_s
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                value = None if text.lower() in ("none", "") else float(text)
+            except ValueError:
+                raise ValueError(f"slot_wait_timeout_s must be a positive number of seconds or None, got {text!r} "
+                                 "after rendering") from None
+        return validate_timeout("slot_wait_timeout_s", value)
+
     def _timeout_args(self) -> list[str]:
         """Driver-program flags for the timeouts and GPU settings (cluster mode)."""
-        args = ["--gloo-timeout-s", str(self.gloo_timeout_s), "--gpu-visibility", self.gpu_visibility]
+        slot_wait = self._slot_wait()
+        args = ["--gloo-timeout-s", str(self.gloo_timeout_s), "--gpu-visibility", self.gpu_visibility,
+                "--slot-wait-timeout-s", "none" if slot_wait is None else str(slot_wait)]
         if self.use_gpu:
             args.append("--use-gpu")
         if self.start_timeout_s is not None:
@@ -322,9 +377,11 @@ class HorovodRunnerOperator(BaseOperator):
         """Log and push the application id and UI URL; start progress polling when possible."""
         self.log.info("Spark application %s started%s", app_id, f"; Spark UI: {ui_url}" if ui_url else "")
         ti.xcom_push(key=XCOM_SPARK_APP_ID, value=app_id)
+        self._spark_app_id = app_id
         if not ui_url:
             return None
         ti.xcom_push(key=XCOM_SPARK_UI_URL, value=ui_url)
+        self.spark_ui_url = ui_url
         if not self.poll_interval_s:
             return None
         return ProgressWatcher(ui_url, app_id, self.log.info, poll_interval_s=self.poll_interval_s).start()
@@ -346,7 +403,7 @@ class HorovodRunnerOperator(BaseOperator):
                 runner_kwargs={"driver_log_verbosity": self.driver_log_verbosity, "env": self.env_vars,
                                "gloo_timeout_s": self.gloo_timeout_s, "start_timeout_s": self.start_timeout_s,
                                "training_timeout_s": self.training_timeout_s, "use_gpu": self.use_gpu,
-                               "gpu_visibility": self.gpu_visibility},
+                               "gpu_visibility": self.gpu_visibility, "slot_wait_timeout_s": self._slot_wait()},
             ))
         if self.deferrable:
             self.log.warning("deferrable=True needs deploy_mode='cluster' (in client mode the Spark driver runs in "
@@ -368,12 +425,34 @@ class HorovodRunnerOperator(BaseOperator):
                 driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
                 start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
                 use_gpu=self.use_gpu, gpu_visibility=self.gpu_visibility, on_app_started=on_app_started,
+                slot_wait_timeout_s=self._slot_wait(),
             )
         finally:
             for watcher in watchers:
                 watcher.stop()
             cleanup_staging(staging)
+            self._link_history(ti)
         return self._finish(ti, result)
+
+    def _link_history(self, ti: Any) -> None:
+        """
+        Once the application has ended: point the "Spark UI" link (XCom ``spark_ui_url``) at the application on
+        the Spark History Server, when one is configured (see :func:`history_server_url`); the live UI is gone.
+        """
+        if not self._spark_app_id:
+            return
+        extra = None
+        if self.conn_id is not None:
+            try:
+                extra = HorovodHook.get_connection(self.conn_id).extra_dejson
+            except Exception:  # noqa: BLE001 - no connection (embedded local master): the config option applies
+                extra = None
+        base = history_server_url(extra)
+        if not base:
+            return
+        self.spark_ui_url = history_app_url(base, self._spark_app_id)
+        ti.xcom_push(key=XCOM_SPARK_UI_URL, value=self.spark_ui_url)
+        self.log.info("The Spark UI link now points at the Spark History Server: %s", self.spark_ui_url)
 
     def _finish(self, ti: Any, result: JobResult) -> Any:
         """Push the result's XComs and return rank 0's value after checking XCom can store it."""
@@ -384,7 +463,22 @@ class HorovodRunnerOperator(BaseOperator):
         self.log.info("Artifacts pushed to XCom %r: %s", XCOM_ARTIFACT_PATHS, result.artifact_paths)
         value = None if result.return_value is None else cloudpickle.loads(result.return_value)
         check_xcom_value(value, max_bytes=self.max_return_value_bytes, artifact_paths=result.artifact_paths)
+        if self.outlets:
+            self._attach_model_events(ti, result, value)
         return value
+
+    def _attach_model_events(self, ti: Any, result: JobResult, value: Any) -> None:
+        """Put the model's location on the asset events of this task's outlets (:mod:`airflow_provider_horovod.assets`)."""
+        from airflow.sdk import get_current_context
+
+        from airflow_provider_horovod.assets import attach_model_events, model_event_extra
+
+        artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
+        extra = model_event_extra(artifact_dir=artifact_dir, artifact_paths=result.artifact_paths,
+                                  app_id=result.app_id, return_value=value)
+        attached = attach_model_events(get_current_context().get("outlet_events"), self.outlets, extra)
+        if attached:
+            self.log.info("Asset events of %s carry the model's location: %s", ", ".join(attached), extra)
 
     @cached_property
     def connect_hook(self) -> HorovodConnectHook:
@@ -426,6 +520,10 @@ class HorovodRunnerOperator(BaseOperator):
         import threading
 
         last_state, watcher, tick = None, None, threading.Event()
+        slots = None if not self.poll_interval_s else ClusterSlotsWatcher(  # what the job waits for, from the master
+            master_ui_url=self.cluster_hook.endpoints.master_ui_url, submission_id=submission_id,
+            app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=self.np,
+            conf={**BASE_SPARK_CONF, **self.conf}, log=self.log.info, poll_interval_s=self.poll_interval_s).start()
         try:
             while True:
                 status = self.cluster_hook.status(submission_id)
@@ -442,6 +540,9 @@ class HorovodRunnerOperator(BaseOperator):
         finally:
             if watcher:
                 watcher.stop()
+            if slots is not None:
+                slots.stop()
+            self._link_history(ti)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger: validate its event, read the result, push XComs, or raise the failure."""
@@ -450,8 +551,11 @@ class HorovodRunnerOperator(BaseOperator):
         self.log.info("Driver %s ended %s", event["submission_id"], event["driver_state"])
         if event["app_id"]:
             ti.xcom_push(key=XCOM_SPARK_APP_ID, value=event["app_id"])
+            self._spark_app_id = event["app_id"]
             if event["ui_url"]:
                 ti.xcom_push(key=XCOM_SPARK_UI_URL, value=event["ui_url"])
+                self.spark_ui_url = event["ui_url"]
+            self._link_history(ti)
         cause = None
         if event["status"] != "success":
             cause = RuntimeError(f"driver state {event['driver_state']}: {event['message'] or 'no message'}")
