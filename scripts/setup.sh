@@ -21,7 +21,7 @@ JAVA_MAJOR=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head
 command -v g++ >/dev/null || die "a C++ compiler (g++) is required to build Horovod; install build-essential"
 command -v make >/dev/null || die "make is required to build Horovod; install build-essential"
 
-STAMP_KEY=$(cat requirements/pins.txt scripts/setup.sh | sha256sum | cut -c1-16)
+STAMP_KEY=$(cat requirements/*.txt scripts/setup.sh scripts/build_horovod.sh | sha256sum | cut -c1-16)
 STAMP=$VENV/.setup-$STAMP_KEY
 if [ -f "$STAMP" ]; then
   echo "setup: environment up to date ($VENV)"
@@ -33,20 +33,8 @@ PIP="$VENV/bin/python -m pip --disable-pip-version-check"
 $PIP install -q -U "pip>=24" "setuptools<80" wheel
 echo "setup: installing PyTorch (CPU) ..."
 $PIP install -q -c requirements/pins.txt torch
-if ! "$VENV/bin/python" -c 'import horovod.torch' 2>/dev/null; then
-  echo "setup: building Horovod from its sdist (Gloo, no MPI; up to about 6 minutes on 2 cores, instant from pip's cache) ..."
-  $PIP install -q -c requirements/pins.txt cmake cloudpickle psutil pyyaml packaging
-  WRAP=$(mktemp -d)
-  trap 'rm -rf "$WRAP"' EXIT
-  # Horovod's CMake pins C++14; PyTorch 2.13's headers need C++17.
-  printf '#!/bin/sh\nexec g++ "$@" -std=c++17\n' > "$WRAP/g++17"
-  chmod +x "$WRAP/g++17"
-  env CXX="$WRAP/g++17" CMAKE_POLICY_VERSION_MINIMUM=3.5 PATH="$VENV/bin:$PATH" \
-      HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-      HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_GPU_OPERATIONS= \
-      MAKEFLAGS="-j$(nproc)" \
-      $PIP install -q --no-build-isolation -c requirements/pins.txt horovod
-fi
+# The same script users run for their executors' Python (docs/getting-started.md); a no-op once built.
+bash scripts/build_horovod.sh --constraints requirements/pins.txt "$VENV/bin/python"
 echo "setup: installing Airflow, the Spark provider, PySpark and this package ..."
 $PIP install -q -c requirements/pins.txt -e ".[dev]"
 # pyspark-client (pulled by the Spark provider) overwrites pyspark's Python files: reinstall the

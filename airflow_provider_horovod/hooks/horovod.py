@@ -20,13 +20,60 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
 
+
+
+MASTER_CONNECT_TIMEOUT_S = 5.0
+"""Seconds a TCP connect to the Spark master may take before the submission is refused as unreachable."""
+
+
+def master_addresses(master: str) -> list[tuple[str, int]]:
+    """
+    The ``(host, port)`` pairs of a ``spark://`` master URL (several for a standby-master list).
+
+    :param master: e.g. ``spark://master:7077`` or ``spark://m1:7077,m2:7077``.
+    :return: the addresses (port 7077 where none is given); ``[]`` for other masters (``local``, ``yarn``,
+        ``k8s://...``), which are not checked.
+    """
+    if not master.startswith("spark://"):
+        return []
+    found = []
+    for part in master.removeprefix("spark://").strip("/").split(","):
+        host, _, port = part.strip().rpartition(":") if ":" in part else (part.strip(), "", "7077")
+        found.append((host.strip("[]"), int(port) if port.isdigit() else 7077))
+    return found
+
+
+def check_reachable(url: str, addresses: list[tuple[str, int]], *, what: str = "Spark master",
+                    timeout_s: float = MASTER_CONNECT_TIMEOUT_S, hint: str = "") -> None:
+    """
+    Fail at once when no address of ``url`` accepts a TCP connection (rather than after Spark's own retries).
+
+    :param url: the URL as the user configured it (named in the message).
+    :param addresses: its ``(host, port)`` pairs; one that answers is enough.
+    :param what: what ``url`` is, for the message.
+    :param timeout_s: seconds each connect may take.
+    :param hint: appended to the message.
+    :raises HorovodJobError: ``cannot reach <what> <url> (host:port: reason)``.
+    """
+    import socket
+
+    errors = []
+    for host, port in addresses:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return
+        except OSError as err:
+            errors.append(f"{host}:{port}: {err.strerror or type(err).__name__}")
+    if errors:
+        raise HorovodJobError(f"cannot reach {what} {url} ({'; '.join(errors)}). {hint}".rstrip())
 
 
 def local_spark_conf(np: int) -> dict[str, str]:
@@ -131,7 +178,8 @@ class _SparkSubmit(SparkSubmitHook):
         def watched() -> Iterator[Any]:
             for line in itr:
                 self._on_line(line.rstrip("\n"))
-                yield line
+                if driver_program.APP_MARKER not in line:  # the operator logs the start, with the UI link, once
+                    yield line
 
         super()._process_spark_submit_log(watched())
 
@@ -259,6 +307,12 @@ class HorovodHook(BaseHook):
         :raises HorovodJobError: the job failed; the message carries the failing rank's traceback.
         """
         local = self.uses_local_master
+        if not local:  # a wrong address fails here, not after Spark's own retries (over a minute)
+            conn = self.get_connection(self.conn_id)
+            master = f"{conn.host}:{conn.port}" if conn.port else (conn.host or "")
+            check_reachable(master, master_addresses(master),
+                            hint=f"Check the host and port of the Airflow connection {self.conn_id!r} and that the "
+                                 "master is running (its log says 'Starting Spark master at spark://...')")
         staging = Path(staging_dir)
         zip_path = staging / RUNTIME_ZIP_NAME
         zip_path.write_bytes(runtime_zip())

@@ -28,7 +28,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.horovod import BASE_SPARK_CONF, read_job_result
+from airflow_provider_horovod.hooks.horovod import BASE_SPARK_CONF, check_reachable, master_addresses, read_job_result
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
@@ -47,14 +47,18 @@ class StandaloneEndpoints:
 
 
 def local_path(location: str) -> Path:
-    """A staging location as a local path (``file://`` URIs and plain paths; the workers must share it)."""
+    """
+    A staging location as an absolute local path (``file://`` URIs and plain paths; the workers must share it).
+
+    A relative path is made absolute here: the driver on a Spark worker runs in another working directory.
+    """
     parsed = urlparse(location)
     if parsed.scheme not in ("", "file"):
         raise HorovodJobError(
             f"staging location {location!r}: cluster deploy mode needs a filesystem the Spark workers share "
             "(a path or file:// URI); object stores are not supported for staging yet"
         )
-    return Path(parsed.path if parsed.scheme else location)
+    return Path(parsed.path if parsed.scheme else location).absolute()
 
 
 class HorovodStandaloneHook(BaseHook):
@@ -121,6 +125,7 @@ class HorovodStandaloneHook(BaseHook):
         :return: the submission (driver) id, ``driver-...``.
         :raises HorovodJobError: the master refused the submission.
         """
+        self.check_master_reachable()
         staging.mkdir(parents=True, exist_ok=True, mode=0o700)
         payload_path = staging / "payload.bin"
         fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -137,9 +142,16 @@ class HorovodStandaloneHook(BaseHook):
             "spark.app.name": self.name,
             "spark.submit.deployMode": "cluster",
             "spark.driver.supervise": "false",  # a relaunched driver would run a second copy of the training
-            "spark.submit.pyFiles": str(staging / RUNTIME_ZIP_NAME),
             **self.conf,
         }
+        # spark-submit turns --py-files into files the executors fetch; a REST submission does not, and the driver's
+        # PySpark only puts spark.submit.pyFiles on the executors' path: the runtime (and the user's py-files) go in
+        # spark.files too
+        py_files = [p for p in properties.get("spark.submit.pyFiles", "").split(",") if p]
+        py_files.append(str(staging / RUNTIME_ZIP_NAME))
+        files = [p for p in properties.get("spark.files", "").split(",") if p]
+        properties["spark.submit.pyFiles"] = ",".join(dict.fromkeys(py_files))
+        properties["spark.files"] = ",".join(dict.fromkeys(files + py_files))
         env = {**self.env_vars, driver_program.KEY_ENV: key.hex()}
         if self.env_vars:
             env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))
@@ -155,6 +167,23 @@ class HorovodStandaloneHook(BaseHook):
         self.log.info("Submitted driver %s to %s (staging %s)", response.submission_id, self.endpoints.master_url,
                       staging)
         return response.submission_id
+
+    def check_master_reachable(self) -> None:
+        """
+        Fail at once, naming the address, when the master or its REST submission server does not accept a TCP
+        connection (the driver would otherwise fail on a worker, or the submission after the REST retries).
+
+        :raises HorovodJobError: ``cannot reach Spark master spark://host:port (...)`` or ``cannot reach the
+            Spark master's REST submission server http://host:port (...)``.
+        """
+        e = self.endpoints
+        hint = f"Check the host and port of the Airflow connection {self.conn_id!r} and that the master is running"
+        check_reachable(e.master_url, master_addresses(e.master_url), hint=hint)
+        rest = urlparse(e.rest_url)
+        check_reachable(e.rest_url, [(rest.hostname or "", rest.port or 6066)],
+                        what="the Spark master's REST submission server",
+                        hint=f"{hint}, with spark.master.rest.enabled=true (the default from Spark 4.1) and its "
+                             "spark.master.rest.port in the connection's rest-port extra (default 6066)")
 
     def status(self, submission_id: str) -> DriverStatus:
         """The driver's state from the REST submission server."""

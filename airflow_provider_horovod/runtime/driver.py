@@ -51,18 +51,62 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+WHICH_PYTHON = (
+    "Spark starts the driver's Python from spark.pyspark.driver.python, else spark.pyspark.python, else "
+    "PYSPARK_DRIVER_PYTHON / PYSPARK_PYTHON in the environment of what launches the driver: the Airflow task in "
+    "client deploy mode, but a Spark worker in cluster deploy mode, which a PYSPARK_PYTHON set on the Airflow side "
+    "does not reach. Set conf={'spark.pyspark.python': '/path/to/python'} on the operator: an interpreter with the "
+    "Airflow worker's Python major.minor and cloudpickle version (and Horovod, for the executors) on every machine"
+)
+"""Where the driver's (and executors') interpreter comes from; appended to version and import errors here."""
+
+
+def advertised_ui_url(ui_url: str | None, driver_host: str | None) -> str | None:
+    """
+    The Spark UI URL with an address instead of ``localhost``.
+
+    Spark names the UI after the canonical name of the driver's address, which is ``localhost`` when Spark is
+    bound to loopback (``SPARK_LOCAL_IP=127.0.0.1``): a name that means another machine to every other machine.
+    The driver's host (``spark.driver.host``, the address executors reach the driver at) is advertised instead,
+    as an address.
+
+    :param ui_url: ``SparkContext.uiWebUrl`` (``None`` when the UI is off).
+    :param driver_host: ``spark.driver.host``.
+    :return: the URL, its host replaced by the driver host's address when it was ``localhost``.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    if not ui_url:
+        return ui_url
+    parts = urlsplit(ui_url)
+    if parts.hostname not in ("localhost", "localhost.localdomain"):
+        return ui_url
+    try:
+        address = socket.gethostbyname(driver_host or "localhost")
+    except OSError:
+        address = "127.0.0.1"
+    return parts._replace(netloc=f"{address}:{parts.port}" if parts.port else address).geturl()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the job described by the command line; see the module docstring."""
     args = _parse(sys.argv[1:] if argv is None else argv)
-    from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
-    from airflow_provider_horovod.runtime.errors import RankFailedError
-    from airflow_provider_horovod.runtime.payload import verify_payload
-    from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
-    from airflow_provider_horovod.runtime.runner import HorovodRunner
-
     result_dir = Path(args.result_dir)
     outcome: dict = {"status": "failed", "app_id": None, "ui_url": None, "artifact_paths": [], "error": None,
                      "message": None}
+    try:
+        from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
+        from airflow_provider_horovod.runtime.errors import PayloadError, RankFailedError
+        from airflow_provider_horovod.runtime.payload import verify_payload
+        from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
+        from airflow_provider_horovod.runtime.runner import HorovodRunner
+    except ImportError as err:  # e.g. no cloudpickle or pyspark in the driver's interpreter
+        outcome["message"] = (f"the Spark driver's Python {sys.executable} cannot load the runtime: "
+                              f"{type(err).__name__}: {err}. {WHICH_PYTHON}")
+        _write_json(result_dir / "result.json", outcome)
+        print(f"airflow-provider-horovod: {outcome['message']}", file=sys.stderr, flush=True)
+        return 1
     spark = None
     try:
         key_hex = os.environ.pop(KEY_ENV, None)
@@ -83,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
 
             spark = SparkSession.builder.getOrCreate()
             sc = spark.sparkContext
-            outcome["app_id"], outcome["ui_url"] = sc.applicationId, sc.uiWebUrl
-            _write_json(result_dir / "status.json", {"app_id": sc.applicationId, "ui_url": sc.uiWebUrl})
-            print(f"{APP_MARKER} {sc.applicationId} started; UI {sc.uiWebUrl or '-'}", flush=True)
+            ui_url = advertised_ui_url(sc.uiWebUrl, sc.getConf().get("spark.driver.host", None))
+            outcome["app_id"], outcome["ui_url"] = sc.applicationId, ui_url
+            _write_json(result_dir / "status.json", {"app_id": sc.applicationId, "ui_url": ui_url})
+            print(f"{APP_MARKER} {sc.applicationId} started; UI {ui_url or '-'}", flush=True)
         result = runner.run_payload(payload)
         if result is not None:
             (result_dir / "result.pkl").write_bytes(result)
@@ -94,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     except RankFailedError as err:
         outcome["error"], outcome["message"] = err.to_dict(), str(err)
         print(f"airflow-provider-horovod: the job failed: {str(err).splitlines()[0]}", file=sys.stderr, flush=True)
+        return 1
+    except PayloadError as err:
+        outcome["message"] = f"{type(err).__name__}: {err}"
+        if "was written with" in str(err):  # another Python or cloudpickle than the Airflow worker's
+            outcome["message"] += f". {WHICH_PYTHON}"
+        print(f"airflow-provider-horovod: {outcome['message']}", file=sys.stderr, flush=True)
         return 1
     except Exception as err:
         outcome["message"] = f"{type(err).__name__}: {err}"

@@ -211,12 +211,22 @@ def child_environ(base: Mapping[str, str], extra: Mapping[str, str], pythonpath:
     Inherited ``HOROVOD_*``, ``OMPI_*``, ``PMI_*`` variables are dropped (a stale ``HOROVOD_RANK`` would give
     the wrong identity), then ``extra`` is applied, and ``pythonpath`` is put in front of ``PYTHONPATH`` so the
     process imports what the Spark Python worker imports (``--py-files``, ``addPyFile``).
+
+    Every path entry is made absolute against the current working directory: the rank process starts in
+    another directory, and Spark puts files shipped with ``--py-files`` on a standalone executor's
+    ``sys.path`` (and ``PYTHONPATH``) as relative entries (``./airflow_provider_horovod_runtime.zip``) that
+    would no longer resolve there. Empty entries (the current directory) are dropped.
+
+    :param base: the environment to start from (the launcher's ``os.environ``).
+    :param extra: variables to set on top (the rank's Horovod, Gloo, device and payload variables).
+    :param pythonpath: the launcher's import path (``sys.path``), put in front of ``base``'s ``PYTHONPATH``.
+    :return: the environment, with ``PYTHONPATH`` absolute and de-duplicated, and ``PYTHONUNBUFFERED=1``.
     """
     env = {k: v for k, v in base.items() if not k.startswith(_SCRUBBED_PREFIXES)}
     env.update(extra)
-    paths = [p for p in pythonpath if p]
+    paths = list(pythonpath)
     if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        paths.extend(env["PYTHONPATH"].split(os.pathsep))
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(os.path.abspath(p) for p in paths if p))
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -67,10 +67,36 @@ class HorovodSparkJobTrigger(BaseTrigger):
         return TriggerEvent({"status": status, "submission_id": self.submission_id, "driver_state": driver_state,
                              "app_id": app_id, "ui_url": ui_url, "message": message, "staging": self.staging})
 
+    async def _progress(self, ui_url: str, app_id: str, last: dict[str, str]) -> None:
+        """
+        One poll of the application's monitoring REST API: log the barrier stage's facts that changed, as the
+        operator's progress lines do in sync mode. Best effort: an API that does not answer is skipped.
+        """
+        from airflow_provider_horovod.hooks.progress import Snapshot, describe
+
+        try:
+            async with AsyncSparkRestClient(ui_url=ui_url, timeout_s=self.timeout_s,
+                                            retry=RetryPolicy(max_attempts=1)) as api:
+                snapshot = Snapshot(jobs=await api.jobs(app_id), stages=await api.stages(app_id),
+                                    executors=await api.executors(app_id))
+        except (SparkRestError, OSError, RuntimeError):
+            return  # not started answering yet, or the application just ended: the next poll tells
+        for topic, message in describe(snapshot).items():
+            if last.get(topic) != message:
+                last[topic] = message
+                self.log.info("%s", message)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Yield one event once the driver is FINISHED, FAILED, KILLED or ERROR (or the master cannot answer)."""
+        """
+        Yield one event once the driver is FINISHED, FAILED, KILLED or ERROR (or the master cannot answer).
+
+        Meanwhile log the driver's state changes, the application's start with its Spark UI, and the barrier
+        stage's progress (waiting for slots, ranks running on which executors, a failed attempt).
+        """
         last_state = None
         app_reported = False
+        app_id = ui_url = None
+        facts: dict[str, str] = {}
         async with self._client() as client:
             while True:
                 try:
@@ -90,6 +116,8 @@ class HorovodSparkJobTrigger(BaseTrigger):
                     yield self._event("success" if status.is_successful else "failed", status.driver_state,
                                       status.message)
                     return
+                if app_reported and ui_url:
+                    await self._progress(ui_url, app_id, facts)
                 await asyncio.sleep(self.poll_interval_s)
 
     async def on_kill(self) -> None:

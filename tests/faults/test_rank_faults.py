@@ -136,6 +136,7 @@ def test_executor_python_without_horovod_fails_fast_naming_the_interpreter(tmp_p
     started = time.monotonic()
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 7, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "is not importable by the executor's Python" in proc.stdout
-    assert str(bare / "bin" / "python") in proc.stdout
+    first_line = proc.stdout.split("LAUNCH ERROR: ", 1)[1].splitlines()[0]
+    assert "is not importable by the executor's Python" in first_line  # the cause first, not Py4J's preamble
+    assert str(bare / "bin" / "python") in first_line
     assert time.monotonic() - started < 120

@@ -76,5 +76,17 @@ def test_child_environ_scrubs_stale_identity_and_prepends_paths():
     assert env["PATH"] == "/bin" and env["PYTHONUNBUFFERED"] == "1"
 
 
+def test_child_environ_makes_relative_paths_absolute(tmp_path, monkeypatch):
+    # Spark puts --py-files on a standalone executor's sys.path and PYTHONPATH relative to the executor's
+    # working directory; the rank process starts elsewhere, so every entry must be absolute
+    monkeypatch.chdir(tmp_path)
+    env = child_environ({"PYTHONPATH": "./pyspark.zip:/opt/lib:rel/dir"}, {},
+                        ["./airflow_provider_horovod_runtime.zip", "/abs/site-packages"])
+    assert env["PYTHONPATH"].split(":") == [
+        f"{tmp_path}/airflow_provider_horovod_runtime.zip", "/abs/site-packages", f"{tmp_path}/pyspark.zip",
+        "/opt/lib", f"{tmp_path}/rel/dir",
+    ]
+
+
 def test_interface_for_loopback():
     assert interface_for("127.0.0.1") == "lo"

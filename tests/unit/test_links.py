@@ -1,0 +1,63 @@
+"""The "Spark UI" link: the live UI, then the Spark History Server; quiet when there is nothing to link to."""
+
+from __future__ import annotations
+
+import json
+
+from airflow_provider_horovod.links import SparkUILink
+from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator, history_app_url, history_server_url
+
+
+def _train():
+    return None
+
+
+def test_the_link_is_what_the_operator_knows_without_an_xcom_request():
+    op = HorovodRunnerOperator(task_id="t", python_callable=_train)
+    # ti_key is never used while the operator knows (get_link would otherwise ask the API server for the XCom,
+    # which logs "XCom not found" at error level for a task whose application has not started)
+    assert SparkUILink().get_link(op, ti_key=None) == ""
+    op.spark_ui_url = "http://127.0.0.1:4040"
+    assert SparkUILink().get_link(op, ti_key=None) == "http://127.0.0.1:4040"
+
+
+def test_history_server_url_from_the_connection_then_the_config(monkeypatch):
+    monkeypatch.delenv("AIRFLOW__HOROVOD__HISTORY_SERVER_URL", raising=False)
+    assert history_server_url({}) is None
+    monkeypatch.setenv("AIRFLOW__HOROVOD__HISTORY_SERVER_URL", "http://hs:18080/")
+    assert history_server_url(None) == "http://hs:18080"
+    assert history_server_url({"history-server-url": "http://other:18080"}) == "http://other:18080"
+    assert history_app_url("http://hs:18080", "app-20261130-0001") == "http://hs:18080/history/app-20261130-0001/"
+
+
+class _TI:
+    def __init__(self):
+        self.pushed = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+def test_after_the_application_ends_the_link_points_at_the_history_server(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_HS", json.dumps({
+        "conn_type": "spark", "host": "spark://m", "port": 7077, "extra": {"history-server-url": "http://hs:18080"}}))
+    op = HorovodRunnerOperator(task_id="t", python_callable=_train, conn_id="spark_hs", poll_interval_s=None)
+    ti = _TI()
+    op._link_history(ti)  # the application never started: nothing to link to
+    assert ti.pushed == {} and op.spark_ui_url is None
+    op._app_started(ti, "app-1", "http://127.0.0.1:4040")
+    assert SparkUILink().get_link(op, ti_key=None) == "http://127.0.0.1:4040"  # live
+    op._link_history(ti)
+    assert ti.pushed["spark_ui_url"] == "http://hs:18080/history/app-1/"
+    assert SparkUILink().get_link(op, ti_key=None) == "http://hs:18080/history/app-1/"
+
+
+def test_the_driver_advertises_an_address_rather_than_localhost():
+    from airflow_provider_horovod.runtime.driver import advertised_ui_url
+
+    # Spark names the UI after the canonical name of a loopback driver address: "localhost"
+    assert advertised_ui_url("http://localhost:4040", "localhost") == "http://127.0.0.1:4040"
+    assert advertised_ui_url("http://localhost:4041", None) == "http://127.0.0.1:4041"
+    assert advertised_ui_url("http://spark-driver.internal:4040", "spark-driver.internal") == \
+        "http://spark-driver.internal:4040"
+    assert advertised_ui_url(None, "localhost") is None
