@@ -21,6 +21,7 @@ from airflow_provider_horovod.hooks.horovod import (
 )
 from airflow_provider_horovod.hooks.slots import ClusterSlotsWatcher
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook, local_path
+from airflow_provider_horovod.hooks.storage import credentials_env, storage_location
 from airflow_provider_horovod.hooks.progress import ProgressWatcher
 from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, SparkUILink
 from airflow_provider_horovod.runtime.errors import PayloadError
@@ -306,7 +307,8 @@ class HorovodRunnerOperator(BaseOperator):
     def hook(self) -> HorovodHook:
         """The hook for this task (created on first use, never in ``__init__``)."""
         return HorovodHook(
-            conn_id=self.conn_id, np=self.np, conf=self.conf, env_vars=self.env_vars,
+            conn_id=self.conn_id, np=self.np, conf=self.conf,
+            env_vars={**getattr(self, "_storage_env", {}), **self.env_vars},  # artifact_dir's credentials
             name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}",
             spark_submit_kwargs=self.spark_submit_kwargs,
         )
@@ -389,9 +391,16 @@ class HorovodRunnerOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
         ti = context["ti"]
-        artifact_dir = self.artifact_dir or default_artifact_dir(context)
+        # an ObjectStoragePath / s3://conn_id@bucket/x: a plain URI for the ranks, its connection's credentials
+        # as AWS_* variables that travel like env_vars (never in conf, arguments, logs or XCom)
+        artifact_dir, storage_conn_id = storage_location(self.artifact_dir or default_artifact_dir(context))
+        self._storage_env = credentials_env(storage_conn_id) if storage_conn_id else {}
         key, payload = self._payload()
         deploy_mode = self._resolved_deploy_mode()
+        if self._storage_env and deploy_mode != "client":
+            raise HorovodJobError(
+                f"artifact_dir with a connection ({storage_conn_id!r}) is supported in client deploy mode only; in "
+                f"{deploy_mode} mode give a plain URI and configure the store's credentials on the cluster")
         self.log.info("Horovod job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s", self.np, deploy_mode,
                       len(payload), artifact_dir)
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
