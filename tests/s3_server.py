@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ def s3_server() -> Iterator[S3Server]:
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    # moto keeps its buckets per process, not per server: start every module from an empty store
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"),
+                           timeout=30).close()
     try:
         # a distinctive secret, so a leak anywhere is found by a plain substring search
         yield S3Server(endpoint_url=f"http://127.0.0.1:{port}", access_key=f"AKID{uuid.uuid4().hex[:12].upper()}",
