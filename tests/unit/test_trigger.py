@@ -33,38 +33,39 @@ def test_event_validation():
         validate_event(event | {"status": "running"})
 
 
-class _FlakyMaster:
-    """A fake REST submission server on 127.0.0.1: 503 twice, then RUNNING, then FINISHED (a 503 storm can't
-    be produced on demand by a real master)."""
+class _FakeMaster:
+    """
+    A fake REST submission server on 127.0.0.1 answering ``answer(method, path) -> (status, json body)`` (a 503 storm
+    or a triggerer's state lookup can't be produced on demand with a real master); it records the requests.
+    """
 
-    def __init__(self):
+    def __init__(self, answer):
         import http.server
+        import json
         import threading
 
-        answers = iter([(503, {}), (503, {}), (200, {"driverState": "RUNNING"}), (200, {"driverState": "FINISHED"})])
-        self.requests = 0
+        self.requests: list[tuple[str, str]] = []
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                import json
-
-                owner.requests += 1
-                code, body = next(answers, (200, {"driverState": "FINISHED"}))
-                payload = json.dumps({"action": "SubmissionStatusResponse", "success": True,
-                                      "submissionId": "driver-1", "serverSparkVersion": "4.2.0", **body}).encode()
+            def _reply(self):
+                owner.requests.append((self.command, self.path))
+                code, body = answer(self.command, self.path)
+                payload = json.dumps({"success": True, "submissionId": "driver-1", "serverSparkVersion": "4.2.0",
+                                      **body}).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
 
+            do_GET = do_POST = _reply
+
             def log_message(self, *args):
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def close(self):
@@ -72,10 +73,21 @@ class _FlakyMaster:
         self.server.server_close()
 
 
+def _flaky_master() -> _FakeMaster:
+    """503 twice, then RUNNING, then FINISHED."""
+    answers = iter([(503, {}), (503, {}), (200, {"driverState": "RUNNING"}), (200, {"driverState": "FINISHED"})])
+
+    def answer(method: str, path: str) -> tuple[int, dict]:
+        code, body = next(answers, (200, {"driverState": "FINISHED"}))
+        return code, {"action": "SubmissionStatusResponse", **body}
+
+    return _FakeMaster(answer)
+
+
 def test_trigger_rides_out_a_few_503s(tmp_path):
     import asyncio
 
-    master = _FlakyMaster()
+    master = _flaky_master()
     try:
         trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url=master.url, staging=str(tmp_path),
                                          poll_interval_s=0.05, timeout_s=5)
@@ -88,4 +100,39 @@ def test_trigger_rides_out_a_few_503s(tmp_path):
         master.close()
     assert event.payload["status"] == "success"
     assert event.payload["driver_state"] == "FINISHED"
-    assert master.requests == 4  # two 503s retried, then RUNNING, then FINISHED
+    assert len(master.requests) == 4  # two 503s retried, then RUNNING, then FINISHED
+
+
+@pytest.mark.parametrize(("deferred_count", "killed"), [(1, False), (0, True), (None, True)])
+def test_on_kill_leaves_the_driver_alone_while_the_task_is_still_deferred(tmp_path, monkeypatch, deferred_count,
+                                                                        killed):
+    """
+    A user's kill (the task instance no longer deferred) kills the driver; a trigger moved to another triggerer
+    (the task instance still deferred; Airflow fires on_kill then too) does not; an unreadable state kills.
+    The task-state lookup goes through the triggerer's supervisor, which only a running triggerer has: stubbed.
+    """
+    import asyncio
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    asked = []
+
+    def get_ti_count(**kwargs):
+        asked.append(kwargs)
+        if deferred_count is None:
+            raise RuntimeError("no supervisor")
+        return deferred_count
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_ti_count", staticmethod(get_ti_count))
+    master = _FakeMaster(lambda method, path: (200, {"action": "KillSubmissionResponse",
+                                                      "message": "Kill request submitted"}))
+    try:
+        trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url=master.url, staging=str(tmp_path),
+                                         timeout_s=5)
+        trigger.task_instance = SimpleNamespace(dag_id="d", task_id="train", run_id="r1", map_index=-1)
+        asyncio.run(asyncio.wait_for(trigger.on_kill(), timeout=30))
+    finally:
+        master.close()
+    assert asked[0]["states"] == ["deferred"] and asked[0]["task_ids"] == ["train"] and asked[0]["run_ids"] == ["r1"]
+    assert master.requests == ([("POST", "/v1/submissions/kill/driver-1")] if killed else [])

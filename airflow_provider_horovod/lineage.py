@@ -1,0 +1,104 @@
+"""
+OpenLineage for a training task: the model's artifact directory as the output dataset, the data it read as inputs.
+
+Used by :meth:`HorovodRunnerOperator.get_openlineage_facets_on_complete`; every OpenLineage import is lazy, so
+the provider works without ``apache-airflow-providers-openlineage`` installed (the method is then never called).
+Dataset naming follows OpenLineage's conventions (https://openlineage.io/docs/spec/naming): a local path is
+namespace ``file``, name the absolute path; an object-store URI ``s3://bucket/key`` is namespace ``s3://bucket``,
+name ``key`` (likewise ``gs``, ``abfss``, ``hdfs``...).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+URI_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "hdfs", "file"})
+"""Schemes of string arguments taken as input datasets (besides absolute local paths)."""
+
+
+def dataset_name(location: str) -> tuple[str, str]:
+    """
+    ``(namespace, name)`` of a path or URI.
+
+    :param location: ``/abs/path``, ``file:///abs/path`` or ``scheme://authority/path``.
+    """
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return "file", os.path.abspath(parsed.path if parsed.scheme else location)
+    return f"{parsed.scheme}://{parsed.netloc}", parsed.path.lstrip("/")
+
+
+def _looks_like_data(value: Any) -> bool:
+    if not isinstance(value, str) or not value or "\n" in value:
+        return False
+    scheme = urlparse(value).scheme
+    return scheme in URI_SCHEMES or (scheme == "" and os.path.isabs(value))
+
+
+def input_locations(inlets: Iterable[Any], op_args: Iterable[Any], op_kwargs: Mapping[str, Any]) -> list[str]:
+    """
+    The task's inputs: the URIs of its ``inlets`` (assets with a path-like URI), else the arguments of the training
+    function that are absolute paths or data URIs (``s3://...``), in order, without repeats.
+    """
+    found: list[str] = []
+    for inlet in inlets:
+        uri = getattr(inlet, "uri", None)
+        if _looks_like_data(uri):
+            found.append(uri)
+    if not found:
+        found = [v for v in (*op_args, *op_kwargs.values()) if _looks_like_data(v)]
+    return list(dict.fromkeys(found))
+
+
+def operator_lineage(artifact_dir: str | None, inputs: Iterable[str]) -> Any:
+    """
+    An ``OperatorLineage`` with ``inputs`` as input datasets and ``artifact_dir`` as the output dataset.
+
+    :param artifact_dir: where the ranks wrote the model (``None``: no output, the job did not get that far).
+    :param inputs: locations from :func:`input_locations`.
+    """
+    from airflow.providers.common.compat.openlineage.facet import Dataset
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    outputs = [Dataset(*dataset_name(artifact_dir))] if artifact_dir else []
+    return OperatorLineage(inputs=[Dataset(*dataset_name(loc)) for loc in inputs], outputs=outputs)
+
+
+def default_inject_flag(option: str) -> bool:
+    """``[openlineage] <option>`` from the Airflow config (default ``False``), as ``SparkSubmitOperator`` reads it."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf.getboolean("openlineage", option, fallback=False)
+
+
+class OpenLineageMixin:
+    """
+    OpenLineage for ``HorovodRunnerOperator``: the facets on completion, and the ``spark.openlineage.*`` properties
+    that let Spark's own OpenLineage listener (when the application has it) link its events to this task.
+    """
+
+    def inject_openlineage_properties(self, context: Any) -> None:
+        """Add the parent-job and/or transport ``spark.openlineage.*`` properties to ``self.conf`` when enabled."""
+        from airflow.providers.common.compat.openlineage.utils.spark import (
+            inject_parent_job_information_into_spark_properties,
+            inject_transport_information_into_spark_properties,
+        )
+
+        if self.openlineage_inject_parent_job_info:
+            self.conf = inject_parent_job_information_into_spark_properties(self.conf, context)
+        if self.openlineage_inject_transport_info:
+            self.conf = inject_transport_information_into_spark_properties(self.conf, context)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """
+        The model's artifact directory as the output dataset; ``inlets`` (or the training function's path arguments)
+        as inputs. Called by the OpenLineage provider's listener after the task succeeded.
+        """
+        from airflow_provider_horovod.operators.horovod import XCOM_ARTIFACT_DIR
+
+        artifact_dir = getattr(self, "_lineage_artifact_dir", None) or task_instance.xcom_pull(
+            task_ids=task_instance.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=task_instance.map_index)
+        return operator_lineage(artifact_dir, input_locations(self.inlets, self.op_args, self.op_kwargs))

@@ -1,0 +1,52 @@
+"""Test DAGs: durable cluster-mode training (reattach after the task process dies), a deferred task killed by a user."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import pendulum
+
+from airflow.sdk import DAG
+from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+
+CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
+        "spark.driver.cores": "1", "spark.driver.memory": "512m", "spark.executor.memory": "512m",
+        "spark.cores.max": "2"}
+
+
+def train_for(seconds: int, data_path: str):
+    """Allreduce once a second for ``seconds``; rank 0 writes a model and returns metrics."""
+    import os
+    import time
+
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_horovod.runtime import artifact_dir
+
+    hvd.init()
+    print("training started", flush=True)
+    for _ in range(seconds):
+        hvd.allreduce(torch.ones(1))
+        time.sleep(1)
+    if hvd.rank() != 0:
+        return None
+    path = os.path.join(artifact_dir(), "model.pt")
+    torch.save({"steps": seconds}, path)
+    return {"model_path": path, "steps": seconds, "data": data_path}
+
+
+with DAG(dag_id="horovod_durable", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, default_args={"retries": 1, "retry_delay": timedelta(seconds=0)}):
+    HorovodRunnerOperator(task_id="train", python_callable=train_for,
+                          op_kwargs={"seconds": 40, "data_path": "/data/digits/features"}, np=2,
+                          conn_id="spark_cluster", deploy_mode="cluster", deferrable=False, conf=CONF,
+                          poll_interval_s=1)
+
+with DAG(dag_id="horovod_deferred_kill", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, default_args={"retries": 0}):
+    HorovodRunnerOperator(task_id="train", python_callable=train_for,
+                          op_kwargs={"seconds": 600, "data_path": "/data/unused"}, np=2,
+                          conn_id="spark_cluster", deploy_mode="cluster", deferrable=True, conf=CONF,
+                          poll_interval_s=1)

@@ -1,0 +1,134 @@
+"""
+Durable training tasks on a real standalone cluster under a real Airflow deployment (scheduler, dag-processor,
+triggerer, api-server; LocalExecutor): the Airflow task process is SIGKILLed mid-training and the retry reattaches
+to the running driver; a deferred task marked failed by a user kills its driver from the triggerer; OpenLineage
+events name the model output. One cluster and one deployment for the module.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.airflow_deployment import DeploymentError, _poll, airflow_deployment, copy_dags
+from tests.standalone import standalone_cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with standalone_cluster(workers=2, cores_per_worker=2, work_dir=tmp_path_factory.mktemp("standalone")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def lineage_file(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("openlineage") / "events.jsonl"
+
+
+@pytest.fixture(scope="module")
+def airflow(cluster, tmp_path_factory, lineage_file):
+    dags = copy_dags(tmp_path_factory.mktemp("dags"), HERE / "dags" / "horovod_durable.py")
+    env = {
+        "AIRFLOW_CONN_SPARK_CLUSTER": cluster.airflow_connection(),
+        "AIRFLOW__HOROVOD__ARTIFACT_ROOT": str(tmp_path_factory.mktemp("artifacts")),  # the "shared filesystem"
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage_file),
+                                                       "append": True}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "horovod-tests",
+    }
+    with airflow_deployment(dags, extra_env=env) as deployment:
+        yield deployment
+
+
+def _drivers(cluster) -> list[dict]:
+    state = cluster.master_json()
+    return state.get("activedrivers", []) + state.get("completeddrivers", [])
+
+
+def _task_process(ti_id: str) -> psutil.Process | None:
+    """The task process running try ``ti_id`` (below the LocalExecutor worker that supervises it)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info.get("cmdline") or [])
+        if ti_id in cmdline and "LocalExecutor" not in cmdline:
+            found.append(proc)
+    return found[0] if found else None
+
+
+def _log(airflow, dag_id: str, run_id: str, try_number: int = 1) -> str:
+    """The try's log so far ("" before the try has started writing one)."""
+    try:
+        return airflow.task_log(dag_id, run_id, "train", try_number=try_number)
+    except DeploymentError:
+        return ""
+
+
+def _ti(airflow, dag_id: str, run_id: str) -> dict:
+    return next(ti for ti in airflow.task_instances(dag_id, run_id) if ti["task_id"] == "train")
+
+
+def test_retry_after_the_task_process_dies_reattaches_to_the_running_driver(airflow, cluster, lineage_file):
+    run_id = airflow.trigger("horovod_durable")
+    # the task logs the driver's state while it waits, after the job was persisted to the task state store
+    _poll("the task to wait for its RUNNING driver", lambda: "is RUNNING" in _log(airflow, "horovod_durable", run_id),
+          timeout_s=300, interval_s=2)
+    first = _ti(airflow, "horovod_durable", run_id)
+    proc = _poll("the try's task process", lambda: _task_process(first["id"]), timeout_s=30)
+    [driver] = [d for d in _drivers(cluster) if d["state"] == "RUNNING"]
+    proc.send_signal(signal.SIGKILL)  # a worker crash: no on_kill, no cleanup
+
+    assert airflow.wait_for_run("horovod_durable", run_id, timeout_s=400) == "success"
+    assert _ti(airflow, "horovod_durable", run_id)["try_number"] == 2
+    drivers = _drivers(cluster)
+    assert [d["id"] for d in drivers] == [driver["id"]], drivers  # the retry submitted no second driver
+    assert drivers[0]["state"] == "FINISHED"
+    retry_log = airflow.task_log("horovod_durable", run_id, "train", try_number=2)
+    assert "Reconnecting to existing job" in retry_log, retry_log[-3000:]
+    value = airflow.xcom("horovod_durable", run_id, "train")
+    artifact_dir = airflow.xcom("horovod_durable", run_id, "train", "artifact_dir")
+    assert artifact_dir.endswith("/train/try-1")  # the job's directory, from the first submission
+    assert value["steps"] == 40 and value["model_path"].startswith(artifact_dir)
+    assert airflow.xcom("horovod_durable", run_id, "train", "artifact_paths") == [value["model_path"]]
+    assert airflow.xcom("horovod_durable", run_id, "train", "spark_submission_id") == driver["id"]
+    assert airflow.xcom("horovod_durable", run_id, "train", "spark_app_id").startswith("app-")
+
+    events = _poll("the OpenLineage COMPLETE event", lambda: _complete_events(lineage_file, "horovod_durable.train"),
+                   timeout_s=60)
+    assert events[-1]["outputs"][0]["namespace"] == "file"
+    assert events[-1]["outputs"][0]["name"] == artifact_dir
+    assert [(d["namespace"], d["name"]) for d in events[-1]["inputs"]] == [("file", "/data/digits/features")]
+
+
+def _complete_events(path: Path, job_name: str) -> list[dict] | None:
+    if not path.exists():
+        return None
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    found = [e for e in events if e.get("eventType") == "COMPLETE" and e.get("job", {}).get("name") == job_name
+             and e.get("outputs")]
+    return found or None
+
+
+def test_marking_a_deferred_task_failed_kills_its_driver_from_the_triggerer(airflow, cluster):
+    run_id = airflow.trigger("horovod_deferred_kill")
+    _poll("the task to defer while its driver runs", lambda: _ti(airflow, "horovod_deferred_kill", run_id)["state"]
+          == "deferred" and any(d["state"] == "RUNNING" for d in cluster.master_json().get("activedrivers", [])),
+          timeout_s=300, interval_s=2)
+    [driver] = cluster.master_json()["activedrivers"]
+    airflow.api("PATCH", f"/api/v2/dags/horovod_deferred_kill/dagRuns/{run_id}/taskInstances/train",
+                json={"new_state": "failed"})
+
+    def killed() -> bool:
+        state = cluster.master_json()
+        return any(d["id"] == driver["id"] and d["state"] == "KILLED" for d in state.get("completeddrivers", []))
+
+    _poll("the master to report the driver KILLED", killed, timeout_s=120,
+          on_timeout=lambda: f"\nmaster: {cluster.master_json()}\ntask log:\n{_log(airflow, 'horovod_deferred_kill', run_id)}"
+                             f"{airflow.diagnostics(60)}")
+    assert _ti(airflow, "horovod_deferred_kill", run_id)["state"] == "failed"
