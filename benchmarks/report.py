@@ -14,8 +14,9 @@ import subprocess
 from pathlib import Path
 
 B1_TARGET, B2_TARGET, B3_TARGET = 0.5, 1.15, 0.98
-RERUN = ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores)\n" \
-        ".venv/bin/python -m benchmarks --quick    # ~5-8 min, fewer repetitions, shorter B4 runs"
+RERUN = ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus up to ~9 min for B5)\n" \
+        ".venv/bin/python -m benchmarks --quick    # ~5-8 min, fewer repetitions, shorter B4 runs\n" \
+        ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page"
 
 
 def load_average() -> list[float] | None:
@@ -190,12 +191,16 @@ COLUMNS = [("bench", "Benchmark"), ("contender", "Contender"), ("median", "Media
 
 
 def console_table(results: dict) -> str:
-    """The table as fixed-width text."""
+    """The table as fixed-width text (B5, which has a table of its own on the page, follows as its lines)."""
+    from benchmarks.pages import b5_table
+
     table = rows(results)
     widths = {k: max(len(h), *(len(r[k]) for r in table)) for k, h in COLUMNS}
     line = " | ".join(h.ljust(widths[k]) for k, h in COLUMNS)
     out = [line, "-" * len(line)]
     out += [" | ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS) for r in table]
+    if results.get("b5") is not None:
+        out += ["", "B5 queueing on a busy cluster:", *b5_table(results)]
     return "\n".join(out)
 
 
@@ -204,6 +209,41 @@ def markdown_table(results: dict) -> str:
     out = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     out += ["| " + " | ".join(r[k].replace("|", "\\|") for k, _ in COLUMNS) + " |" for r in table]
     return "\n".join(out)
+
+
+def only_b5(results: dict) -> bool:
+    """Whether ``results`` hold B5 alone (``--only b5``): then only the page's B5 section is rewritten."""
+    return results.get("b5") is not None and all(results.get(k) is None for k in ("b1", "b2", "b3", "b4"))
+
+
+def write_results(results: dict, docs: Path) -> tuple[Path, str]:
+    """:func:`write`, or for a B5-only run :func:`write_b5_section` (the rest of the page stays as it is)."""
+    if only_b5(results):
+        return write_b5_section(results, docs), "unchanged (B5 only)"
+    return write(results, docs)
+
+
+def write_b5_section(results: dict, docs: Path) -> Path:
+    """
+    Replace the B5 section of ``docs/benchmarks.md`` (between its markers) with this run's, or insert it before
+    "## What is measured"; the rest of the page, from an earlier full run, is kept.
+
+    :raises FileNotFoundError: there is no page yet (run the full harness once).
+    """
+    from benchmarks import pages
+
+    md = docs / "benchmarks.md"
+    text = md.read_text()
+    section = "\n".join(pages.b5_section(results, standalone_run=True))
+    start, end = text.find(pages.B5_START), text.find(pages.B5_END)
+    if start >= 0 and end > start:
+        text = text[:start] + section + text[end + len(pages.B5_END):]
+    else:
+        at = text.find("## What is measured")
+        at = at if at >= 0 else len(text)
+        text = text[:at] + section + "\n\n" + text[at:]
+    md.write_text(text)
+    return md
 
 
 def write(results: dict, docs: Path) -> tuple[Path, str]:

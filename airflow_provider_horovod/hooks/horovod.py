@@ -24,9 +24,13 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.hooks.slots import (
+    check_standalone_fits, standalone_defaults, standalone_master, submit_kwargs_conf,
+)
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
+from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
 
 
 
@@ -90,7 +94,8 @@ def local_spark_conf(np: int) -> dict[str, str]:
 
 
 BASE_SPARK_CONF: dict[str, str] = {
-    # A barrier stage waiting for slots that will never come fails after interval x maxFailures.
+    # The driver waits for the barrier stage's slots before submitting it (slot_wait_timeout_s, runtime/slots.py);
+    # Spark's own check then only covers executors lost in between: it gives up after interval x maxFailures.
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "5s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "6",
     "spark.ui.showConsoleProgress": "false",
@@ -287,6 +292,7 @@ class HorovodHook(BaseHook):
         gpu_visibility: str | None = None,
         on_app_started: Callable[[str, str | None], None] | None = None,
         on_output: Callable[[str], None] | None = None,
+        slot_wait_timeout_s: float | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
     ) -> JobResult:
         """
         spark-submit the driver program for one payload and wait for it (client deploy mode).
@@ -303,8 +309,11 @@ class HorovodHook(BaseHook):
         :param gpu_visibility: ``"host"`` or ``"rank"`` (``None``: the runtime default).
         :param on_app_started: called with ``(app_id, ui_url)`` as soon as the driver reports them.
         :param on_output: called with every line spark-submit prints (driver output, forwarded rank lines).
+        :param slot_wait_timeout_s: seconds the driver waits for ``np`` task slots on a busy cluster; ``None``:
+            no limit (see :mod:`airflow_provider_horovod.runtime.slots`).
         :return: the job's result.
-        :raises HorovodJobError: the job failed; the message carries the failing rank's traceback.
+        :raises HorovodJobError: the job failed; the message carries the failing rank's traceback. On a standalone
+            master, also before anything is submitted when ``np`` task slots can never be had at the same time.
         """
         local = self.uses_local_master
         if not local:  # a wrong address fails here, not after Spark's own retries (over a minute)
@@ -321,6 +330,11 @@ class HorovodHook(BaseHook):
             log4j = staging / "log4j2.properties"
             log4j.write_text(SPARK_LOG4J2.format(level=self.spark_log_level.lower()))
             conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        if not local and (standalone := standalone_master(self.get_connection(self.conn_id))) is not None:
+            sized = {**submit_kwargs_conf(self.spark_submit_kwargs), **conf}
+            conf = {**standalone_defaults(self.np, standalone[1], sized), **conf}
+            check_standalone_fits(master_url=standalone[0], master_ui_url=standalone[1], np=self.np,
+                                  conf={**sized, **conf}, cluster_mode=False, log=self.log)
         env = {**self.env_vars, driver_program.KEY_ENV: key.hex()}
         if self.env_vars:
             env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))
@@ -334,6 +348,7 @@ class HorovodHook(BaseHook):
                             ("--training-timeout-s", training_timeout_s)):
             if value is not None:
                 args += [flag, str(value)]
+        args += ["--slot-wait-timeout-s", "none" if slot_wait_timeout_s is None else str(slot_wait_timeout_s)]
         if use_gpu:
             args.append("--use-gpu")
         if gpu_visibility is not None:

@@ -29,6 +29,7 @@ from airflow.sdk import BaseHook
 from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import BASE_SPARK_CONF, check_reachable, master_addresses, read_job_result
+from airflow_provider_horovod.hooks.slots import check_standalone_fits, standalone_defaults
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
@@ -123,7 +124,8 @@ class HorovodStandaloneHook(BaseHook):
         :param driver_log_verbosity: ``"log_callback_only"`` or ``"all"``.
         :param extra_args: more driver-program flags (timeouts).
         :return: the submission (driver) id, ``driver-...``.
-        :raises HorovodJobError: the master refused the submission.
+        :raises HorovodJobError: the master refused the submission, or ``np`` task slots can never be had at the
+            same time on this cluster next to the driver's own cores (checked before creating the driver).
         """
         self.check_master_reachable()
         staging.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -155,6 +157,9 @@ class HorovodStandaloneHook(BaseHook):
         env = {**self.env_vars, driver_program.KEY_ENV: key.hex()}
         if self.env_vars:
             env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))
+        properties = {**standalone_defaults(self.np, self.endpoints.master_ui_url, properties), **properties}
+        check_standalone_fits(master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
+                              np=self.np, conf=properties, cluster_mode=True, log=self.log)
         with self.client(RetryPolicy(max_attempts=3)) as client:
             response = client.create_submission(
                 app_resource=driver_py.as_uri(), main_class=PYTHON_RUNNER,

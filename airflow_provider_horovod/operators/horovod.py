@@ -532,7 +532,7 @@ class HorovodRunnerOperator(BaseOperator):
         slots = None if not self.poll_interval_s else ClusterSlotsWatcher(  # what the job waits for, from the master
             master_ui_url=self.cluster_hook.endpoints.master_ui_url, submission_id=submission_id,
             app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=self.np,
-            conf={**BASE_SPARK_CONF, **self.conf}, log=self.log.info, poll_interval_s=self.poll_interval_s).start()
+            conf=self.conf, log=self.log.info, poll_interval_s=self.poll_interval_s).start()
         try:
             while True:
                 status = self.cluster_hook.status(submission_id)

@@ -2,8 +2,8 @@
 The Spark driver program that the Airflow hook submits with ``spark-submit``.
 
 ``spark-submit [...] driver.py --payload FILE --result-dir DIR --np N [--artifact-dir LOC]
-[--driver-log-verbosity V] [--gloo-timeout-s S] [--start-timeout-s S] [--training-timeout-s S] [--use-gpu]
-[--gpu-visibility host|rank]``; the payload's HMAC key comes in the environment
+[--driver-log-verbosity V] [--gloo-timeout-s S] [--start-timeout-s S] [--training-timeout-s S]
+[--slot-wait-timeout-s S|none] [--use-gpu] [--gpu-visibility host|rank]``; the payload's HMAC key comes in the environment
 variable ``HOROVOD_AIRFLOW_PAYLOAD_KEY`` (hex), never on the command line or in Spark properties.
 
 It verifies the payload, runs it through :class:`~airflow_provider_horovod.runtime.HorovodRunner`, and
@@ -35,6 +35,11 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _seconds_or_none(value: str) -> float | None:
+    """A number of seconds, or ``none`` for no limit (``--slot-wait-timeout-s``)."""
+    return None if value.strip().lower() == "none" else float(value)
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="airflow-provider-horovod-driver")
     p.add_argument("--payload", required=True)
@@ -45,6 +50,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--gloo-timeout-s", type=int)
     p.add_argument("--start-timeout-s", type=float)
     p.add_argument("--training-timeout-s", type=float)
+    p.add_argument("--slot-wait-timeout-s", type=_seconds_or_none, default=argparse.SUPPRESS,
+                   help="seconds to wait for the barrier stage's task slots; 'none': no limit")
     p.add_argument("--use-gpu", action="store_true", help="give ranks their tasks' Spark-scheduled GPUs")
     p.add_argument("--gpu-visibility", choices=("host", "rank"), default="host",
                    help="host: device hvd.local_rank() is the rank's own GPU; rank: only its own GPUs (device 0)")
@@ -116,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{', HMAC ok' if key_hex else ''}); np={args.np}", flush=True)
         extra = {k: v for k, v in (("gloo_timeout_s", args.gloo_timeout_s), ("start_timeout_s", args.start_timeout_s),
                                    ("training_timeout_s", args.training_timeout_s)) if v is not None}
+        if "slot_wait_timeout_s" in vars(args):  # None is a value here: wait without a limit
+            extra["slot_wait_timeout_s"] = args.slot_wait_timeout_s
         names = [n for n in os.environ.get(RANK_ENV_NAMES, "").split(",") if n]
         runner = HorovodRunner(np=args.np, driver_log_verbosity=args.driver_log_verbosity,
                                artifact_dir=args.artifact_dir, env={n: os.environ[n] for n in names if n in os.environ},

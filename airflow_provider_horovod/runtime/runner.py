@@ -21,6 +21,7 @@ from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S, Job
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
+from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S, own_slots, wait_for_slots
 
 DRIVER_LOG_VERBOSITIES = ("log_callback_only", "all")
 RUNTIME_ZIP_NAME = "airflow_provider_horovod_runtime.zip"
@@ -125,6 +126,11 @@ class HorovodRunner:
     :param gpu_visibility: with ``use_gpu``, ``"host"`` (default: every rank sees its host's task GPUs, device
         ``hvd.local_rank()`` being its own, so ``torch.cuda.set_device(hvd.local_rank())``) or ``"rank"`` (only
         its own GPUs: ``torch.cuda.set_device(0)``). See :mod:`~airflow_provider_horovod.runtime.gpus`.
+    :param slot_wait_timeout_s: seconds a barrier job (``np > 0``) waits on the driver for ``np`` task slots of
+        its own application when the cluster is busy (default one hour); ``None``: no limit. The log says what
+        it waits for, on change; a job that can never have them fails at once with the numbers. See
+        :mod:`~airflow_provider_horovod.runtime.slots`. Over Spark Connect there is no driver of ours: the
+        server's ``spark.scheduler.barrier.maxConcurrentTasksCheck.*`` decide.
     :raises ValueError: an argument is invalid (raised here, before any Spark work).
     """
 
@@ -141,10 +147,13 @@ class HorovodRunner:
         spark: Any = None,
         use_gpu: bool = False,
         gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
+        slot_wait_timeout_s: float | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
     ) -> None:
         self.np = validate_np(np)
-        for pname, value in (("start_timeout_s", start_timeout_s), ("training_timeout_s", training_timeout_s)):
+        for pname, value in (("start_timeout_s", start_timeout_s), ("training_timeout_s", training_timeout_s),
+                             ("slot_wait_timeout_s", slot_wait_timeout_s)):
             validate_timeout(pname, value)
+        self.slot_wait_timeout_s = slot_wait_timeout_s
         self.spark = spark
         self.start_timeout_s = start_timeout_s
         self.training_timeout_s = training_timeout_s
@@ -215,6 +224,7 @@ class HorovodRunner:
         if slots is not None and spec.np > slots:
             raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {sc.master} has {slots}; "
                               f"use local[{spec.np}] or a smaller np")
+        wait_for_slots(sc, spec.np, self.slot_wait_timeout_s)
         self._ship_runtime(sc)
         host = conf.get("spark.driver.host", "127.0.0.1")
         group = f"horovod-{uuid.uuid4().hex[:12]}"
@@ -256,20 +266,26 @@ class HorovodRunner:
 
 
 def _not_enough_slots(sc: Any, np_: int) -> str:
-    """Explain Spark's barrier slot check failure (SPARK-24819) with the numbers it leaves out."""
+    """
+    Explain Spark's barrier slot check failure (SPARK-24819) with the numbers it leaves out.
+
+    :func:`wait_for_slots` saw the slots before the stage was submitted, so the application lost executors
+    in between (or the stage ran through another path).
+    """
     conf = sc.getConf()
     detail = ""
     try:  # the JVM's own count of concurrent task slots for the default resource profile
-        jsc = sc._jsc.sc()
-        slots = jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
-        detail = f", but the cluster has {slots} task slot{'s' if slots != 1 else ''}"
+        slots, executors = own_slots(sc)
+        detail = (", but this application has no executors" if executors == 0 else
+                  f", but this application has {slots} task slot{'s' if slots != 1 else ''} on {executors} "
+                  f"executor{'s' if executors != 1 else ''}")
     except Exception:  # noqa: BLE001 - a private API: the message is still useful without the count
         pass
     return (
         f"np={np_} needs {np_} task slots at the same time (one barrier task per rank){detail} "
-        f"(spark.task.cpus={conf.get('spark.task.cpus', '1')}); Spark gave up waiting after "
-        f"spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures="
-        f"{conf.get('spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures', '40')} checks. Add executors or "
-        "cores, or lower np"
+        f"(spark.task.cpus={conf.get('spark.task.cpus', '1')}); it had them when the stage was submitted, and "
+        f"Spark's barrier check gave up after spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures="
+        f"{conf.get('spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures', '40')} checks: executors were "
+        "lost meanwhile. Look at the executors' logs in the Spark UI, add executors or cores, or lower np"
     )
 
