@@ -403,16 +403,22 @@ class RanksDone:
             return self._cond.wait_for(lambda: expected <= self._ranks, timeout=timeout_s)
 
 
-def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = ()):  # -> (RendezvousServer, port)
+def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = (), bind: str = "127.0.0.1"):
     """
-    Start Horovod's ``RendezvousServer`` for ``plan``, answering only the job's own hosts.
+    Start Horovod's ``RendezvousServer`` for ``plan`` on ``bind`` (the address the ranks are given), answering only
+    the job's own hosts; return ``(server, port)``.
+
+    Horovod's own ``start()`` listens on every interface; this one binds the chosen address only (loopback for
+    ranks on the driver, task 0's host address in a barrier stage), on a free port found by Horovod's ``find_port``.
 
     Horovod's store has no authentication (Gloo's C++ client cannot send credentials), so the handler refuses
     (HTTP 403) any request whose source address is not loopback or one of ``peers``, the hosts Spark placed
     this job's tasks on. PUTs to :data:`DONE_SCOPE` are also recorded in the server's ``ranks_done``
     (:class:`RanksDone`).
     """
-    from horovod.runner.http.http_server import RendezvousHandler, RendezvousServer
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
+    from horovod.runner.util.network import find_port
+    from horovod.runner.util.threads import in_thread
 
     allowed = frozenset({"127.0.0.1", "::1", *peers})
     done = RanksDone()
@@ -463,7 +469,8 @@ def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = ()):  # -> (Rende
             self.send_status_code(200)
 
     server = RendezvousServer()
-    port = server.start(handler_cls=_JobOnlyHandler)
+    server._httpd, port = find_port(lambda addr: RendezvousHTTPServer((bind, addr[1]), _JobOnlyHandler, False))
+    server._listen_thread = in_thread(target=server._httpd.serve_forever)
     server.init([to_slot_info(s) for s in plan])
     server.ranks_done = done
     return server, port
@@ -688,7 +695,7 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     server = None
     port = None
     if partition == 0:
-        server, port = _start_rendezvous(plan, peers=addresses)
+        server, port = _start_rendezvous(plan, peers=addresses, bind=addresses[0])
     try:
         infos = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "gpus": mine}))]
         port = int(infos[0]["port"])

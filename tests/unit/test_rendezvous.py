@@ -110,3 +110,15 @@ def test_each_planned_scope_is_cleared_when_its_own_ranks_finish():
         assert _request(port, "127.0.0.1", "GET", f"/{local}/1") == 404
     finally:
         _stop_rendezvous_soon(server).join(timeout=10)
+
+
+def test_the_store_listens_on_the_given_address_only():
+    import psutil
+
+    server, port = _start_rendezvous(local_plan(2))
+    try:
+        bound = {c.laddr.ip for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
+                 and c.status == psutil.CONN_LISTEN}
+        assert bound == {"127.0.0.1"}  # not 0.0.0.0, as Horovod's own start() binds
+    finally:
+        _stop_rendezvous_soon(server).join(timeout=10)
