@@ -12,13 +12,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.providers.common.compat.sdk import BaseOperator, ResumableJobMixin
 
 from airflow_provider_horovod.exceptions import HorovodJobError, HorovodResultError
 from airflow_provider_horovod.hooks.connect import HorovodConnectHook
-from airflow_provider_horovod.hooks.horovod import (
-    BASE_SPARK_CONF, HorovodHook, JobResult, cleanup_staging, read_job_result,
-)
+from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_flag
+from airflow_provider_horovod.operators._durable import DurableClusterJob
+from airflow_provider_horovod.hooks.horovod import HorovodHook, JobResult, cleanup_staging, read_job_result
 from airflow_provider_horovod.hooks.slots import ClusterSlotsWatcher
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook, local_path
 from airflow_provider_horovod.hooks.storage import credentials_env, storage_location
@@ -161,7 +161,7 @@ def check_xcom_value(value: Any, *, max_bytes: int, artifact_paths: Sequence[str
         )
 
 
-class HorovodRunnerOperator(BaseOperator):
+class HorovodRunnerOperator(DurableClusterJob, OpenLineageMixin, ResumableJobMixin, BaseOperator):
     """
     Run a Horovod training function on Spark, the way Databricks' ``HorovodRunner`` does in a notebook.
 
@@ -206,6 +206,17 @@ class HorovodRunnerOperator(BaseOperator):
         :class:`~airflow_provider_horovod.triggers.horovod.HorovodSparkJobTrigger`. Default from
         ``[operators] default_deferrable``. Client mode always runs synchronously (the driver lives in the task).
     :param cancel_on_kill: kill the Spark driver when the task is killed, times out, or its trigger fails.
+    :param durable: cluster deploy mode: persist the submitted driver to the task state store before waiting, so
+        that after the Airflow task process dies (worker crash, SIGKILL) the retry reattaches to the still-running
+        driver instead of submitting a second one, or reads the result of one that finished meanwhile (Airflow's
+        ``ResumableJobMixin``; the name and default ``True`` as on ``SparkSubmitOperator``). Needs Airflow 3.3+;
+        below that it has no effect. Client mode cannot reattach (the driver lives in this task's process).
+        See ``docs/how-it-works.md``.
+    :param openlineage_inject_parent_job_info: add the ``spark.openlineage.parentJob*`` properties to the Spark conf
+        so Spark's own OpenLineage listener links its events to this task (default ``[openlineage]
+        spark_inject_parent_job_info``, else ``False``; as on ``SparkSubmitOperator``).
+    :param openlineage_inject_transport_info: add the OpenLineage transport (``spark.openlineage.transport.*``) to
+        the Spark conf (default ``[openlineage] spark_inject_transport_info``, else ``False``).
     :param staging_dir: cluster mode: a directory the Spark workers share (path or ``file://``) for the
         payload, the runtime and the result; default ``<artifact_root>/.staging/<dag>/<run>/<task>/try-<n>``.
         (templated)
@@ -252,13 +263,27 @@ class HorovodRunnerOperator(BaseOperator):
         deploy_mode: str | None = None,
         deferrable: bool = _default_deferrable(),
         cancel_on_kill: bool = True,
+        durable: bool | None = None,
+        openlineage_inject_parent_job_info: bool | None = None,
+        openlineage_inject_transport_info: bool | None = None,
         staging_dir: str | None = None,
         use_gpu: bool = False,
         gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
         slot_wait_timeout_s: float | str | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
+        # Named here (not left to **kwargs) so default_args={"durable": ...} reaches it, as in SparkSubmitOperator;
+        # ResumableJobMixin takes it (on Airflow < 3.3 the compat stand-in warns that it has no effect).
+        if durable is not None:
+            kwargs["durable"] = durable
         super().__init__(**kwargs)
+        self._durable_explicit = durable is not None
+        self.openlineage_inject_parent_job_info = (default_inject_flag("spark_inject_parent_job_info")
+                                                   if openlineage_inject_parent_job_info is None
+                                                   else openlineage_inject_parent_job_info)
+        self.openlineage_inject_transport_info = (default_inject_flag("spark_inject_transport_info")
+                                                  if openlineage_inject_transport_info is None
+                                                  else openlineage_inject_transport_info)
         if not callable(python_callable):
             raise TypeError(f"python_callable must be callable, got {type(python_callable).__name__}")
         self.python_callable = python_callable
@@ -391,6 +416,7 @@ class HorovodRunnerOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
         ti = context["ti"]
+        self.inject_openlineage_properties(context)
         # an ObjectStoragePath / s3://conn_id@bucket/x: a plain URI for the ranks, its connection's credentials
         # as AWS_* variables that travel like env_vars (never in conf, arguments, logs or XCom)
         artifact_dir, storage_conn_id = storage_location(self.artifact_dir or default_artifact_dir(context))
@@ -405,7 +431,12 @@ class HorovodRunnerOperator(BaseOperator):
                       len(payload), artifact_dir)
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
         if deploy_mode == "cluster":
-            return self._execute_cluster(context, key, payload, artifact_dir)
+            self._prepared = (key, payload, artifact_dir)
+            return self.execute_resumable(context)  # DurableClusterJob: submit_job, poll_until_complete, ...
+        if self.durable and self._durable_explicit:
+            self.log.warning("durable=True has no effect in %s deploy mode: the Spark driver runs in this task's "
+                             "process and ends with it, so a retry starts the training again; use "
+                             "deploy_mode='cluster' to reattach after a worker crash", deploy_mode)
         if deploy_mode == "connect":
             return self._finish(ti, self.connect_hook.run(
                 payload=payload, artifact_dir=artifact_dir, name=f"{self.dag_id}.{self.task_id}",
@@ -504,25 +535,14 @@ class HorovodRunnerOperator(BaseOperator):
         return HorovodStandaloneHook(conn_id=self.conn_id, np=self.np, conf=self.conf, env_vars=self.env_vars,
                                      name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}")
 
-    def _execute_cluster(self, context: Context, key: bytes, payload: bytes, artifact_dir: str) -> Any:
-        ti = context["ti"]
-        staging = local_path(self.staging_dir or default_staging_dir(context))
-        self.cluster_hook.kill_earlier_tries(staging)
-        self._submission_id = self.cluster_hook.submit(
-            staging=staging, payload=payload, key=key, artifact_dir=artifact_dir,
-            driver_log_verbosity=self.driver_log_verbosity, extra_args=self._timeout_args(),
+    def _defer_to_trigger(self, submission_id: str, staging: str) -> None:
+        """Wait for the driver in the triggerer (``deferrable=True``); resumes in :meth:`execute_complete`."""
+        self.defer(
+            trigger=HorovodSparkJobTrigger(submission_id=submission_id, rest_url=self.cluster_hook.endpoints.rest_url,
+                                           staging=staging, poll_interval_s=self.poll_interval_s or 5.0,
+                                           cancel_on_kill=self.cancel_on_kill),
+            method_name="execute_complete",
         )
-        ti.xcom_push(key=XCOM_SUBMISSION_ID, value=self._submission_id)
-        if self.deferrable:
-            self.defer(
-                trigger=HorovodSparkJobTrigger(submission_id=self._submission_id,
-                                               rest_url=self.cluster_hook.endpoints.rest_url, staging=str(staging),
-                                               poll_interval_s=self.poll_interval_s or 5.0,
-                                               cancel_on_kill=self.cancel_on_kill),
-                method_name="execute_complete",
-            )
-        status = self._wait_for_driver(ti, self._submission_id, staging)
-        return self._finish(ti, HorovodStandaloneHook.result(staging, status))
 
     def _wait_for_driver(self, ti: Any, submission_id: str, staging: Path):  # -> DriverStatus
         """Poll the driver's state every ``poll_interval_s`` until it ends, logging state changes."""

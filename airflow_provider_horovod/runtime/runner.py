@@ -256,13 +256,28 @@ class HorovodRunner:
             return
         if sc.applicationId in _shipped_to:
             return
-        import tempfile
-
-        path = os.path.join(tempfile.mkdtemp(prefix="horovod-runtime-"), RUNTIME_ZIP_NAME)
+        path = os.path.join(_runtime_dir(), f"{sc.applicationId}-{RUNTIME_ZIP_NAME}")
         with open(path, "wb") as f:
             f.write(runtime_zip())
         sc.addPyFile(path)
         _shipped_to.add(sc.applicationId)
+
+
+@functools.cache
+def _runtime_dir() -> str:
+    """
+    This process's directory for the shipped runtime zip, removed when the interpreter exits.
+
+    Spark serves an ``addPyFile`` file from where it lies for as long as the application runs (executors that join
+    later fetch it then), so it cannot be deleted after the call; one directory per process, not one per job.
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="horovod-runtime-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def _not_enough_slots(sc: Any, np_: int) -> str:
