@@ -365,6 +365,8 @@ def verify_payload(data: bytes, *, key: bytes | None = None) -> bytes:
             raise PayloadError(
                 f"payload was written with {field} {header.get(field)} but this interpreter ({sys.executable}) has "
                 f"{field} {mine}; the Airflow worker, the Spark driver and the executors must use the same Python "
-                "major.minor and cloudpickle version (set spark.pyspark.python / PYSPARK_PYTHON)"
+                "major.minor and cloudpickle version: set conf={'spark.pyspark.python': ...} on the operator (a "
+                "PYSPARK_PYTHON set on the Airflow side does not reach a cluster-mode driver; see 'Which Python runs "
+                "where' in docs/getting-started.md)"
             )
     return body

@@ -132,3 +132,15 @@ def test_marking_a_deferred_task_failed_kills_its_driver_from_the_triggerer(airf
           on_timeout=lambda: f"\nmaster: {cluster.master_json()}\ntask log:\n{_log(airflow, 'horovod_deferred_kill', run_id)}"
                              f"{airflow.diagnostics(60)}")
     assert _ti(airflow, "horovod_deferred_kill", run_id)["state"] == "failed"
+
+
+def test_a_deferred_task_returns_its_value_and_puts_the_model_on_its_asset_event(airflow):
+    run_id = airflow.trigger("horovod_deferred_asset")
+    assert airflow.wait_for_run("horovod_deferred_asset", run_id, timeout_s=400) == "success"
+    value = airflow.xcom("horovod_deferred_asset", run_id, "train")  # survived the deferral
+    assert value["steps"] == 3
+    [event] = airflow.asset_events(source_dag_id="horovod_deferred_asset", source_run_id=run_id)
+    assert event["extra"]["artifact_paths"] == [value["model_path"]]
+    assert event["extra"]["return_value"] == value
+    assert event["extra"]["spark_app_id"].startswith("app-")
+    assert "Pausing task as DEFERRED" in _log(airflow, "horovod_deferred_asset", run_id)

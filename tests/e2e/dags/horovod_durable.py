@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pendulum
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Asset
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
@@ -50,3 +50,10 @@ with DAG(dag_id="horovod_deferred_kill", schedule=None, start_date=pendulum.date
                           op_kwargs={"seconds": 600, "data_path": "/data/unused"}, np=2,
                           conn_id="spark_cluster", deploy_mode="cluster", deferrable=True, conf=CONF,
                           poll_interval_s=1)
+
+with DAG(dag_id="horovod_deferred_asset", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, default_args={"retries": 0}):
+    HorovodRunnerOperator(task_id="train", python_callable=train_for,
+                          op_kwargs={"seconds": 3, "data_path": "/data/unused"}, np=2, conn_id="spark_cluster",
+                          deploy_mode="cluster", deferrable=True, conf=CONF, poll_interval_s=1,
+                          outlets=[Asset("deferred_model")])
