@@ -26,8 +26,10 @@ design; the WARN lines Spark logs while it retries are counted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -175,7 +177,10 @@ def run_b5(reps: int, budget_s: float, notes: list[str], log) -> dict:
     order = [name for _ in range(reps) for name in CONTENDERS]
     jobs: list[tuple[Job, Path, str]] = []
     start, last = time.monotonic(), 0.0
-    with standalone_cluster(workers=2, cores_per_worker=2, work_dir=work / "standalone") as cluster:
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, work, ignore_errors=True)
+        cluster = cleanup.enter_context(standalone_cluster(workers=2, cores_per_worker=2,
+                                                           work_dir=work / "standalone"))
         try:
             holder, gate = _start(cluster, script, work, "ours", 0)  # the first holder is not measured
             jobs.append((holder, gate, "ours"))
@@ -199,8 +204,8 @@ def run_b5(reps: int, budget_s: float, notes: list[str], log) -> dict:
                     series[variant].reason = f"failed: {type(err).__name__}: {str(err)[:300]}"
                     log(f"B5 {variant}: {series[variant].reason}")
                     break
-                seen = next((t for t, s, ln in job.lines if s == "out" and "task slots available after waiting" in ln),
-                            None)
+                seen = next((t for t, stream, ln in job.lines
+                             if stream == "out" and "task slots available after waiting" in ln), None)
                 rounds[variant].append({"freed": freed, "stopped": stopped, "slots_seen": seen,
                                         "waiting_at": waiting_at, "job": index})
                 last = time.monotonic() - round_start

@@ -224,7 +224,6 @@ class HorovodRunner:
         if slots is not None and spec.np > slots:
             raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {sc.master} has {slots}; "
                               f"use local[{spec.np}] or a smaller np")
-        wait_for_slots(sc, spec.np, self.slot_wait_timeout_s)
         self._ship_runtime(sc)
         host = conf.get("spark.driver.host", "127.0.0.1")
         group = f"horovod-{uuid.uuid4().hex[:12]}"
@@ -233,6 +232,7 @@ class HorovodRunner:
         with LogServer(host) as logs:
             spec = JobSpec(**{**spec.__dict__, "log_address": logs.address, "log_token": logs.token,
                               "executors_share_driver_stderr": sc.master.startswith("local")})
+            wait_for_slots(sc, spec.np, self.slot_wait_timeout_s)  # last: nothing else left once the slots come
             sc.setJobGroup(group, f"HorovodRunner np={spec.np}", interruptOnCancel=True)
             try:
                 rdd = sc.parallelize(range(spec.np), spec.np).barrier()

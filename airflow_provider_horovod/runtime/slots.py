@@ -161,7 +161,7 @@ class AppResources:
         return np_ * self.task_cpus
 
     def slots_on(self, cores: int, memory_mb: int | None) -> int:
-        """Task slots this application's executors could get from ``cores`` cores and ``memory_mb`` MiB of one worker."""
+        """Task slots this application's executors could get from ``cores`` cores and ``memory_mb`` MiB of a worker."""
         if cores <= 0:
             return 0
         fits_memory = self.executor_memory_mb is None or memory_mb is None
@@ -221,7 +221,10 @@ class ClusterView:
     app_cores: int | None = None
 
     def describe(self) -> str:
-        """``cluster spark://...: 2 workers alive, 4 cores (0 free), at most 4 task slots for this job, 0 free; held by ...``"""
+        """
+        One line: ``cluster spark://...: 2 workers alive, 4 cores (0 free), at most 4 task slots for this job, 0
+        free; held by app-... 'name' (4 cores)``.
+        """
         text = (f"cluster {self.master_url}: {_plural(self.workers_alive, 'worker')} alive, "
                 f"{_plural(self.cores, 'core')} ({self.cores_free} free), at most "
                 f"{_plural(self.max_slots, 'task slot')} for this job, {self.free_slots} free")
