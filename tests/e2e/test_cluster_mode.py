@@ -154,3 +154,76 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
     while _ranks(cluster) and time.monotonic() < deadline:
         time.sleep(1)
     assert not _ranks(cluster)
+
+
+class _TaskInstance:
+    """The task instance fields and XCom calls the operator uses (a retry's state comes from the task state store)."""
+
+    def __init__(self, try_number: int):
+        self.dag_id, self.run_id, self.task_id, self.map_index, self.try_number = "durable", "r1", "train", -1, try_number
+        self.xcom: dict[str, object] = {}
+        self.stats_tags: dict[str, str] = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+    def xcom_pull(self, task_ids=None, key=None, map_indexes=None):
+        return self.xcom.get(key)
+
+
+class _TaskStateStore(dict):
+    def set(self, key, value):
+        self[key] = value
+
+
+def test_durable_retry_reads_a_finished_driver_and_resubmits_a_failed_one(cluster, tmp_path, monkeypatch):
+    """
+    ResumableJobMixin's two other branches on the real cluster: a stored driver that FINISHED is not run again (its
+    result and first artifact directory are reported), a stored driver that was KILLED (never success) is replaced.
+    The task state store is the one thing stubbed: only a running Airflow task has one (the reattach branch is tested
+    under a real deployment in test_durable.py).
+    """
+    from airflow.sdk import DAG
+
+    from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+    from tests.e2e.dags.horovod_cluster import CONF, long_training, train_and_save
+
+    for name, value in cluster_env(cluster, tmp_path).items():
+        monkeypatch.setenv(name, value)
+    store = _TaskStateStore()
+
+    def execute(try_number: int, fn, **kwargs):
+        with DAG("durable", schedule=None):
+            op = HorovodRunnerOperator(task_id="train", python_callable=fn, op_kwargs=kwargs, np=2,
+                                       conn_id="spark_cluster", deploy_mode="cluster", deferrable=False, conf=CONF,
+                                       poll_interval_s=1)
+        ti = _TaskInstance(try_number)
+        return op, ti, op.execute({"ti": ti, "task_state_store": store})
+
+    _op, first_ti, value = execute(1, train_and_save, tag="first")
+    job = store[HorovodRunnerOperator.external_id_key]
+    assert value == {"size": 2, "total": 3.0, "tag": "first"} and job["submission_id"] == first_ti.xcom[
+        "spark_submission_id"]
+    # try 2 after a crash that came when the driver had already FINISHED: no new driver, the same result
+    drivers_before = len(cluster.master_json()["completeddrivers"])
+    _op, second_ti, again = execute(2, train_and_save, tag="second")
+    assert again == value and second_ti.xcom["artifact_dir"] == job["artifact_dir"]
+    assert second_ti.xcom["artifact_paths"] == first_ti.xcom["artifact_paths"]
+    assert len(cluster.master_json()["completeddrivers"]) == drivers_before
+    # a stored driver that was KILLED is never taken for success: try 3 submits a new one
+    import secrets
+
+    from airflow_provider_horovod.runtime.payload import dumps_payload
+
+    hook = _op.cluster_hook
+    key = secrets.token_bytes(32)
+    killed = hook.submit(staging=tmp_path / "killed", payload=dumps_payload(long_training, key=key), key=key,
+                         artifact_dir=str(tmp_path / "killed-art"), driver_log_verbosity="log_callback_only")
+    assert _wait_state(hook, killed, {"RUNNING"}) == "RUNNING"
+    hook.kill(killed)
+    assert _wait_state(hook, killed, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"
+    store[HorovodRunnerOperator.external_id_key] = {"submission_id": killed, "staging": str(tmp_path / "killed"),
+                                                    "artifact_dir": str(tmp_path / "killed-art")}
+    _op, third_ti, fresh = execute(3, train_and_save, tag="third")
+    assert fresh["tag"] == "third" and third_ti.xcom["spark_submission_id"] not in (killed, job["submission_id"])
+    assert store[HorovodRunnerOperator.external_id_key]["submission_id"] == third_ti.xcom["spark_submission_id"]
