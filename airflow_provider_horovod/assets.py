@@ -26,7 +26,11 @@ MAX_EVENT_RETURN_VALUE_BYTES = 16 * 1024
 
 
 def artifact_uri(location: str) -> str:
-    """A URI for an artifact location: ``s3://...`` as given, a local path as ``file:///abs/path``."""
+    """
+    A URI for an artifact location: ``s3://...`` as given, a local path as ``file:///abs/path``.
+
+    :param location: a path or URI.
+    """
     if len(urlparse(location).scheme) > 1:
         return location
     return "file://" + os.path.abspath(location)

@@ -42,6 +42,11 @@ def input_locations(inlets: Iterable[Any], op_args: Iterable[Any], op_kwargs: Ma
     """
     The task's inputs: the URIs of its ``inlets`` (assets with a path-like URI), else the arguments of the training
     function that are absolute paths or data URIs (``s3://...``), in order, without repeats.
+
+    :param inlets: the task's ``inlets`` (assets; others are skipped).
+    :param op_args: the training function's positional arguments (rendered).
+    :param op_kwargs: its keyword arguments (rendered).
+    :return: locations, e.g. ``["/data/digits.npz", "s3://bucket/features"]``.
     """
     found: list[str] = []
     for inlet in inlets:
@@ -68,7 +73,11 @@ def operator_lineage(artifact_dir: str | None, inputs: Iterable[str]) -> Any:
 
 
 def default_inject_flag(option: str) -> bool:
-    """``[openlineage] <option>`` from the Airflow config (default ``False``), as ``SparkSubmitOperator`` reads it."""
+    """
+    ``[openlineage] <option>`` from the Airflow config (default ``False``), as ``SparkSubmitOperator`` reads it.
+
+    :param option: e.g. ``"spark_inject_parent_job_info"``.
+    """
     from airflow.providers.common.compat.sdk import conf
 
     return conf.getboolean("openlineage", option, fallback=False)
@@ -81,7 +90,12 @@ class OpenLineageMixin:
     """
 
     def inject_openlineage_properties(self, context: Any) -> None:
-        """Add the parent-job and/or transport ``spark.openlineage.*`` properties to ``self.conf`` when enabled."""
+        """
+        Add the parent-job and/or transport ``spark.openlineage.*`` properties to ``self.conf`` when enabled.
+
+        :param context: the task's Airflow context. Properties the user already set are kept (the OpenLineage
+            provider's helpers skip them).
+        """
         from airflow.providers.common.compat.openlineage.utils.spark import (
             inject_parent_job_information_into_spark_properties,
             inject_transport_information_into_spark_properties,
@@ -96,9 +110,12 @@ class OpenLineageMixin:
         """
         The model's artifact directory as the output dataset; ``inlets`` (or the training function's path arguments)
         as inputs. Called by the OpenLineage provider's listener after the task succeeded.
+
+        :param task_instance: the finished task instance (the artifact directory is read from its XCom).
+        :return: an ``OperatorLineage``.
         """
         from airflow_provider_horovod.operators.horovod import XCOM_ARTIFACT_DIR
 
-        artifact_dir = getattr(self, "_lineage_artifact_dir", None) or task_instance.xcom_pull(
-            task_ids=task_instance.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=task_instance.map_index)
+        artifact_dir = task_instance.xcom_pull(task_ids=task_instance.task_id, key=XCOM_ARTIFACT_DIR,
+                                               map_indexes=task_instance.map_index)
         return operator_lineage(artifact_dir, input_locations(self.inlets, self.op_args, self.op_kwargs))

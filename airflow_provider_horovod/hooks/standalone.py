@@ -205,8 +205,9 @@ class HorovodStandaloneHook(BaseHook):
         """
         Kill drivers of earlier tries of this task that are still running (siblings of ``staging``).
 
-        A retry must not run beside a live copy of the same training: the provider kills it (documented
-        choice; reattaching would hide the failure that made Airflow retry).
+        A retry that submits must not run beside a live copy of the same training: the provider kills it. (With
+        ``durable=True`` a retry whose earlier driver is still active reattaches to it instead and never gets here;
+        see :mod:`airflow_provider_horovod.operators._durable`.)
 
         :return: the driver ids that were still active and were killed.
         """

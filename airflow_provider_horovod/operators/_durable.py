@@ -37,6 +37,8 @@ def cluster_job(external_id: Any) -> dict[str, str]:
     """
     Check a persisted external id.
 
+    :param external_id: the record read from the task state store.
+    :return: ``{"submission_id", "staging", "artifact_dir"}`` as strings.
     :raises HorovodJobError: it is not the ``{"submission_id", "staging", "artifact_dir"}`` this operator stores.
     """
     if not isinstance(external_id, dict) or not {"submission_id", "staging", "artifact_dir"} <= set(external_id):
@@ -56,7 +58,12 @@ class DurableClusterJob:
     _prepared: tuple[bytes, bytes, str]
 
     def submit_job(self, context: Context) -> dict[str, str]:
-        """Submit the driver (killing an earlier try's driver that still runs); return the job record to persist."""
+        """
+        Submit the driver (killing an earlier try's driver that still runs); return the job record to persist.
+
+        :param context: the task's Airflow context.
+        :return: ``{"submission_id", "staging", "artifact_dir"}``.
+        """
         from airflow_provider_horovod.hooks.standalone import local_path
         from airflow_provider_horovod.operators.horovod import XCOM_SUBMISSION_ID, default_staging_dir
 
@@ -71,16 +78,29 @@ class DurableClusterJob:
         return {"submission_id": submission_id, "staging": str(staging), "artifact_dir": artifact_dir}
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
-        """The driver's standalone state (``NOT_FOUND`` when the master does not know it)."""
+        """
+        The driver's standalone state (``NOT_FOUND`` when the master does not know it).
+
+        :param external_id: the record from :meth:`submit_job`.
+        :param context: the task's Airflow context.
+        """
         status = self.cluster_hook.status(cluster_job(external_id)["submission_id"])
         return status.driver_state or NOT_FOUND
 
     def is_job_active(self, status: str) -> bool:
-        """SUBMITTED, RUNNING, RELAUNCHING or UNKNOWN: wait for this driver."""
+        """
+        SUBMITTED, RUNNING, RELAUNCHING or UNKNOWN: wait for this driver.
+
+        :param status: a state from :meth:`get_job_status`.
+        """
         return status in REATTACHABLE_STATES
 
     def is_job_succeeded(self, status: str) -> bool:
-        """FINISHED only."""
+        """
+        FINISHED only (KILLED and ERROR are never success).
+
+        :param status: a state from :meth:`get_job_status`.
+        """
         return status in SUCCEEDED_STATES
 
     def _adopt(self, job: dict[str, str], context: Context) -> None:
@@ -96,6 +116,11 @@ class DurableClusterJob:
         Wait for the driver (or defer to the trigger), then read the result; return rank 0's value.
 
         ``ResumableJobMixin`` returns this method's value directly when it reattaches, so it returns the result.
+
+        :param external_id: the record from :meth:`submit_job`.
+        :param context: the task's Airflow context.
+        :raises TaskDeferred: with ``deferrable=True`` (the trigger waits; :meth:`execute_complete` resumes).
+        :raises HorovodJobError: the driver failed or a rank did (through ``_finish``).
         """
         from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 
@@ -108,7 +133,12 @@ class DurableClusterJob:
         return self._job_value
 
     def get_job_result(self, external_id: Any, context: Context) -> Any:
-        """Rank 0's value: from the wait just done, or read from the staging directory of a driver that FINISHED."""
+        """
+        Rank 0's value: from the wait just done, or read from the staging directory of a driver that FINISHED.
+
+        :param external_id: the record from :meth:`submit_job`.
+        :param context: the task's Airflow context.
+        """
         from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 
         if "_job_value" in self.__dict__:

@@ -187,9 +187,9 @@ def _module_hint(message: str | None) -> str:
     match = re.search(r"No module named '([^']+)'", message or "")
     if match is None:
         return ""
-    return (f". The module {match.group(1)!r} is importable where the DAG was parsed but not by this rank's Python: "
-            "install it on the executors, ship it with spark_submit_kwargs={'py_files': ...} (or spark.submit.pyFiles), "
-            "or define what the function needs in the DAG file so it travels with the function")
+    return (f". If {match.group(1)!r} is importable where the DAG was parsed, this rank's Python lacks it: install "
+            "it on the executors, or keep it in the DAG folder and import it at the top of the DAG file (not inside "
+            "the function) so it travels with the function by value")
 
 
 def root_cause(failures: list[RankFailedError]) -> RankFailedError:

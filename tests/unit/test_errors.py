@@ -54,7 +54,7 @@ def test_only_limits_the_launcher_enforced_read_as_timeouts():
     head = str(load).splitlines()[0]
     assert head.startswith("Horovod rank 1 on 10.0.0.2 could not load the training function (exit code 1): "
                            "ModuleNotFoundError: No module named 'mylib'")
-    assert "'mylib' is importable where the DAG was parsed but not by this rank's Python" in head
+    assert "If 'mylib' is importable where the DAG was parsed, this rank's Python lacks it" in head
     assert "timed out" not in head
     payload = RankFailedError(rank=0, exit_code=1, exc_type="airflow_provider_horovod.runtime.errors.PayloadError",
                               exc_message="payload digest mismatch")
