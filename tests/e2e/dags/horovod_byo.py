@@ -18,6 +18,7 @@ from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 def train(tag):
     import os
     import sys
+    import time
 
     import horovod.torch as hvd
     import torch
@@ -27,6 +28,9 @@ def train(tag):
 
     hvd.init()
     total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+    for _ in range(6):  # train for a few seconds: the 1 s progress poll then sees both ranks running, even on a busy host
+        hvd.allreduce(torch.ones(1))
+        time.sleep(1)
     if hvd.rank() == 0:
         torch.save({"total": total}, os.path.join(artifact_dir(), f"{tag}.pt"))
         return {"size": hvd.size(), "total": total.item(), "python": sys.executable,
