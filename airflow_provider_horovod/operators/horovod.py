@@ -50,6 +50,9 @@ XCOM_ARTIFACT_DIR = "artifact_dir"
 
 ARTIFACT_ROOT_ENV = "AIRFLOW__HOROVOD__ARTIFACT_ROOT"
 DEFAULT_MAX_RETURN_BYTES = 1024 * 1024
+RESERVED_SPARK_SUBMIT_KWARGS = frozenset({"conn_id", "conf", "py_files", "name", "application_args", "env_vars",
+                                          "deploy_mode", "application"})
+"""``SparkSubmitHook`` arguments the hook sets itself (client mode): passing them in ``spark_submit_kwargs`` is refused."""
 
 
 def default_artifact_root() -> str:
@@ -294,6 +297,12 @@ class HorovodRunnerOperator(DurableClusterJob, OpenLineageMixin, ResumableJobMix
         for pname, value in (("conf", conf), ("env_vars", env_vars), ("spark_submit_kwargs", spark_submit_kwargs)):
             if value is not None and not isinstance(value, dict):
                 raise ValueError(f"{pname} must be a dict or None, got {type(value).__name__}")
+        reserved = sorted(set(spark_submit_kwargs or {}) & RESERVED_SPARK_SUBMIT_KWARGS)
+        if reserved:
+            raise ValueError(f"spark_submit_kwargs: {reserved} are set by the provider (allowed: any other "
+                             f"SparkSubmitHook argument; reserved: {sorted(RESERVED_SPARK_SUBMIT_KWARGS)}); give Spark "
+                             "properties in conf=, environment variables in env_vars=, and install extra modules on "
+                             "the executors")
         if isinstance(gloo_timeout_s, bool) or not isinstance(gloo_timeout_s, int) or gloo_timeout_s <= 0:
             raise ValueError(f"gloo_timeout_s must be a positive int (seconds), got {gloo_timeout_s!r}")
         self.start_timeout_s = validate_timeout("start_timeout_s", start_timeout_s)

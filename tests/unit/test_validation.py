@@ -45,6 +45,8 @@ def test_runner_accepts_negative_np_and_keyword_only():
         ({"gloo_timeout_s": 0}, r"gloo_timeout_s must be a positive int \(seconds\)"),
         ({"max_return_value_bytes": -1}, r"max_return_value_bytes must be a positive int"),
         ({"conf": {"spark.dynamicAllocation.enabled": "true"}}, r"spark.dynamicAllocation.enabled.*Allowed: false"),
+        ({"spark_submit_kwargs": {"py_files": "x.zip", "executor_memory": "1g"}},
+         r"spark_submit_kwargs: \['py_files'\] are set by the provider"),
     ],
 )
 def test_operator_rejects_bad_arguments(kwargs, message):
