@@ -66,7 +66,7 @@ def _install_airflow_and_dependencies(venv: Path) -> None:
     _pip(venv, "install", "-U", "pip>=24")
     _pip(venv, "install", f"apache-airflow=={BYO_AIRFLOW}")  # "your Airflow"
     _pip(venv, "install", "-c", str(CONSTRAINTS), f"apache-airflow=={BYO_AIRFLOW}",
-         "apache-airflow-providers-apache-spark", "pyspark", "pyspark-client", "cloudpickle")
+         "apache-airflow-providers-apache-spark", "pyspark-client", "cloudpickle")  # not pyspark: step 4 brings it
 
 
 def _install_provider(venv: Path, wheel: Path, *, fresh: bool) -> None:
@@ -75,6 +75,8 @@ def _install_provider(venv: Path, wheel: Path, *, fresh: bool) -> None:
     _pip(venv, "install", "-c", str(CONSTRAINTS), f"apache-airflow=={BYO_AIRFLOW}", str(wheel))
     if fresh:
         _pip(venv, "install", "--force-reinstall", "--no-deps", "-c", str(CONSTRAINTS), "pyspark")
+        _pip(venv, "install", "-c", str(CONSTRAINTS), "py4j")  # the docs' step 4: pyspark-client does not bring it
+        _run([venv / "bin" / "python", "-m", "pip", "check"], timeout_s=120)
 
 
 @pytest.fixture(scope="module")
