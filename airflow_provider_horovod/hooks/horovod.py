@@ -412,20 +412,24 @@ class HorovodHook(BaseHook):
         return None
 
 
-def read_job_result(staging: Path, *, app_id: str | None = None, ui_url: str | None = None,
+def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | None = None,
                     submit_error: BaseException | None = None) -> JobResult:
     """
     Read what the driver program wrote into ``staging`` (``result.json``, ``result.pkl``).
 
-    :param staging: the result directory the driver was given (a local or shared-filesystem path).
+    :param staging: the result directory the driver was given: a local or shared-filesystem path, or a
+        :class:`~airflow_provider_horovod.hooks.staging.Staging` (object storage too).
     :param app_id: the application id if already known (the file's wins).
     :param ui_url: the Spark UI URL if already known (the file's wins).
     :param submit_error: the submission's own error, if any, kept as the cause.
     :raises HorovodJobError: no result was written (the driver never ran the job) or the job failed; the
         message is the driver's (for a rank failure: the rank, its exception and traceback).
     """
+    from airflow_provider_horovod.hooks.staging import Staging
+
+    staging = Staging.of(staging)
     try:
-        outcome = json.loads((staging / "result.json").read_text())
+        outcome = json.loads(staging.read_bytes("result.json") or b"")
     except (OSError, ValueError):
         raise HorovodJobError(
             f"the Spark driver ended before running the job (no result was written): {submit_error}",
@@ -442,8 +446,7 @@ def read_job_result(staging: Path, *, app_id: str | None = None, ui_url: str | N
     if submit_error is not None:
         raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
                               app_id=app_id) from submit_error
-    result_pkl = staging / "result.pkl"
-    value = result_pkl.read_bytes() if result_pkl.exists() else None
+    value = staging.read_bytes("result.pkl")
     return JobResult(app_id=app_id, ui_url=ui_url, artifact_paths=list(outcome.get("artifact_paths") or []),
                      return_value=value)
 

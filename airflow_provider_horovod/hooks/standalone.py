@@ -1,10 +1,11 @@
 """
 ``HorovodStandaloneHook``: cluster deploy mode on a Spark standalone master, through its REST submission server.
 
-The driver program runs on a worker, so everything it needs travels through a **staging directory on a
-filesystem the workers share** (``file://`` or a plain path): the payload, the runtime zip (executors and
-the driver need neither Airflow nor this provider), a copy of the driver program, and the files the driver
-writes back (``status.json`` as soon as the application exists, then ``result.json`` / ``result.pkl``).
+The driver program runs on a worker, so everything it needs travels through a **staging directory**
+(:mod:`airflow_provider_horovod.hooks.staging`) on a filesystem the workers share or on object storage: the
+payload, the runtime zip (executors and the driver need neither Airflow nor this provider), a copy of the driver
+program, and the files the driver writes back (``status.json`` as soon as the application exists, then
+``result.json`` / ``result.pkl``).
 Submission and tracking use the standalone master's REST API (``/v1/submissions/create|status|kill``) and
 ``/json``, through :mod:`airflow_provider_horovod.clients`.
 
@@ -16,8 +17,6 @@ master web UI, default 8080).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -30,12 +29,15 @@ from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRes
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import BASE_SPARK_CONF, check_reachable, master_addresses, read_job_result
 from airflow_provider_horovod.hooks.slots import check_standalone_fits, standalone_defaults
+from airflow_provider_horovod.hooks.staging import Staging
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
 
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 SUBMISSION_FILE = "submission.json"
+PAYLOAD_FILE = "payload.bin"
+DRIVER_FILE = "horovod_driver.py"
 
 
 @dataclass(frozen=True)
@@ -45,21 +47,6 @@ class StandaloneEndpoints:
     master_url: str
     rest_url: str
     master_ui_url: str
-
-
-def local_path(location: str) -> Path:
-    """
-    A staging location as an absolute local path (``file://`` URIs and plain paths; the workers must share it).
-
-    A relative path is made absolute here: the driver on a Spark worker runs in another working directory.
-    """
-    parsed = urlparse(location)
-    if parsed.scheme not in ("", "file"):
-        raise HorovodJobError(
-            f"staging location {location!r}: cluster deploy mode needs a filesystem the Spark workers share "
-            "(a path or file:// URI); object stores are not supported for staging yet"
-        )
-    return Path(parsed.path if parsed.scheme else location).absolute()
 
 
 class HorovodStandaloneHook(BaseHook):
@@ -112,12 +99,13 @@ class HorovodStandaloneHook(BaseHook):
         return SparkRestClient(rest_url=e.rest_url, master_ui_url=e.master_ui_url, timeout_s=self.timeout_s,
                                retry=retry or RetryPolicy())
 
-    def submit(self, *, staging: Path, payload: bytes, key: bytes, artifact_dir: str,
+    def submit(self, *, staging: Any, payload: bytes, key: bytes, artifact_dir: str,
                driver_log_verbosity: str, extra_args: list[str] | None = None) -> str:
         """
         Stage the job and create the driver on the cluster.
 
-        :param staging: this try's staging directory on the shared filesystem (created, owner-only).
+        :param staging: this try's staging directory: a :class:`~airflow_provider_horovod.hooks.staging.Staging`,
+            or a path on the shared filesystem (created, owner-only).
         :param payload: the signed payload.
         :param key: its HMAC key; sent as the driver's environment only.
         :param artifact_dir: path/URI the ranks write model files under.
@@ -125,18 +113,16 @@ class HorovodStandaloneHook(BaseHook):
         :param extra_args: more driver-program flags (timeouts).
         :return: the submission (driver) id, ``driver-...``.
         :raises HorovodJobError: the master refused the submission, or ``np`` task slots can never be had at the
-            same time on this cluster next to the driver's own cores (checked before creating the driver).
+            same time on this cluster next to the driver's own cores (checked before creating the driver), or an
+            object-store staging location cannot be written or presigned.
         """
         self.check_master_reachable()
-        staging.mkdir(parents=True, exist_ok=True, mode=0o700)
-        payload_path = staging / "payload.bin"
-        fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        (staging / RUNTIME_ZIP_NAME).write_bytes(runtime_zip())
-        driver_py = staging / "horovod_driver.py"
-        shutil.copyfile(driver_program.__file__, driver_py)
-        args = ["--payload", str(payload_path), "--result-dir", str(staging), "--np", str(self.np),
+        staging = Staging.of(staging)
+        staging.create()
+        staging.write_bytes(PAYLOAD_FILE, payload)
+        staging.write_bytes(RUNTIME_ZIP_NAME, runtime_zip())
+        staging.write_bytes(DRIVER_FILE, Path(driver_program.__file__).read_bytes())
+        args = ["--payload", staging.path(PAYLOAD_FILE), "--result-dir", staging.uri, "--np", str(self.np),
                 "--artifact-dir", artifact_dir, "--driver-log-verbosity", driver_log_verbosity, *(extra_args or [])]
         properties = {
             **BASE_SPARK_CONF,
@@ -150,27 +136,36 @@ class HorovodStandaloneHook(BaseHook):
         # PySpark only puts spark.submit.pyFiles on the executors' path: the runtime (and the user's py-files) go in
         # spark.files too
         py_files = [p for p in properties.get("spark.submit.pyFiles", "").split(",") if p]
-        py_files.append(str(staging / RUNTIME_ZIP_NAME))
+        if staging.is_local:
+            py_files.append(staging.path(RUNTIME_ZIP_NAME))
+            app_resource, driver_args = Path(staging.path(DRIVER_FILE)).as_uri(), [staging.path(DRIVER_FILE),
+                                                                                    staging.path(RUNTIME_ZIP_NAME)]
+        else:
+            # the worker downloads the driver program over HTTP(S) and substitutes its local copy for {{USER_JAR}};
+            # the driver fetches the runtime itself (with the credentials below) and ships it to its executors
+            app_resource = staging.signed_url(DRIVER_FILE)
+            driver_args = ["{{USER_JAR}}", "", "--runtime", staging.path(RUNTIME_ZIP_NAME)]
         files = [p for p in properties.get("spark.files", "").split(",") if p]
-        properties["spark.submit.pyFiles"] = ",".join(dict.fromkeys(py_files))
-        properties["spark.files"] = ",".join(dict.fromkeys(files + py_files))
-        env = {**self.env_vars, driver_program.KEY_ENV: key.hex()}
-        if self.env_vars:
-            env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))
+        if py_files:
+            properties["spark.submit.pyFiles"] = ",".join(dict.fromkeys(py_files))
+            properties["spark.files"] = ",".join(dict.fromkeys(files + py_files))
+        rank_env = {**staging.credentials, **self.env_vars}  # the store's credentials travel like env_vars
+        env = {**rank_env, driver_program.KEY_ENV: key.hex()}
+        if rank_env:
+            env[RANK_ENV_NAMES] = ",".join(sorted(rank_env))
         properties = {**standalone_defaults(self.np, self.endpoints.master_ui_url, properties), **properties}
         check_standalone_fits(master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
                               np=self.np, conf=properties, cluster_mode=True, log=self.log)
         with self.client(RetryPolicy(max_attempts=3)) as client:
             response = client.create_submission(
-                app_resource=driver_py.as_uri(), main_class=PYTHON_RUNNER,
-                app_args=[str(driver_py), str(staging / RUNTIME_ZIP_NAME), *args],
+                app_resource=app_resource, main_class=PYTHON_RUNNER, app_args=[*driver_args, *args],
                 spark_properties=properties, environment_variables=env,
             )
         if not response.success or not response.submission_id:
             raise HorovodJobError(f"the standalone master refused the submission: {response.message}")
-        (staging / SUBMISSION_FILE).write_text(json.dumps({"submission_id": response.submission_id}))
+        staging.write_bytes(SUBMISSION_FILE, json.dumps({"submission_id": response.submission_id}).encode())
         self.log.info("Submitted driver %s to %s (staging %s)", response.submission_id, self.endpoints.master_url,
-                      staging)
+                      staging.record)
         return response.submission_id
 
     def check_master_reachable(self) -> None:
@@ -201,7 +196,7 @@ class HorovodStandaloneHook(BaseHook):
             response = client.kill_submission(submission_id)
         self.log.info("Kill of driver %s: %s", submission_id, response.message or response.success)
 
-    def kill_earlier_tries(self, staging: Path) -> list[str]:
+    def kill_earlier_tries(self, staging: Any) -> list[str]:
         """
         Kill drivers of earlier tries of this task that are still running (siblings of ``staging``).
 
@@ -209,31 +204,31 @@ class HorovodStandaloneHook(BaseHook):
         ``durable=True`` a retry whose earlier driver is still active reattaches to it instead and never gets here;
         see :mod:`airflow_provider_horovod.operators._durable`.)
 
+        :param staging: this try's staging directory (a :class:`~airflow_provider_horovod.hooks.staging.Staging`
+            or a path).
         :return: the driver ids that were still active and were killed.
         """
         killed = []
-        for marker in sorted(staging.parent.glob(f"*/{SUBMISSION_FILE}")):
-            if marker.parent == staging:
-                continue
-            submission_id = json.loads(marker.read_text()).get("submission_id")
+        for sibling in Staging.of(staging).siblings_with(SUBMISSION_FILE):
+            submission_id = json.loads(sibling.read_bytes(SUBMISSION_FILE) or b"{}").get("submission_id")
             if submission_id and not self.status(submission_id).is_terminal:
                 self.log.warning("Driver %s of an earlier try (%s) is still running: killing it", submission_id,
-                                 marker.parent.name)
+                                 sibling.record)
                 self.kill(submission_id)
                 killed.append(submission_id)
         return killed
 
     @staticmethod
-    def app_started(staging: Path) -> tuple[str | None, str | None]:
+    def app_started(staging: Any) -> tuple[str | None, str | None]:
         """``(app_id, ui_url)`` once the driver has written ``status.json``, else ``(None, None)``."""
         try:
-            data = json.loads((staging / "status.json").read_text())
+            data = json.loads(Staging.of(staging).read_bytes("status.json") or b"")
         except (OSError, ValueError):
             return None, None
         return data.get("app_id"), data.get("ui_url")
 
     @staticmethod
-    def result(staging: Path, status: DriverStatus | None = None):  # -> JobResult
+    def result(staging: Any, status: DriverStatus | None = None):  # -> JobResult
         """The job's result from the staging directory; the driver's state explains a missing result."""
         cause = None
         if status is not None and not status.is_successful:

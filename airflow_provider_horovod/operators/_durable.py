@@ -16,7 +16,6 @@ Client deploy mode cannot reattach: the driver lives in the task's own process a
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.clients.spark_master_models import DRIVER_ACTIVE_STATES
@@ -64,18 +63,18 @@ class DurableClusterJob:
         :param context: the task's Airflow context.
         :return: ``{"submission_id", "staging", "artifact_dir"}``.
         """
-        from airflow_provider_horovod.hooks.standalone import local_path
+        from airflow_provider_horovod.hooks.staging import Staging
         from airflow_provider_horovod.operators.horovod import XCOM_SUBMISSION_ID, default_staging_dir
 
         key, payload, artifact_dir = self._prepared
-        staging = local_path(self.staging_dir or default_staging_dir(context))
+        staging = Staging(self.staging_dir or default_staging_dir(context))
         self.cluster_hook.kill_earlier_tries(staging)
         submission_id = self.cluster_hook.submit(
             staging=staging, payload=payload, key=key, artifact_dir=artifact_dir,
             driver_log_verbosity=self.driver_log_verbosity, extra_args=self._timeout_args(),
         )
         context["ti"].xcom_push(key=XCOM_SUBMISSION_ID, value=submission_id)
-        return {"submission_id": submission_id, "staging": str(staging), "artifact_dir": artifact_dir}
+        return {"submission_id": submission_id, "staging": staging.record, "artifact_dir": artifact_dir}
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         """
@@ -122,14 +121,16 @@ class DurableClusterJob:
         :raises TaskDeferred: with ``deferrable=True`` (the trigger waits; :meth:`execute_complete` resumes).
         :raises HorovodJobError: the driver failed or a rank did (through ``_finish``).
         """
+        from airflow_provider_horovod.hooks.staging import Staging
         from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 
         job = cluster_job(external_id)
         self._adopt(job, context)
         if self.deferrable:
             self._defer_to_trigger(job["submission_id"], job["staging"])
-        status = self._wait_for_driver(context["ti"], job["submission_id"], Path(job["staging"]))
-        self._job_value = self._finish(context["ti"], HorovodStandaloneHook.result(Path(job["staging"]), status))
+        staging = Staging(job["staging"])
+        status = self._wait_for_driver(context["ti"], job["submission_id"], staging)
+        self._job_value = self._finish(context["ti"], HorovodStandaloneHook.result(staging, status))
         return self._job_value
 
     def get_job_result(self, external_id: Any, context: Context) -> Any:
@@ -139,6 +140,7 @@ class DurableClusterJob:
         :param external_id: the record from :meth:`submit_job`.
         :param context: the task's Airflow context.
         """
+        from airflow_provider_horovod.hooks.staging import Staging
         from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 
         if "_job_value" in self.__dict__:
@@ -147,4 +149,4 @@ class DurableClusterJob:
         self._adopt(job, context)
         self.log.info("Driver %s of an earlier try already finished: reading its result", job["submission_id"])
         status = self.cluster_hook.status(job["submission_id"])
-        return self._finish(context["ti"], HorovodStandaloneHook.result(Path(job["staging"]), status))
+        return self._finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status))

@@ -9,7 +9,6 @@ import secrets
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, ResumableJobMixin
@@ -20,7 +19,8 @@ from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_fl
 from airflow_provider_horovod.operators._durable import DurableClusterJob
 from airflow_provider_horovod.hooks.horovod import HorovodHook, JobResult, cleanup_staging, read_job_result
 from airflow_provider_horovod.hooks.slots import ClusterSlotsWatcher
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook, local_path
+from airflow_provider_horovod.hooks.staging import Staging
+from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.hooks.storage import credentials_env, storage_location
 from airflow_provider_horovod.hooks.progress import ProgressWatcher
 from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, SparkUILink
@@ -115,7 +115,7 @@ def _default_deferrable() -> bool:
 
 
 def default_staging_dir(context: Mapping[str, Any]) -> str:
-    """Cluster mode: ``<artifact_root>/.staging/<dag_id>/<run_id>/<task_id>[/map-<i>]/try-<n>`` (shared FS)."""
+    """Cluster mode: ``<artifact_root>/.staging/<dag_id>/<run_id>/<task_id>[/map-<i>]/try-<n>`` (shared FS or object store)."""
     ti = context["ti"]
     parts = [".staging", _safe(ti.dag_id), _safe(ti.run_id), _safe(ti.task_id)]
     if getattr(ti, "map_index", -1) not in (-1, None):
@@ -220,9 +220,11 @@ class HorovodRunnerOperator(DurableClusterJob, OpenLineageMixin, ResumableJobMix
         spark_inject_parent_job_info``, else ``False``; as on ``SparkSubmitOperator``).
     :param openlineage_inject_transport_info: add the OpenLineage transport (``spark.openlineage.transport.*``) to
         the Spark conf (default ``[openlineage] spark_inject_transport_info``, else ``False``).
-    :param staging_dir: cluster mode: a directory the Spark workers share (path or ``file://``) for the
-        payload, the runtime and the result; default ``<artifact_root>/.staging/<dag>/<run>/<task>/try-<n>``.
-        (templated)
+    :param staging_dir: cluster mode: where the payload, the runtime, the driver program and the result travel
+        between this task and the driver on a Spark worker: a directory the workers share (path or ``file://``),
+        or object storage (``s3://...``, ``s3://conn_id@bucket/...``, an ``ObjectStoragePath``; the worker fetches
+        the driver program by a presigned URL, the driver uses the connection's credentials; no shared filesystem
+        needed). Default ``<artifact_root>/.staging/<dag>/<run>/<task>/try-<n>``. (templated)
     :param use_gpu: give each rank the GPUs Spark scheduled for its task (``CUDA_VISIBLE_DEVICES``); the
         application's ``conf`` must set ``spark.task.resource.gpu.amount`` (and executors a GPU discovery
         script), else the task fails up front saying so. ``False``: ranks see no GPU.
@@ -432,10 +434,10 @@ class HorovodRunnerOperator(DurableClusterJob, OpenLineageMixin, ResumableJobMix
         self._storage_env = credentials_env(storage_conn_id) if storage_conn_id else {}
         key, payload = self._payload()
         deploy_mode = self._resolved_deploy_mode()
-        if self._storage_env and deploy_mode != "client":
+        if self._storage_env and deploy_mode == "connect":
             raise HorovodJobError(
-                f"artifact_dir with a connection ({storage_conn_id!r}) is supported in client deploy mode only; in "
-                f"{deploy_mode} mode give a plain URI and configure the store's credentials on the cluster")
+                f"artifact_dir with a connection ({storage_conn_id!r}) is supported in client and cluster deploy "
+                "modes; with Spark Connect give a plain URI and configure the store's credentials on the cluster")
         self.log.info("Horovod job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s", self.np, deploy_mode,
                       len(payload), artifact_dir)
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
@@ -541,10 +543,11 @@ class HorovodRunnerOperator(DurableClusterJob, OpenLineageMixin, ResumableJobMix
         """The standalone cluster-mode hook for this task (created on first use)."""
         if self.conn_id is None:
             raise HorovodJobError("deploy_mode='cluster' needs conn_id naming a spark://host:port standalone master")
-        return HorovodStandaloneHook(conn_id=self.conn_id, np=self.np, conf=self.conf, env_vars=self.env_vars,
+        return HorovodStandaloneHook(conn_id=self.conn_id, np=self.np, conf=self.conf,
+                                     env_vars={**getattr(self, "_storage_env", {}), **self.env_vars},
                                      name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}")
 
-    def _defer_to_trigger(self, submission_id: str, staging: str) -> None:
+    def _defer_to_trigger(self, submission_id: str, staging: str) -> None:  # staging: Staging.record
         """Wait for the driver in the triggerer (``deferrable=True``); resumes in :meth:`execute_complete`."""
         self.defer(
             trigger=HorovodSparkJobTrigger(submission_id=submission_id, rest_url=self.cluster_hook.endpoints.rest_url,
@@ -553,7 +556,7 @@ class HorovodRunnerOperator(DurableClusterJob, OpenLineageMixin, ResumableJobMix
             method_name="execute_complete",
         )
 
-    def _wait_for_driver(self, ti: Any, submission_id: str, staging: Path):  # -> DriverStatus
+    def _wait_for_driver(self, ti: Any, submission_id: str, staging: Staging):  # -> DriverStatus
         """Poll the driver's state every ``poll_interval_s`` until it ends, logging state changes."""
         import threading
 
@@ -597,7 +600,7 @@ class HorovodRunnerOperator(DurableClusterJob, OpenLineageMixin, ResumableJobMix
         cause = None
         if event["status"] != "success":
             cause = RuntimeError(f"driver state {event['driver_state']}: {event['message'] or 'no message'}")
-        return self._finish(ti, read_job_result(Path(event["staging"]), app_id=event["app_id"],
+        return self._finish(ti, read_job_result(Staging(event["staging"]), app_id=event["app_id"],
                                                 ui_url=event["ui_url"], submit_error=cause))
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:

@@ -1,10 +1,14 @@
 """
 The Spark driver program that the Airflow hook submits with ``spark-submit``.
 
-``spark-submit [...] driver.py --payload FILE --result-dir DIR --np N [--artifact-dir LOC]
+``spark-submit [...] driver.py --payload FILE --result-dir DIR --np N [--artifact-dir LOC] [--runtime ZIP]
 [--driver-log-verbosity V] [--gloo-timeout-s S] [--start-timeout-s S] [--training-timeout-s S]
 [--slot-wait-timeout-s S|none] [--use-gpu] [--gpu-visibility host|rank]``; the payload's HMAC key comes in the environment
 variable ``HOROVOD_AIRFLOW_PAYLOAD_KEY`` (hex), never on the command line or in Spark properties.
+
+``--payload``, ``--result-dir`` and ``--runtime`` may be paths or fsspec URIs (object-store staging in cluster deploy
+mode: the store's credentials come in the environment, e.g. ``AWS_*``). ``--runtime`` names the runtime zip when
+nothing put it on this program's path: it is fetched and put on ``sys.path`` (the runner ships it to the executors).
 
 It verifies the payload, runs it through :class:`~airflow_provider_horovod.runtime.HorovodRunner`, and
 writes into ``--result-dir``:
@@ -29,10 +33,47 @@ KEY_ENV = "HOROVOD_AIRFLOW_PAYLOAD_KEY"
 APP_MARKER = "airflow-provider-horovod: Spark application"
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+def _is_uri(location: str) -> bool:
+    """An fsspec URI other than ``file://`` (object storage), as opposed to a local or shared-filesystem path."""
+    scheme = location.split("://", 1)[0] if "://" in location else ""
+    return len(scheme) > 1 and scheme != "file"
+
+
+def _join(location: str, name: str) -> str:
+    return f"{location.rstrip('/')}/{name}" if _is_uri(location) else os.path.join(location, name)
+
+
+def _read_bytes(location: str) -> bytes:
+    if _is_uri(location):
+        import fsspec
+
+        with fsspec.open(location, "rb") as f:
+            return f.read()
+    return Path(location).read_bytes()
+
+
+def _write_bytes(location: str, data: bytes) -> None:
+    if _is_uri(location):  # one PUT: readers see the whole object or none
+        import fsspec
+
+        with fsspec.open(location, "wb") as f:
+            f.write(data)
+        return
+    tmp = f"{location}.tmp"
+    Path(tmp).write_bytes(data)
+    os.replace(tmp, location)
+
+
+def _write_json(location: str, data: dict) -> None:
+    _write_bytes(location, json.dumps(data).encode())
+
+
+def _fetch_runtime(location: str) -> str:
+    """Copy the runtime zip into this driver's working directory and put it on ``sys.path``; return the copy."""
+    local = os.path.abspath(os.path.basename(location.rstrip("/")) or "runtime.zip")
+    Path(local).write_bytes(_read_bytes(location))
+    sys.path.insert(0, local)
+    return local
 
 
 def _seconds_or_none(value: str) -> float | None:
@@ -46,6 +87,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--result-dir", required=True)
     p.add_argument("--np", type=int, required=True)
     p.add_argument("--artifact-dir")
+    p.add_argument("--runtime", help="the runtime zip to fetch and ship to the executors (path or URI)")
     p.add_argument("--driver-log-verbosity", default="log_callback_only")
     p.add_argument("--gloo-timeout-s", type=int)
     p.add_argument("--start-timeout-s", type=float)
@@ -99,25 +141,27 @@ def advertised_ui_url(ui_url: str | None, driver_host: str | None) -> str | None
 def main(argv: list[str] | None = None) -> int:
     """Run the job described by the command line; see the module docstring."""
     args = _parse(sys.argv[1:] if argv is None else argv)
-    result_dir = Path(args.result_dir)
+    result_dir = args.result_dir
     outcome: dict = {"status": "failed", "app_id": None, "ui_url": None, "artifact_paths": [], "error": None,
                      "message": None}
     try:
+        if args.runtime:  # the runner ships it on to the executors (runtime_zip)
+            _fetch_runtime(args.runtime)
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
         from airflow_provider_horovod.runtime.errors import PayloadError, RankFailedError
         from airflow_provider_horovod.runtime.payload import verify_payload
         from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
         from airflow_provider_horovod.runtime.runner import HorovodRunner
-    except ImportError as err:  # e.g. no cloudpickle or pyspark in the driver's interpreter
+    except (ImportError, OSError) as err:  # e.g. no cloudpickle, pyspark or s3fs in the driver's interpreter
         outcome["message"] = (f"the Spark driver's Python {sys.executable} cannot load the runtime: "
                               f"{type(err).__name__}: {err}. {WHICH_PYTHON}")
-        _write_json(result_dir / "result.json", outcome)
+        _write_json(_join(result_dir, "result.json"), outcome)
         print(f"airflow-provider-horovod: {outcome['message']}", file=sys.stderr, flush=True)
         return 1
     spark = None
     try:
         key_hex = os.environ.pop(KEY_ENV, None)
-        payload = Path(args.payload).read_bytes()
+        payload = _read_bytes(args.payload)
         verify_payload(payload, key=bytes.fromhex(key_hex) if key_hex else None)
         print(f"airflow-provider-horovod: payload verified ({len(payload)} bytes"
               f"{', HMAC ok' if key_hex else ''}); np={args.np}", flush=True)
@@ -138,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
             sc = spark.sparkContext
             ui_url = advertised_ui_url(sc.uiWebUrl, sc.getConf().get("spark.driver.host", None))
             outcome["app_id"], outcome["ui_url"] = sc.applicationId, ui_url
-            _write_json(result_dir / "status.json", {"app_id": sc.applicationId, "ui_url": ui_url})
+            _write_json(_join(result_dir, "status.json"), {"app_id": sc.applicationId, "ui_url": ui_url})
             print(f"{APP_MARKER} {sc.applicationId} started; UI {ui_url or '-'}", flush=True)
         result = runner.run_payload(payload)
         if result is not None:
-            (result_dir / "result.pkl").write_bytes(result)
+            _write_bytes(_join(result_dir, "result.pkl"), result)
         outcome["status"] = "success"
         return 0
     except RankFailedError as err:
@@ -166,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 outcome["artifact_paths"] = list_artifacts(args.artifact_dir)
             except Exception as err:  # listing must not hide the job's own outcome
                 print(f"airflow-provider-horovod: cannot list {args.artifact_dir}: {err}", file=sys.stderr)
-        _write_json(result_dir / "result.json", outcome)
+        _write_json(_join(result_dir, "result.json"), outcome)
         if spark is not None:
             spark.stop()
 

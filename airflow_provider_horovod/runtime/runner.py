@@ -71,9 +71,20 @@ def validate_timeout(name: str, value: object) -> float | None:
 
 
 def runtime_zip() -> bytes:
-    """The runtime subpackage as a zip for ``--py-files`` / ``addPyFile`` (executors need no Airflow)."""
+    """
+    The runtime subpackage as a zip for ``--py-files`` / ``addPyFile`` (executors need no Airflow).
+
+    When the package itself was imported from such a zip (a cluster-mode driver that fetched it from object
+    storage), that zip is returned as it is.
+    """
+    import zipimport
+
     import airflow_provider_horovod
 
+    loader = getattr(airflow_provider_horovod, "__loader__", None)
+    if isinstance(loader, zipimport.zipimporter):
+        with open(loader.archive, "rb") as f:
+            return f.read()
     pkg_dir = os.path.dirname(airflow_provider_horovod.__file__)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -28,7 +27,9 @@ class HorovodSparkJobTrigger(BaseTrigger):
 
     :param submission_id: the driver id (``driver-...``).
     :param rest_url: the master's REST submission server, e.g. ``http://master:6066``.
-    :param staging: the job's staging directory (shared filesystem) where the driver writes ``status.json``.
+    :param staging: the job's staging directory, where the driver writes ``status.json``: a shared-filesystem
+        path or an object-store location (:attr:`airflow_provider_horovod.hooks.staging.Staging.record`, with
+        its connection id; the connection is read in the triggerer).
     :param poll_interval_s: seconds between polls.
     :param cancel_on_kill: kill the driver when the task is killed while deferred (Airflow 3.3 ``on_kill``).
     :param timeout_s: timeout of each REST call, seconds.
@@ -42,6 +43,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         self.submission_id = submission_id
         self.rest_url = rest_url
         self.staging = staging
+        self._staging = None  # a Staging, on first use
         self.poll_interval_s = poll_interval_s
         self.cancel_on_kill = cancel_on_kill
         self.timeout_s = timeout_s
@@ -58,15 +60,27 @@ class HorovodSparkJobTrigger(BaseTrigger):
     def _client(self) -> AsyncSparkRestClient:
         return AsyncSparkRestClient(rest_url=self.rest_url, timeout_s=self.timeout_s, retry=RetryPolicy())
 
-    def _app(self) -> tuple[str | None, str | None]:
+    async def _app(self) -> tuple[str | None, str | None]:
+        """``(app_id, ui_url)`` from the driver's ``status.json`` (read off the event loop), else ``(None, None)``."""
+        from asgiref.sync import sync_to_async
+
+        from airflow_provider_horovod.hooks.staging import Staging
+
         try:
-            data = json.loads((Path(self.staging) / "status.json").read_text())
+            if self._staging is None:
+                staging = Staging(self.staging)
+                await sync_to_async(lambda: staging.credentials)()  # the connection, through the triggerer's API
+                self._staging = staging
+            data = json.loads(await asyncio.to_thread(self._staging.read_bytes, "status.json") or b"")
         except (OSError, ValueError):
+            return None, None
+        except Exception as err:  # noqa: BLE001 - e.g. the connection cannot be read now: try again next poll
+            self.log.warning("Cannot read %s/status.json yet: %s", self.staging, err)
             return None, None
         return data.get("app_id"), data.get("ui_url")
 
-    def _event(self, status: str, driver_state: str | None, message: str | None) -> TriggerEvent:
-        app_id, ui_url = self._app()
+    async def _event(self, status: str, driver_state: str | None, message: str | None) -> TriggerEvent:
+        app_id, ui_url = await self._app()
         return TriggerEvent({"status": status, "submission_id": self.submission_id, "driver_state": driver_state,
                              "app_id": app_id, "ui_url": ui_url, "message": message, "staging": self.staging})
 
@@ -105,18 +119,19 @@ class HorovodSparkJobTrigger(BaseTrigger):
                 try:
                     status = await client.driver_status(self.submission_id)
                 except SparkRestError as err:
-                    yield self._event("failed", last_state, f"cannot read driver {self.submission_id}'s state: {err}")
+                    yield await self._event("failed", last_state,
+                                            f"cannot read driver {self.submission_id}'s state: {err}")
                     return
                 if status.driver_state != last_state:
                     self.log.info("Driver %s is %s", self.submission_id, status.driver_state)
                     last_state = status.driver_state
                 if not app_reported:
-                    app_id, ui_url = self._app()
+                    app_id, ui_url = await self._app()
                     if app_id:
                         self.log.info("Spark application %s started; Spark UI: %s", app_id, ui_url)
                         app_reported = True
                 if status.is_terminal:
-                    yield self._event("success" if status.is_successful else "failed", status.driver_state,
+                    yield await self._event("success" if status.is_successful else "failed", status.driver_state,
                                       status.message)
                     return
                 if app_reported and ui_url:
