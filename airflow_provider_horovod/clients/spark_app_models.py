@@ -1,10 +1,12 @@
 """
 Value objects of the Spark monitoring API of one application (``{ui}/api/v1/...``).
 
-Each is a frozen dataclass built with ``from_json`` from one decoded JSON object and written back with ``to_dict``
-(Spark's own camelCase keys, so ``from_json(x.to_dict()) == x``). Only the fields useful to follow a job are
-kept; unknown fields are ignored, so newer Spark versions parse too. Times are kept as Spark writes them (ISO
-strings such as ``"2026-11-30T07:38:32.175GMT"``), durations in milliseconds (``_ms``), memory in bytes.
+Each is a frozen pydantic model (:class:`~._spark_model.SparkModel`) built with ``from_json`` from one decoded JSON
+object and written back with ``to_dict`` (Spark's own camelCase keys, the fields' aliases, so
+``from_json(x.to_dict()) == x``); a bad payload raises :class:`~.spark_rest_errors.SparkRestPayloadError`. Only
+the fields useful to follow a job are kept; unknown fields are ignored, so newer Spark versions parse too. Times are
+kept as Spark writes them (ISO strings such as ``"2026-11-30T07:38:32.175GMT"``), durations in milliseconds
+(``_ms``), memory in bytes.
 
 Note the API's own inconsistency: jobs count finished tasks in ``numCompletedTasks``, stages in
 ``numCompleteTasks``; both land in ``num_completed_tasks`` here.
@@ -12,14 +14,16 @@ Note the API's own inconsistency: jobs count finished tasks in ``numCompletedTas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from pydantic import Field
 
-from airflow_provider_horovod.clients._fields import (
-    BOOL, EPOCH_MS, INT, INTS, OPT_INT, OPT_STR, STR, STR_MAP, STRS, JsonRecord, Kind, obj, objs, records,
-    spark_field, str_list,
+from airflow_provider_horovod.clients._spark_model import (
+    Bool, EpochMs, Int, Ints, Resources, SparkModel, Str, StrMap, Strs, parse_list,
 )
-from airflow_provider_horovod.clients.spark_rest_errors import SparkRestPayloadError
+
+__all__ = [
+    "JOB_TERMINAL_STATES", "STAGE_TERMINAL_STATES", "ApplicationAttempt", "ApplicationInfo", "ExecutorInfo",
+    "JobInfo", "StageInfo", "parse_list",
+]
 
 JOB_TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED"})
 """Job statuses (``JobExecutionStatus``) after which nothing changes; the others are RUNNING and UNKNOWN."""
@@ -27,28 +31,26 @@ STAGE_TERMINAL_STATES = frozenset({"COMPLETE", "FAILED", "SKIPPED"})
 """Stage statuses after which the attempt changes no more; the others are ACTIVE and PENDING."""
 
 
-@dataclass(frozen=True)
-class ApplicationAttempt(JsonRecord):
+class ApplicationAttempt(SparkModel):
     """One attempt of an application (live UIs show one; the history server may show several)."""
 
-    attempt_id: str | None = spark_field("attemptId", OPT_STR)
-    start_time: str = spark_field("startTime", STR)
-    duration_ms: int | None = spark_field("duration", OPT_INT)
-    spark_user: str | None = spark_field("sparkUser", OPT_STR)
-    completed: bool = spark_field("completed", BOOL)
-    app_spark_version: str | None = spark_field("appSparkVersion", OPT_STR)
-    start_time_epoch_ms: int | None = spark_field("startTimeEpoch", EPOCH_MS)
-    end_time_epoch_ms: int | None = spark_field("endTimeEpoch", EPOCH_MS)
+    attempt_id: Str | None = Field(None, alias="attemptId")
+    start_time: Str = Field(alias="startTime")
+    duration_ms: Int | None = Field(None, alias="duration")
+    spark_user: Str | None = Field(None, alias="sparkUser")
+    completed: Bool
+    app_spark_version: Str | None = Field(None, alias="appSparkVersion")
+    start_time_epoch_ms: EpochMs = Field(None, alias="startTimeEpoch")
+    end_time_epoch_ms: EpochMs = Field(None, alias="endTimeEpoch")
     """``None`` while the attempt runs (Spark writes ``-1``, and 1969-12-31 as ``endTime``, not kept here)."""
 
 
-@dataclass(frozen=True)
-class ApplicationInfo(JsonRecord):
+class ApplicationInfo(SparkModel):
     """An entry of ``GET /api/v1/applications``."""
 
-    id: str = spark_field("id", STR)
-    name: str = spark_field("name", STR)
-    attempts: tuple[ApplicationAttempt, ...] = spark_field("attempts", records(ApplicationAttempt))
+    id: Str
+    name: Str
+    attempts: tuple[ApplicationAttempt, ...] = ()
 
     @property
     def latest_attempt(self) -> ApplicationAttempt | None:
@@ -62,30 +64,29 @@ class ApplicationInfo(JsonRecord):
         return bool(latest and latest.completed)
 
 
-@dataclass(frozen=True)
-class JobInfo(JsonRecord):
+class JobInfo(SparkModel):
     """An entry of ``GET /api/v1/applications/{id}/jobs`` (one Spark job, i.e. one action)."""
 
-    job_id: int = spark_field("jobId", INT)
-    name: str = spark_field("name", STR)
-    description: str | None = spark_field("description", OPT_STR)
-    status: str = spark_field("status", STR)
+    job_id: Int = Field(alias="jobId")
+    name: Str
+    description: Str | None = None
+    status: Str
     """``RUNNING``, ``SUCCEEDED``, ``FAILED`` or ``UNKNOWN``."""
-    submission_time: str | None = spark_field("submissionTime", OPT_STR)
-    completion_time: str | None = spark_field("completionTime", OPT_STR)
-    stage_ids: tuple[int, ...] = spark_field("stageIds", INTS)
-    job_group: str | None = spark_field("jobGroup", OPT_STR)
-    job_tags: tuple[str, ...] = spark_field("jobTags", STRS)
-    num_tasks: int = spark_field("numTasks", INT)
-    num_active_tasks: int = spark_field("numActiveTasks", INT)
-    num_completed_tasks: int = spark_field("numCompletedTasks", INT)
-    num_skipped_tasks: int = spark_field("numSkippedTasks", INT)
-    num_failed_tasks: int = spark_field("numFailedTasks", INT)
-    num_killed_tasks: int = spark_field("numKilledTasks", INT)
-    num_active_stages: int = spark_field("numActiveStages", INT)
-    num_completed_stages: int = spark_field("numCompletedStages", INT)
-    num_skipped_stages: int = spark_field("numSkippedStages", INT)
-    num_failed_stages: int = spark_field("numFailedStages", INT)
+    submission_time: Str | None = Field(None, alias="submissionTime")
+    completion_time: Str | None = Field(None, alias="completionTime")
+    stage_ids: Ints = Field((), alias="stageIds")
+    job_group: Str | None = Field(None, alias="jobGroup")
+    job_tags: Strs = Field((), alias="jobTags")
+    num_tasks: Int = Field(alias="numTasks")
+    num_active_tasks: Int = Field(alias="numActiveTasks")
+    num_completed_tasks: Int = Field(alias="numCompletedTasks")
+    num_skipped_tasks: Int = Field(alias="numSkippedTasks")
+    num_failed_tasks: Int = Field(alias="numFailedTasks")
+    num_killed_tasks: Int = Field(alias="numKilledTasks")
+    num_active_stages: Int = Field(alias="numActiveStages")
+    num_completed_stages: Int = Field(alias="numCompletedStages")
+    num_skipped_stages: Int = Field(alias="numSkippedStages")
+    num_failed_stages: Int = Field(alias="numFailedStages")
 
     @property
     def is_terminal(self) -> bool:
@@ -93,27 +94,26 @@ class JobInfo(JsonRecord):
         return self.status in JOB_TERMINAL_STATES
 
 
-@dataclass(frozen=True)
-class StageInfo(JsonRecord):
+class StageInfo(SparkModel):
     """An entry of ``GET /api/v1/applications/{id}/stages`` (one attempt of one stage)."""
 
-    stage_id: int = spark_field("stageId", INT)
-    attempt_id: int = spark_field("attemptId", INT)
-    name: str = spark_field("name", STR)
-    status: str = spark_field("status", STR)
+    stage_id: Int = Field(alias="stageId")
+    attempt_id: Int = Field(alias="attemptId")
+    name: Str
+    status: Str
     """``ACTIVE``, ``COMPLETE``, ``FAILED``, ``PENDING`` or ``SKIPPED``."""
-    num_tasks: int = spark_field("numTasks", INT)
-    num_active_tasks: int = spark_field("numActiveTasks", INT)
-    num_completed_tasks: int = spark_field("numCompleteTasks", INT)
+    num_tasks: Int = Field(alias="numTasks")
+    num_active_tasks: Int = Field(alias="numActiveTasks")
+    num_completed_tasks: Int = Field(alias="numCompleteTasks")
     """From ``numCompleteTasks`` (jobs say ``numCompletedTasks``)."""
-    num_failed_tasks: int = spark_field("numFailedTasks", INT)
-    num_killed_tasks: int = spark_field("numKilledTasks", INT)
-    submission_time: str | None = spark_field("submissionTime", OPT_STR)
-    first_task_launched_time: str | None = spark_field("firstTaskLaunchedTime", OPT_STR)
-    completion_time: str | None = spark_field("completionTime", OPT_STR)
-    failure_reason: str | None = spark_field("failureReason", OPT_STR)
+    num_failed_tasks: Int = Field(alias="numFailedTasks")
+    num_killed_tasks: Int = Field(alias="numKilledTasks")
+    submission_time: Str | None = Field(None, alias="submissionTime")
+    first_task_launched_time: Str | None = Field(None, alias="firstTaskLaunchedTime")
+    completion_time: Str | None = Field(None, alias="completionTime")
+    failure_reason: Str | None = Field(None, alias="failureReason")
     """Why the attempt failed (the failing task's exception and traceback), only on FAILED stages."""
-    executor_run_time_ms: int | None = spark_field("executorRunTime", OPT_INT)
+    executor_run_time_ms: Int | None = Field(None, alias="executorRunTime")
 
     @property
     def is_terminal(self) -> bool:
@@ -121,54 +121,30 @@ class StageInfo(JsonRecord):
         return self.status in STAGE_TERMINAL_STATES
 
 
-def _read_resources(data: Any, key: str, what: str) -> dict[str, tuple[str, ...]]:
-    value = data.get(key) or {}
-    out = {}
-    for name, info in obj(value, f"{what}.{key}").items():
-        out[name] = str_list(obj(info, f"{what}.{key}.{name}"), "addresses", f"{what}.{key}.{name}")
-    return out
-
-
-RESOURCES = Kind(_read_resources, lambda value: {n: {"name": n, "addresses": list(a)} for n, a in value.items()},
-                 hashable=False)
-"""``{"gpu": {"name": "gpu", "addresses": ["0", "1"]}}`` held as ``{"gpu": ("0", "1")}``."""
-
-
-@dataclass(frozen=True)
-class ExecutorInfo(JsonRecord):
+class ExecutorInfo(SparkModel):
     """An entry of ``GET /api/v1/applications/{id}/executors`` (the driver is listed too, with id ``"driver"``)."""
 
-    id: str = spark_field("id", STR)
-    host_port: str = spark_field("hostPort", STR)
-    is_active: bool = spark_field("isActive", BOOL)
-    total_cores: int = spark_field("totalCores", INT)
-    max_tasks: int | None = spark_field("maxTasks", OPT_INT)
-    active_tasks: int = spark_field("activeTasks", INT)
-    failed_tasks: int = spark_field("failedTasks", INT)
-    completed_tasks: int = spark_field("completedTasks", INT)
-    total_tasks: int = spark_field("totalTasks", INT)
-    total_duration_ms: int | None = spark_field("totalDuration", OPT_INT)
-    memory_used_bytes: int | None = spark_field("memoryUsed", OPT_INT)
-    max_memory_bytes: int | None = spark_field("maxMemory", OPT_INT)
-    add_time: str | None = spark_field("addTime", OPT_STR)
-    remove_time: str | None = spark_field("removeTime", OPT_STR)
-    remove_reason: str | None = spark_field("removeReason", OPT_STR)
-    executor_logs: dict[str, str] = spark_field("executorLogs", STR_MAP)
+    id: Str
+    host_port: Str = Field(alias="hostPort")
+    is_active: Bool = Field(alias="isActive")
+    total_cores: Int = Field(alias="totalCores")
+    max_tasks: Int | None = Field(None, alias="maxTasks")
+    active_tasks: Int = Field(alias="activeTasks")
+    failed_tasks: Int = Field(alias="failedTasks")
+    completed_tasks: Int = Field(alias="completedTasks")
+    total_tasks: Int = Field(alias="totalTasks")
+    total_duration_ms: Int | None = Field(None, alias="totalDuration")
+    memory_used_bytes: Int | None = Field(None, alias="memoryUsed")
+    max_memory_bytes: Int | None = Field(None, alias="maxMemory")
+    add_time: Str | None = Field(None, alias="addTime")
+    remove_time: Str | None = Field(None, alias="removeTime")
+    remove_reason: Str | None = Field(None, alias="removeReason")
+    executor_logs: StrMap = Field({}, alias="executorLogs")
     """Log name (``stdout``, ``stderr``) to the worker's log page URL."""
-    resources: dict[str, tuple[str, ...]] = spark_field("resources", RESOURCES)
+    resources: Resources = {}
     """Custom resource name (``gpu``) to the addresses assigned to this executor."""
 
     @property
     def is_driver(self) -> bool:
         """Whether this entry is the driver rather than an executor."""
         return self.id == "driver"
-
-
-def parse_list(cls: type, data: Any, what: str) -> list:
-    """Parse a JSON array of ``cls`` records (``cls.from_json`` each).
-
-    :raises SparkRestPayloadError: when ``data`` is not an array of valid objects.
-    """
-    if not isinstance(data, list):
-        raise SparkRestPayloadError(f"{what}: expected a JSON array, got {type(data).__name__}")
-    return [cls.from_json(item) for item in objs(data, what)]

@@ -2,18 +2,16 @@
 Value objects of the Spark standalone master: its state page (``GET {master_ui}/json/``) and its REST submission
 server (``{rest}/v1/submissions/...``).
 
-Same conventions as :mod:`~airflow_provider_horovod.clients.spark_app_models`: frozen dataclasses, ``from_json``
-and ``to_dict`` with Spark's keys. Memory is in MiB (``_mb``) as the master writes it, times are epochs in
+Same conventions as :mod:`~airflow_provider_horovod.clients.spark_app_models`: frozen pydantic models,
+``from_json`` and ``to_dict`` with Spark's keys. Memory is in MiB (``_mb``) as the master writes it, times are epochs in
 milliseconds (``_ms``; the master writes a driver's start time as a string, read here as an integer).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import Field
 
-from airflow_provider_horovod.clients._fields import (
-    BOOL, INT, OPT_INT, OPT_STR, STR, JsonRecord, records, spark_field,
-)
+from airflow_provider_horovod.clients._spark_model import Bool, Int, SparkModel, Str
 
 DRIVER_SUCCESS_STATES = frozenset({"FINISHED"})
 DRIVER_FAILURE_STATES = frozenset({"FAILED", "KILLED", "ERROR"})
@@ -23,72 +21,68 @@ DRIVER_TRANSIENT_STATES = frozenset({"UNKNOWN"})
 """UNKNOWN: the master lost track of the driver's worker for a while (it may come back); keep polling."""
 
 
-@dataclass(frozen=True)
-class WorkerInfo(JsonRecord):
+class WorkerInfo(SparkModel):
     """A worker as the master sees it."""
 
-    id: str = spark_field("id", STR)
-    host: str = spark_field("host", STR)
-    port: int = spark_field("port", INT)
-    web_ui_address: str | None = spark_field("webuiaddress", OPT_STR)
-    cores: int = spark_field("cores", INT)
-    cores_used: int = spark_field("coresused", INT)
-    memory_mb: int = spark_field("memory", INT)
-    memory_used_mb: int = spark_field("memoryused", INT)
-    state: str = spark_field("state", STR)
+    id: Str
+    host: Str
+    port: Int
+    web_ui_address: Str | None = Field(None, alias="webuiaddress")
+    cores: Int
+    cores_used: Int = Field(alias="coresused")
+    memory_mb: Int = Field(alias="memory")
+    memory_used_mb: Int = Field(alias="memoryused")
+    state: Str
     """``ALIVE``, ``DEAD``, ``DECOMMISSIONED`` or ``UNKNOWN``."""
-    last_heartbeat_ms: int | None = spark_field("lastheartbeat", OPT_INT)
+    last_heartbeat_ms: Int | None = Field(None, alias="lastheartbeat")
 
 
-@dataclass(frozen=True)
-class MasterApplication(JsonRecord):
+class MasterApplication(SparkModel):
     """An application registered with the master (active or completed)."""
 
-    id: str = spark_field("id", STR)
-    name: str = spark_field("name", STR)
-    cores: int = spark_field("cores", INT)
+    id: Str
+    name: Str
+    cores: Int
     """Cores granted (the requested maximum while the application waits)."""
-    user: str | None = spark_field("user", OPT_STR)
-    memory_per_executor_mb: int | None = spark_field("memoryperexecutor", OPT_INT)
-    state: str = spark_field("state", STR)
+    user: Str | None = None
+    memory_per_executor_mb: Int | None = Field(None, alias="memoryperexecutor")
+    state: Str
     """``WAITING``, ``RUNNING``, ``FINISHED``, ``FAILED``, ``KILLED`` or ``UNKNOWN``."""
-    start_time_ms: int | None = spark_field("starttime", OPT_INT)
-    duration_ms: int | None = spark_field("duration", OPT_INT)
-    submit_date: str | None = spark_field("submitdate", OPT_STR)
+    start_time_ms: Int | None = Field(None, alias="starttime")
+    duration_ms: Int | None = Field(None, alias="duration")
+    submit_date: Str | None = Field(None, alias="submitdate")
 
 
-@dataclass(frozen=True)
-class MasterDriver(JsonRecord):
+class MasterDriver(SparkModel):
     """A driver launched by the master (cluster deploy mode), active or completed."""
 
-    id: str = spark_field("id", STR)
-    state: str = spark_field("state", STR)
-    worker_id: str | None = spark_field("worker", OPT_STR)
-    main_class: str | None = spark_field("mainclass", OPT_STR)
-    cores: int | None = spark_field("cores", OPT_INT)
-    memory_mb: int | None = spark_field("memory", OPT_INT)
-    start_time_ms: int | None = spark_field("starttime", OPT_INT)
-    submit_date: str | None = spark_field("submitdate", OPT_STR)
+    id: Str
+    state: Str
+    worker_id: Str | None = Field(None, alias="worker")
+    main_class: Str | None = Field(None, alias="mainclass")
+    cores: Int | None = None
+    memory_mb: Int | None = Field(None, alias="memory")
+    start_time_ms: Int | None = Field(None, alias="starttime")
+    submit_date: Str | None = Field(None, alias="submitdate")
 
 
-@dataclass(frozen=True)
-class MasterState(JsonRecord):
+class MasterState(SparkModel):
     """The standalone master's state page, ``GET {master_ui}/json/``."""
 
-    url: str = spark_field("url", STR)
+    url: Str
     """The master URL, ``spark://host:port``."""
-    status: str | None = spark_field("status", OPT_STR)
+    status: Str | None = None
     """``ALIVE`` for the leader, ``STANDBY`` for a standby master."""
-    workers: tuple[WorkerInfo, ...] = spark_field("workers", records(WorkerInfo))
-    alive_workers: int = spark_field("aliveworkers", INT)
-    cores: int = spark_field("cores", INT)
-    cores_used: int = spark_field("coresused", INT)
-    memory_mb: int | None = spark_field("memory", OPT_INT)
-    memory_used_mb: int | None = spark_field("memoryused", OPT_INT)
-    active_apps: tuple[MasterApplication, ...] = spark_field("activeapps", records(MasterApplication))
-    completed_apps: tuple[MasterApplication, ...] = spark_field("completedapps", records(MasterApplication))
-    active_drivers: tuple[MasterDriver, ...] = spark_field("activedrivers", records(MasterDriver))
-    completed_drivers: tuple[MasterDriver, ...] = spark_field("completeddrivers", records(MasterDriver))
+    workers: tuple[WorkerInfo, ...] = ()
+    alive_workers: Int = Field(alias="aliveworkers")
+    cores: Int
+    cores_used: Int = Field(alias="coresused")
+    memory_mb: Int | None = Field(None, alias="memory")
+    memory_used_mb: Int | None = Field(None, alias="memoryused")
+    active_apps: tuple[MasterApplication, ...] = Field((), alias="activeapps")
+    completed_apps: tuple[MasterApplication, ...] = Field((), alias="completedapps")
+    active_drivers: tuple[MasterDriver, ...] = Field((), alias="activedrivers")
+    completed_drivers: tuple[MasterDriver, ...] = Field((), alias="completeddrivers")
 
     def driver(self, submission_id: str) -> MasterDriver | None:
         """The active or completed driver with this id, or ``None``."""
@@ -99,19 +93,17 @@ class MasterState(JsonRecord):
         return next((a for a in self.active_apps + self.completed_apps if a.id == app_id), None)
 
 
-@dataclass(frozen=True)
-class SubmissionResponse(JsonRecord):
+class SubmissionResponse(SparkModel):
     """The answer to ``create`` or ``kill`` on the REST submission server."""
 
-    action: str = spark_field("action", STR)
-    submission_id: str | None = spark_field("submissionId", OPT_STR)
-    success: bool = spark_field("success", BOOL)
-    message: str | None = spark_field("message", OPT_STR)
-    server_spark_version: str | None = spark_field("serverSparkVersion", OPT_STR)
+    action: Str
+    submission_id: Str | None = Field(None, alias="submissionId")
+    success: Bool
+    message: Str | None = None
+    server_spark_version: Str | None = Field(None, alias="serverSparkVersion")
 
 
-@dataclass(frozen=True)
-class DriverStatus(JsonRecord):
+class DriverStatus(SparkModel):
     """
     The answer to ``GET {rest}/v1/submissions/status/{id}``.
 
@@ -120,14 +112,14 @@ class DriverStatus(JsonRecord):
     exception of an ERROR driver.
     """
 
-    submission_id: str | None = spark_field("submissionId", OPT_STR)
-    success: bool = spark_field("success", BOOL)
-    driver_state: str | None = spark_field("driverState", OPT_STR)
+    submission_id: Str | None = Field(None, alias="submissionId")
+    success: Bool
+    driver_state: Str | None = Field(None, alias="driverState")
     """``None`` only when ``success`` is false (the master does not know this submission)."""
-    worker_id: str | None = spark_field("workerId", OPT_STR)
-    worker_host_port: str | None = spark_field("workerHostPort", OPT_STR)
-    message: str | None = spark_field("message", OPT_STR)
-    server_spark_version: str | None = spark_field("serverSparkVersion", OPT_STR)
+    worker_id: Str | None = Field(None, alias="workerId")
+    worker_host_port: Str | None = Field(None, alias="workerHostPort")
+    message: Str | None = None
+    server_spark_version: Str | None = Field(None, alias="serverSparkVersion")
 
     @property
     def is_terminal(self) -> bool:

@@ -22,12 +22,14 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from airflow_provider_horovod.clients import (
     ApplicationInfo, AsyncSparkRestClient, DriverStatus, ExecutorInfo, JobInfo, MasterState, RetryPolicy,
     SparkRestClient, SparkRestError, SparkRestPayloadError, SparkRestUnavailableError, SparkSubmissionError,
     StageInfo, SubmissionResponse,
 )
+from airflow_provider_horovod.clients.spark_app_models import parse_list
 
 DATA = Path(__file__).resolve().parent / "data" / "spark_rest"
 UI, MASTER, REST = "http://spark-ui.test:4040", "http://spark-master.test:8080", "http://spark-master.test:6066"
@@ -206,11 +208,44 @@ def test_unknown_fields_are_ignored_and_wrong_types_rejected():
         MasterState.from_json({**load("master_state_running"), "workers": {"not": "a list"}})
 
 
-def test_value_objects_are_frozen():
+def test_nested_and_element_errors_name_their_path():
+    state = load("master_state_running")
+    worker = {k: v for k, v in state["workers"][0].items() if k != "id"}
+    with pytest.raises(SparkRestPayloadError, match=r"^MasterState\.workers\[1\]: field 'id' is missing"):
+        MasterState.from_json({**state, "workers": [state["workers"][0], worker]})
+    with pytest.raises(SparkRestPayloadError, match=r"^JobInfo\.stageIds\[1\]: should be an integer, got '7'"):
+        JobInfo.from_json({**load("jobs")[0], "stageIds": [3, "7"]})
+    with pytest.raises(SparkRestPayloadError,
+                       match=r"^ExecutorInfo: field 'totalCores' should be an integer, got True"):
+        ExecutorInfo.from_json({**load("executors")[0], "totalCores": True})
+    with pytest.raises(SparkRestPayloadError, match=r"^jobs: expected a JSON array, got dict"):
+        parse_list(JobInfo, {"jobs": []}, "jobs")
+
+
+def test_spark_json_conventions():
+    job = load("jobs")[0]
+    # null is absent: optional fields are None, collections empty; a required one is missing
+    nulls = JobInfo.from_json({**job, "description": None, "stageIds": None, "jobTags": None})
+    assert nulls.description is None and nulls.stage_ids == () and nulls.job_tags == ()
+    with pytest.raises(SparkRestPayloadError, match="JobInfo: field 'numTasks' is missing"):
+        JobInfo.from_json({**job, "numTasks": None})
+    # integral strings are integers (the master's driver start time), numbers are strings (ids)
+    assert JobInfo.from_json({**job, "numTasks": "12", "name": 42}).num_tasks == 12
+    assert JobInfo.from_json({**job, "name": 42}).name == "42"
+    # fields can also be given by name
+    assert JobInfo(**JobInfo.from_json(job).model_dump()) == JobInfo.from_json(job)
+
+
+def test_value_objects_are_frozen_and_hashable():
     job = JobInfo.from_json(load("jobs")[0])
-    with pytest.raises(AttributeError):
+    with pytest.raises(ValidationError, match="frozen"):
         job.status = "FAILED"  # type: ignore[misc]
     assert hash(job) == hash(JobInfo.from_json(load("jobs")[0]))
+    # the dict fields (executor logs, resources) stay out of the hash but not out of equality
+    executor = ExecutorInfo.from_json(load("executors")[0])
+    other = ExecutorInfo.from_json({**load("executors")[0], "executorLogs": {}})
+    assert hash(executor) == hash(other) and executor != other
+    assert len({executor, other, ExecutorInfo.from_json(load("executors")[0])}) == 2
 
 
 # --- the clients over httpx.MockTransport -------------------------------------------------------------------------
