@@ -3,58 +3,121 @@
 # install it into a Python environment that already has PyTorch: what scripts/setup.sh does for ./.venv. It needs
 # nothing else from this checkout, so copy it to the machines whose Python runs Spark executors.
 #
-#   bash build_horovod.sh [--constraints FILE] [PYTHON]
+#   bash build_horovod.sh [--constraints FILE] [--wheel-dir DIR | --source-dir DIR] [PYTHON]
 #
 #   PYTHON          the interpreter to install into (default: $PYTHON, else python3 on PATH); it must have torch
 #   --constraints   a pip constraints file (this checkout's requirements/constraints-user.txt) so that cloudpickle
 #                   and the build tools get the tested versions; HOROVOD_VERSION (default 0.28.1) otherwise
+#   --wheel-dir     build the wheel into DIR instead of installing it (for machines with the same Python and torch)
+#   --source-dir    only download, unpack and patch the sdist into DIR/horovod-VERSION (no build, no torch needed)
+#   HOROVOD_SDIST   a horovod-VERSION.tar.gz to use instead of downloading it (machines without a package index)
 #
-# Needs g++ and make. About 6 minutes on 2 cores the first time; pip's wheel cache (~/.cache/pip/wheels) makes
-# reinstalling the same build instant. Does nothing when that interpreter already imports horovod.torch with Gloo.
+# The sdist is patched before the build (one line, PATCH below): Horovod 0.28.1 creates its process sets' Gloo
+# devices (the global one included) without HOROVOD_GLOO_IFACE, so they bind to the address of the host name, which
+# other hosts may not reach. The build is labelled 0.28.1+gloo.iface (`pip show horovod`), which the launcher reads
+# to skip its host-name check; an unlabelled Horovod here is rebuilt.
+# Needs g++, make and patch. About 6 minutes on 2 cores. Does nothing when that interpreter already imports
+# horovod.torch with Gloo from a patched build.
 set -euo pipefail
 
 die() { echo "build_horovod: $*" >&2; exit 1; }
 
 CONSTRAINTS=()
 PY=${PYTHON:-python3}
+WHEEL_DIR=
+SOURCE_DIR=
 while [ $# -gt 0 ]; do
   case "$1" in
     --constraints) [ $# -ge 2 ] || die "--constraints needs a file"; CONSTRAINTS=(-c "$2"); shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --wheel-dir) [ $# -ge 2 ] || die "--wheel-dir needs a directory"; WHEEL_DIR=$2; shift 2 ;;
+    --source-dir) [ $# -ge 2 ] || die "--source-dir needs a directory"; SOURCE_DIR=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) PY=$1; shift ;;
   esac
 done
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
+LABEL=gloo.iface  # the local version label of a patched build: 0.28.1+gloo.iface
 
 command -v "$PY" >/dev/null || die "no interpreter $PY"
+command -v patch >/dev/null || die "patch is required to patch Horovod's sdist; install patch (or build-essential)"
+PIP=("$PY" -m pip --disable-pip-version-check)
+
+# Download, unpack and patch the sdist into $1; prints the source directory.
+patched_source() {
+  local dest=$1 src
+  mkdir -p "$dest"
+  if [ -n "${HOROVOD_SDIST:-}" ]; then
+    tar -xzf "$HOROVOD_SDIST" -C "$dest" || die "cannot unpack HOROVOD_SDIST=$HOROVOD_SDIST"
+  else
+    "${PIP[@]}" download -q --no-deps --no-binary :all: --no-build-isolation "${CONSTRAINTS[@]}" \
+        -d "$dest" "horovod==$HOROVOD_VERSION" >&2 \
+      || { echo "build_horovod: cannot download the horovod==$HOROVOD_VERSION sdist; set HOROVOD_SDIST" >&2; exit 2; }
+    tar -xzf "$dest/horovod-$HOROVOD_VERSION.tar.gz" -C "$dest"
+  fi
+  src=$dest/horovod-$HOROVOD_VERSION
+  # Process sets take the interface the global context was initialised with (from HOROVOD_GLOO_IFACE).
+  patch -p1 --forward --quiet -d "$src" <<'PATCH' >&2 || die "the Gloo patch fails on Horovod $HOROVOD_VERSION"
+--- a/horovod/common/gloo/gloo_context.cc
++++ b/horovod/common/gloo/gloo_context.cc
+@@ -279,7 +279,7 @@ void GlooContext::InitializeForProcessSe
+   }
+ 
+   attr device_attr;
+-  device_attr.iface = gloo_iface_;
++  device_attr.iface = global_context.gloo_iface_;
+   device_attr.ai_family = AF_UNSPEC;
+   auto dev = CreateDevice(device_attr);
+ 
+PATCH
+  [ "$(grep -c 'device_attr.iface = global_context.gloo_iface_;' "$src/horovod/common/gloo/gloo_context.cc")" = 1 ] \
+    || die "the Gloo interface patch did not change InitializeForProcessSet"
+  echo "$src"
+}
+
+if [ -n "$SOURCE_DIR" ]; then
+  SRC=$(patched_source "$SOURCE_DIR")
+  echo "build_horovod: patched source in $SRC"
+  exit 0
+fi
+
 command -v g++ >/dev/null || die "a C++ compiler (g++) is required to build Horovod; install build-essential"
 command -v make >/dev/null || die "make is required to build Horovod; install build-essential"
 "$PY" -c 'import torch' 2>/dev/null \
   || die "$PY has no torch: install PyTorch first (Horovod builds its PyTorch extension against it)"
-if "$PY" -c 'import horovod.torch; from horovod.common.util import gloo_built; assert gloo_built()' 2>/dev/null; then
-  echo "build_horovod: $PY already has Horovod with Gloo: $("$PY" -c 'import horovod; print(horovod.__version__)')"
-  exit 0
+# exit 0: a patched build with Gloo; 3: Horovod with Gloo, but not patched; 1: no usable Horovod
+CHECK="import horovod.torch, importlib.metadata as m; from horovod.common.util import gloo_built
+assert gloo_built(); exit(0 if m.version('horovod').endswith('+$LABEL') else 3)"
+if [ -z "$WHEEL_DIR" ]; then
+  rc=0; "$PY" -W ignore -c "$CHECK" 2>/dev/null || rc=$?
+  if [ "$rc" = 0 ]; then
+    echo "build_horovod: $PY already has patched Horovod with Gloo: $("$PY" -m pip show horovod | grep ^Version)"
+    exit 0
+  fi
+  [ "$rc" = 3 ] && echo "build_horovod: $PY has Horovod without the Gloo interface patch: rebuilding it"
 fi
 
-PIP=("$PY" -m pip --disable-pip-version-check)
 BIN=$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")
 "${PIP[@]}" install -q "${CONSTRAINTS[@]}" "cmake<5" cloudpickle psutil pyyaml packaging wheel
-WRAP=$(mktemp -d)
-trap 'rm -rf "$WRAP"' EXIT
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+SRC=$(patched_source "$WORK/sdist")
 # Horovod 0.28.1's CMake pins C++14; PyTorch 2.x's headers need C++17: a compiler wrapper appends -std=c++17.
-printf '#!/bin/sh\nexec g++ "$@" -std=c++17\n' > "$WRAP/g++17"
-chmod +x "$WRAP/g++17"
-echo "build_horovod: building Horovod $HOROVOD_VERSION for $PY (Gloo, no MPI; about 6 minutes on 2 cores the first time) ..."
+printf '#!/bin/sh\nexec g++ "$@" -std=c++17\n' > "$WORK/g++17"
+chmod +x "$WORK/g++17"
+echo "build_horovod: building Horovod $HOROVOD_VERSION+$LABEL for $PY (Gloo, no MPI; about 6 minutes on 2 cores) ..."
 # HOROVOD_GPU_OPERATIONS empty: CPU collectives through Gloo; CMAKE_POLICY_VERSION_MINIMUM: Horovod's old
-# CMakeLists with CMake 4; --no-build-isolation: build against the torch installed in that environment.
-env CXX="$WRAP/g++17" CMAKE_POLICY_VERSION_MINIMUM=3.5 PATH="$BIN:$PATH" \
+# CMakeLists with CMake 4; --no-build-isolation: build against the torch installed in that environment. Built from
+# the patched directory, so pip's wheel cache (which may hold an unpatched 0.28.1) is never used.
+BUILD=(install -q --no-build-isolation "${CONSTRAINTS[@]}")
+[ -n "$WHEEL_DIR" ] && BUILD=(wheel -q --no-deps --no-build-isolation -w "$WHEEL_DIR")
+env CXX="$WORK/g++17" CMAKE_POLICY_VERSION_MINIMUM=3.5 PATH="$BIN:$PATH" HOROVOD_LOCAL_VERSION=$LABEL \
     HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
     HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_GPU_OPERATIONS= \
     MAKEFLAGS="-j$(nproc)" \
-    "${PIP[@]}" install -q --no-build-isolation "${CONSTRAINTS[@]}" "horovod==$HOROVOD_VERSION"
-"$PY" -W ignore::UserWarning - <<'PY'  # torch warns when numpy is not installed (yet)
-import horovod, horovod.torch
-from horovod.common.util import gloo_built
-assert gloo_built(), "Horovod was built without Gloo"
-print(f"build_horovod: ok: horovod {horovod.__version__} with Gloo")
-PY
+    "${PIP[@]}" "${BUILD[@]}" "$SRC"
+if [ -n "$WHEEL_DIR" ]; then
+  echo "build_horovod: ok: $(ls "$WHEEL_DIR"/horovod-"$HOROVOD_VERSION"+"$LABEL"-*.whl)"
+  exit 0
+fi
+"$PY" -W ignore -c "$CHECK" || die "the installed Horovod is not the patched build with Gloo"
+echo "build_horovod: ok: horovod $("${PIP[@]}" show horovod | sed -n 's/^Version: //p') with Gloo"

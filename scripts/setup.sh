@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh machine, into ./.venv:
-# PyTorch (CPU), Horovod 0.28.1 built from its sdist with Gloo (no MPI), Airflow 3.3,
+# PyTorch (CPU), Horovod 0.28.1 built from its sdist with Gloo (no MPI; patched so that process sets use
+# HOROVOD_GLOO_IFACE, see scripts/build_horovod.sh), Airflow 3.3,
 # the Spark provider, PySpark + pyspark-client at the same version, and this package (editable).
 # Idempotent: a stamp keyed on the pinned requirements skips work already done.
 set -euo pipefail

@@ -16,9 +16,9 @@ loopback up (PySpark's workers talk to their JVM over 127.0.0.1) and a different
 
 Like real machines, each host also has its own name, which resolves to its own address on that host only:
 :attr:`NetnsHost.prefix` starts programs in a private UTS namespace with that host name, and
-``/etc/netns/<ns>/hosts`` (which ``ip netns exec`` mounts over ``/etc/hosts``) maps it. Horovod 0.28's Gloo binds
-some of its connections to the address of ``gethostname()``, so without this every "host" would share the
-machine's name (and its loopback address).
+``/etc/netns/<ns>/hosts`` (which ``ip netns exec`` mounts over ``/etc/hosts``) maps it. An unpatched Horovod
+0.28's Gloo binds some of its connections to the address of ``gethostname()``, so without this every "host" would
+share the machine's name (which resolves nowhere there); :attr:`NetnsHost.netns_prefix` keeps that name.
 
 Needs root (``CAP_NET_ADMIN``); :func:`netns_hosts` raises :class:`NetnsUnavailable` when ``ip netns add`` is
 refused, so tests can skip with the reason. Everything created is deleted on exit, also after a failure.

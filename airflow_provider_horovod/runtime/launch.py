@@ -51,6 +51,7 @@ from airflow_provider_horovod.runtime.plan import (
     choose_interface,
     gloo_env,
     gloo_host_address,
+    horovod_honours_gloo_iface,
     local_plan,
     to_slot_info,
 )
@@ -640,16 +641,18 @@ def _rank_interface(spec: JobSpec, rendezvous_addr: str, host: str) -> str:
 
 def _check_host_name(plan: list[Slot], host: str) -> None:
     """
-    Fail fast when ranks on other hosts could not reach this one's Gloo connections (a multi-host job only).
+    Fail fast when ranks on other hosts could not reach this one's Gloo connections (a multi-host job with an
+    unpatched Horovod only).
 
-    Horovod 0.28's process-set Gloo contexts bind to the address of this machine's host name, not to
+    An unpatched Horovod 0.28's process-set Gloo contexts bind to the address of this machine's host name, not to
     ``HOROVOD_GLOO_IFACE`` (see :func:`~.plan.gloo_host_address`); Gloo itself would abort later with
-    ``connect [127.0.0.1]: Connection refused`` or ``Unable to find address for: <name>``.
+    ``connect [127.0.0.1]: Connection refused`` or ``Unable to find address for: <name>``. A build patched by
+    ``scripts/build_horovod.sh`` (:func:`~.plan.horovod_honours_gloo_iface`) needs no check.
     """
     import ipaddress
     import socket
 
-    if len({s.host_key for s in plan}) < 2:
+    if len({s.host_key for s in plan}) < 2 or horovod_honours_gloo_iface():
         return
     name = socket.gethostname()
     address = gloo_host_address(name)
@@ -660,7 +663,8 @@ def _check_host_name(plan: list[Slot], host: str) -> None:
         f"on {host}: the host name {name!r} {found}. Horovod's Gloo binds its connections to the address of the "
         f"host name (it ignores HOROVOD_GLOO_IFACE there), so ranks on the other hosts could not connect. Make "
         f"{name!r} resolve, on that machine, to an address the other hosts reach (e.g. {host} in /etc/hosts "
-        "instead of a 127.x line)"
+        "instead of a 127.x line), or install Horovod built by scripts/build_horovod.sh, patched to use "
+        "HOROVOD_GLOO_IFACE there"
     )
 
 

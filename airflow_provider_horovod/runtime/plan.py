@@ -123,15 +123,34 @@ def interface_for(destination: str) -> str:
     raise OSError(f"no network interface carries {source}, the source address for {destination}")
 
 
+GLOO_IFACE_PATCH_LABEL = "gloo.iface"
+"""The local version label of a Horovod built by ``scripts/build_horovod.sh``: ``0.28.1+gloo.iface``."""
+
+
+def horovod_honours_gloo_iface() -> bool:
+    """
+    Whether the installed Horovod was built with ``scripts/build_horovod.sh``'s patch, which gives process sets
+    the interface from ``HOROVOD_GLOO_IFACE`` (its version carries the local label :data:`GLOO_IFACE_PATCH_LABEL`).
+
+    :return: ``False`` for an unpatched build (see :func:`gloo_host_address`) or when Horovod is not installed.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("horovod").partition("+")[2] == GLOO_IFACE_PATCH_LABEL
+    except PackageNotFoundError:
+        return False
+
+
 def gloo_host_address(hostname: str | None = None) -> str | None:
     """
-    The address Horovod's Gloo binds its process-set connections to: the first address of ``hostname`` that
-    can be bound, as Gloo's ``lookupAddrForHostname`` picks it.
+    The address an unpatched Horovod's Gloo binds its process-set connections to: the first address of
+    ``hostname`` that can be bound, as Gloo's ``lookupAddrForHostname`` picks it.
 
     Horovod 0.28.1 creates the Gloo device of every process set (the global one included) without the
     interface from ``HOROVOD_GLOO_IFACE``, so Gloo falls back to resolving ``gethostname()``. A host whose
     name resolves to a loopback address (Debian's ``127.0.1.1 myhost`` line) then advertises an address the
-    other hosts cannot reach.
+    other hosts cannot reach. ``scripts/build_horovod.sh`` patches this (:func:`horovod_honours_gloo_iface`).
 
     :param hostname: the name to resolve; default: this machine's ``socket.gethostname()``.
     :return: the address, or ``None`` when the name does not resolve to a bindable address.

@@ -1,7 +1,10 @@
 """
 A real multi-host launch on one machine: two Spark standalone workers, each in its own network namespace with
 its own address and a differently named interface (``ethA``, ``ethB``); master and driver in the root namespace
-on the link's other end. A 4-rank job (2 ranks per host) trains a small model and returns.
+on the link's other end. A 4-rank job (2 ranks per host) trains a small model and returns, with host names that
+resolve to each host's address, and with a host name that resolves nowhere (Horovod patched by
+scripts/build_horovod.sh binds all of Gloo to ``HOROVOD_GLOO_IFACE``; the check for unpatched builds is in
+tests/unit/test_host_name.py).
 
 Needs root (network namespaces); skipped with the reason when ``ip netns add`` is refused.
 """
@@ -60,7 +63,8 @@ def main():
             "gloo_if": os.environ["HOROVOD_GLOO_IFACE"], "nccl_if": os.environ["NCCL_SOCKET_IFNAME"],
             "rendezvous": os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], "ifaces": ifaces,
             "same_weights": all(w == weights[0] for w in weights), "loss": loss.item(),
-            "hostname": socket.gethostname(), "resolves": [_resolves(n) for n in hostnames]}
+            "hostname": socket.gethostname(), "resolves": [_resolves(n) for n in hostnames],
+            "own_name_resolves": _resolves(socket.gethostname())}
     return sorted(hvd.allgather_object(mine), key=lambda r: r["rank"])
 
 try:
@@ -124,12 +128,18 @@ def test_four_ranks_on_two_namespaced_hosts(hosts, tmp_path):
     assert sorted(r["gloo_if"] for r in ranks) == ["ethA", "ethA", "ethB", "ethB"]
 
 
-def test_host_name_resolving_to_loopback_fails_fast_naming_the_fix(hosts, tmp_path):
+def test_host_name_that_resolves_nowhere_needs_no_fix_with_patched_horovod(hosts, tmp_path):
     # Both "hosts" keep the machine's own name, which their /etc/hosts (localhost and the namespace host names
-    # only) does not resolve: Horovod's Gloo would abort with "Unable to find address for: <name>" (or, where the
-    # name resolves to 127.x, "connect [127.0.0.1]: Connection refused"); the launcher says why before any rank.
+    # only) does not resolve: an unpatched Horovod's Gloo would abort with "Unable to find address for: <name>",
+    # and the launcher would fail fast naming the fix. The patched build never looks the name up.
     import socket
 
-    message = _run_job(hosts, tmp_path, [h.netns_prefix for h in hosts.hosts])["launch_error"]
-    assert f"the host name {socket.gethostname()!r} does not resolve to an address of this machine" in message
-    assert "ignores HOROVOD_GLOO_IFACE" in message and "/etc/hosts" in message
+    from airflow_provider_horovod.runtime.plan import horovod_honours_gloo_iface
+
+    assert horovod_honours_gloo_iface(), "needs Horovod built by scripts/build_horovod.sh (scripts/setup.sh)"
+    result = _run_job(hosts, tmp_path, [h.netns_prefix for h in hosts.hosts])
+    assert "launch_error" not in result, result["launch_error"]
+    ranks = result["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and all(r["same_weights"] for r in ranks)
+    assert all(r["hostname"] == socket.gethostname() and r["own_name_resolves"] is None for r in ranks), ranks
+    assert sorted(r["gloo_if"] for r in ranks) == ["ethA", "ethA", "ethB", "ethB"]

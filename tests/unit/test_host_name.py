@@ -1,4 +1,7 @@
-"""The multi-host pre-check for Horovod 0.28's Gloo, which binds process-set connections to the host name's address."""
+"""
+The multi-host pre-check for an unpatched Horovod 0.28's Gloo, which binds process-set connections to the host
+name's address; a build patched by scripts/build_horovod.sh (version label ``+gloo.iface``) skips it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,12 @@ import pytest
 
 from airflow_provider_horovod.runtime import launch
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.plan import build_plan, gloo_host_address
+from airflow_provider_horovod.runtime.plan import build_plan, gloo_host_address, horovod_honours_gloo_iface
+
+
+@pytest.fixture
+def unpatched(monkeypatch):
+    monkeypatch.setattr(launch, "horovod_honours_gloo_iface", lambda: False)
 
 
 def test_gloo_host_address_mimics_gloo():
@@ -18,7 +26,7 @@ def test_gloo_host_address_mimics_gloo():
 
 @pytest.mark.parametrize("resolved, found", [("127.0.1.1", "resolves to 127.0.1.1"),
                                              (None, "does not resolve to an address of this machine")])
-def test_multi_host_job_refuses_a_host_name_other_hosts_cannot_reach(monkeypatch, resolved, found):
+def test_multi_host_job_refuses_a_host_name_other_hosts_cannot_reach(monkeypatch, unpatched, resolved, found):
     monkeypatch.setattr(socket, "gethostname", lambda: "node7")
     monkeypatch.setattr(launch, "gloo_host_address", lambda name: resolved)
     with pytest.raises(LaunchError) as info:
@@ -26,10 +34,37 @@ def test_multi_host_job_refuses_a_host_name_other_hosts_cannot_reach(monkeypatch
     message = str(info.value)
     assert message.startswith(f"on 10.0.0.2: the host name 'node7' {found}.")
     assert "ignores HOROVOD_GLOO_IFACE" in message and "10.0.0.2 in /etc/hosts" in message
+    assert "scripts/build_horovod.sh" in message
 
 
-def test_reachable_host_name_and_single_host_jobs_pass(monkeypatch):
+def test_reachable_host_name_and_single_host_jobs_pass(monkeypatch, unpatched):
     monkeypatch.setattr(launch, "gloo_host_address", lambda name: "10.0.0.2")
     launch._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
     monkeypatch.setattr(launch, "gloo_host_address", lambda name: "127.0.0.1")
     launch._check_host_name(build_plan(["127.0.0.1", "127.0.0.1"]), "127.0.0.1")  # one host: loopback is fine
+
+
+def test_patched_horovod_skips_the_check(monkeypatch):
+    monkeypatch.setattr(launch, "gloo_host_address", lambda name: "127.0.1.1")
+    monkeypatch.setattr(launch, "horovod_honours_gloo_iface", lambda: True)
+    launch._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
+    monkeypatch.setattr(launch, "horovod_honours_gloo_iface", lambda: False)
+    with pytest.raises(LaunchError):
+        launch._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
+
+
+@pytest.mark.parametrize("installed, patched", [
+    ("0.28.1+gloo.iface", True), ("0.28.1", False), ("0.28.1+local", False), ("0.28.1+gloo.iface.x", False),
+    (None, False),
+])
+def test_a_patched_build_is_known_by_its_version_label(monkeypatch, installed, patched):
+    import importlib.metadata
+
+    def version(name):
+        assert name == "horovod"
+        if installed is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert horovod_honours_gloo_iface() is patched
