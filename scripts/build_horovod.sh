@@ -16,8 +16,9 @@
 # devices (the global one included) without HOROVOD_GLOO_IFACE, so they bind to the address of the host name, which
 # other hosts may not reach. The build is labelled 0.28.1+gloo.iface (`pip show horovod`), which the launcher reads
 # to skip its host-name check; an unlabelled Horovod here is rebuilt.
-# Needs g++, make and patch. About 6 minutes on 2 cores. Does nothing when that interpreter already imports
-# horovod.torch with Gloo from a patched build.
+# Needs g++, make and patch. About 6 minutes on 2 cores the first time; the wheel is kept in
+# ~/.cache/build_horovod (HOROVOD_WHEEL_CACHE), per Python, torch version and patch, so reinstalling is instant.
+# Does nothing when that interpreter already imports horovod.torch with Gloo from a patched build.
 set -euo pipefail
 
 die() { echo "build_horovod: $*" >&2; exit 1; }
@@ -42,6 +43,22 @@ command -v "$PY" >/dev/null || die "no interpreter $PY"
 command -v patch >/dev/null || die "patch is required to patch Horovod's sdist; install patch (or build-essential)"
 PIP=("$PY" -m pip --disable-pip-version-check)
 
+# Process sets take the interface the global context was initialised with (from HOROVOD_GLOO_IFACE).
+PATCH=$(cat <<'EOF'
+--- a/horovod/common/gloo/gloo_context.cc
++++ b/horovod/common/gloo/gloo_context.cc
+@@ -279,7 +279,7 @@ void GlooContext::InitializeForProcessSe
+   }
+ 
+   attr device_attr;
+-  device_attr.iface = gloo_iface_;
++  device_attr.iface = global_context.gloo_iface_;
+   device_attr.ai_family = AF_UNSPEC;
+   auto dev = CreateDevice(device_attr);
+ 
+EOF
+)
+
 # Download, unpack and patch the sdist into $1; prints the source directory.
 patched_source() {
   local dest=$1 src
@@ -55,20 +72,8 @@ patched_source() {
     tar -xzf "$dest/horovod-$HOROVOD_VERSION.tar.gz" -C "$dest"
   fi
   src=$dest/horovod-$HOROVOD_VERSION
-  # Process sets take the interface the global context was initialised with (from HOROVOD_GLOO_IFACE).
-  patch -p1 --forward --quiet -d "$src" <<'PATCH' >&2 || die "the Gloo patch fails on Horovod $HOROVOD_VERSION"
---- a/horovod/common/gloo/gloo_context.cc
-+++ b/horovod/common/gloo/gloo_context.cc
-@@ -279,7 +279,7 @@ void GlooContext::InitializeForProcessSe
-   }
- 
-   attr device_attr;
--  device_attr.iface = gloo_iface_;
-+  device_attr.iface = global_context.gloo_iface_;
-   device_attr.ai_family = AF_UNSPEC;
-   auto dev = CreateDevice(device_attr);
- 
-PATCH
+  printf '%s\n' "$PATCH" | patch -p1 --forward --quiet -d "$src" >&2 \
+    || die "the Gloo patch fails on Horovod $HOROVOD_VERSION"
   [ "$(grep -c 'device_attr.iface = global_context.gloo_iface_;' "$src/horovod/common/gloo/gloo_context.cc")" = 1 ] \
     || die "the Gloo interface patch did not change InitializeForProcessSet"
   echo "$src"
@@ -93,31 +98,42 @@ if [ -z "$WHEEL_DIR" ]; then
     echo "build_horovod: $PY already has patched Horovod with Gloo: $("$PY" -m pip show horovod | grep ^Version)"
     exit 0
   fi
-  [ "$rc" = 3 ] && echo "build_horovod: $PY has Horovod without the Gloo interface patch: rebuilding it"
+  [ "$rc" = 3 ] && echo "build_horovod: $PY has Horovod without the Gloo interface patch: replacing it"
 fi
 
-BIN=$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")
-"${PIP[@]}" install -q "${CONSTRAINTS[@]}" "cmake<5" cloudpickle psutil pyyaml packaging wheel
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-SRC=$(patched_source "$WORK/sdist")
-# Horovod 0.28.1's CMake pins C++14; PyTorch 2.x's headers need C++17: a compiler wrapper appends -std=c++17.
-printf '#!/bin/sh\nexec g++ "$@" -std=c++17\n' > "$WORK/g++17"
-chmod +x "$WORK/g++17"
-echo "build_horovod: building Horovod $HOROVOD_VERSION+$LABEL for $PY (Gloo, no MPI; about 6 minutes on 2 cores) ..."
-# HOROVOD_GPU_OPERATIONS empty: CPU collectives through Gloo; CMAKE_POLICY_VERSION_MINIMUM: Horovod's old
-# CMakeLists with CMake 4; --no-build-isolation: build against the torch installed in that environment. Built from
-# the patched directory, so pip's wheel cache (which may hold an unpatched 0.28.1) is never used.
-BUILD=(install -q --no-build-isolation "${CONSTRAINTS[@]}")
-[ -n "$WHEEL_DIR" ] && BUILD=(wheel -q --no-deps --no-build-isolation -w "$WHEEL_DIR")
-env CXX="$WORK/g++17" CMAKE_POLICY_VERSION_MINIMUM=3.5 PATH="$BIN:$PATH" HOROVOD_LOCAL_VERSION=$LABEL \
-    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-    HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_GPU_OPERATIONS= \
-    MAKEFLAGS="-j$(nproc)" \
-    "${PIP[@]}" "${BUILD[@]}" "$SRC"
+# The wheel is built once per Python, torch version and patch, and kept (pip never caches a wheel built from a
+# local directory): reinstalling into a fresh environment is then instant.
+CACHE=${HOROVOD_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/build_horovod}
+KEY=$("$PY" -c 'import sys, torch; print(f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}")')
+OUT=${WHEEL_DIR:-$CACHE/$HOROVOD_VERSION-$KEY-$(printf '%s' "$PATCH" | sha256sum | cut -c1-12)}
+wheel() { ls "$OUT"/horovod-"$HOROVOD_VERSION"+"$LABEL"-*.whl 2>/dev/null | head -1; }
+if [ -n "$(wheel)" ]; then
+  echo "build_horovod: using the wheel built before: $(wheel)"
+else
+  BIN=$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")
+  "${PIP[@]}" install -q "${CONSTRAINTS[@]}" "cmake<5" cloudpickle psutil pyyaml packaging wheel
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+  SRC=$(patched_source "$WORK/sdist")
+  # Horovod 0.28.1's CMake pins C++14; PyTorch 2.x's headers need C++17: a compiler wrapper appends -std=c++17.
+  printf '#!/bin/sh\nexec g++ "$@" -std=c++17\n' > "$WORK/g++17"
+  chmod +x "$WORK/g++17"
+  echo "build_horovod: building Horovod $HOROVOD_VERSION+$LABEL for $PY (Gloo, no MPI; about 6 minutes on 2 cores) ..."
+  # HOROVOD_GPU_OPERATIONS empty: CPU collectives through Gloo; CMAKE_POLICY_VERSION_MINIMUM: Horovod's old
+  # CMakeLists with CMake 4; --no-build-isolation: build against the torch installed in that environment. Built from
+  # the patched directory, so pip's wheel cache (which may hold an unpatched 0.28.1) is never used.
+  mkdir -p "$OUT"
+  env CXX="$WORK/g++17" CMAKE_POLICY_VERSION_MINIMUM=3.5 PATH="$BIN:$PATH" HOROVOD_LOCAL_VERSION=$LABEL \
+      HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+      HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_GPU_OPERATIONS= \
+      MAKEFLAGS="-j$(nproc)" \
+      "${PIP[@]}" wheel -q --no-deps --no-build-isolation -w "$OUT" "$SRC"
+  [ -n "$(wheel)" ] || die "pip built no horovod-$HOROVOD_VERSION+$LABEL wheel in $OUT"
+fi
 if [ -n "$WHEEL_DIR" ]; then
-  echo "build_horovod: ok: $(ls "$WHEEL_DIR"/horovod-"$HOROVOD_VERSION"+"$LABEL"-*.whl)"
+  echo "build_horovod: ok: $(wheel)"
   exit 0
 fi
+"${PIP[@]}" install -q "${CONSTRAINTS[@]}" "$(wheel)"
 "$PY" -W ignore -c "$CHECK" || die "the installed Horovod is not the patched build with Gloo"
-echo "build_horovod: ok: horovod $("${PIP[@]}" show horovod | sed -n 's/^Version: //p') with Gloo"
+echo "build_horovod: ok: horovod $("$PY" -m pip show horovod | sed -n 's/^Version: //p') with Gloo"
