@@ -40,4 +40,31 @@ def get_provider_info() -> dict[str, Any]:
         "task-decorators": [
             {"class-name": "airflow_provider_horovod.decorators.horovod.horovod_task", "name": "horovod"}
         ],
+        "config": {
+            "horovod": {
+                "description": "Defaults of HorovodRunnerOperator and @task.horovod.",
+                "options": {
+                    "artifact_root": {
+                        "description": "Where each try's artifact directory goes "
+                        "(<root>/<dag_id>/<run_id>/<task_id>[/map-<i>]/try-<n>) and, in cluster deploy mode, its "
+                        "staging directory (<root>/.staging/...): a path the Spark workers share, or an fsspec URI "
+                        "(s3://bucket/prefix; s3://conn_id@bucket/prefix names an aws connection for the "
+                        "credentials). Unset: $AIRFLOW_HOME/horovod-artifacts.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "s3://aws_default@models/horovod",
+                        "default": None,
+                    },
+                    "history_server_url": {
+                        "description": "A Spark History Server; once the application has ended the task's "
+                        "Spark UI link points at <url>/history/<app-id>/ (a connection's history-server-url "
+                        "extra wins).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "http://spark-history:18080",
+                        "default": None,
+                    },
+                },
+            }
+        },
     }

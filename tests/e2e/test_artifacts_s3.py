@@ -78,9 +78,11 @@ def test_cluster_mode_stages_through_s3_without_a_shared_filesystem(airflow_home
     connection = {"conn_type": "aws", "login": s3_server.access_key, "password": s3_server.secret_key,
                   "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region}}
 
+    events = tmp_path / "spark-events"
+    events.mkdir()
     log, run = run_dag(airflow_home, dags, "horovod_object_storage_cluster", extra_env={
         "AIRFLOW_CONN_MINIO": json.dumps(connection), "AIRFLOW_CONN_SPARK_CLUSTER": cluster.airflow_connection(),
-        "AIRFLOW__HOROVOD__ARTIFACT_ROOT": "s3://minio@staged/root"})
+        "AIRFLOW__HOROVOD__ARTIFACT_ROOT": "s3://minio@staged/root", "HOROVOD_TEST_EVENT_LOG_DIR": str(events)})
 
     assert run["states"] == {"sync": "success", "deferred": "success"}, log[-6000:] + cluster.log_tail(30)
     xcom = run["xcom"]
@@ -111,7 +113,11 @@ def test_cluster_mode_stages_through_s3_without_a_shared_filesystem(airflow_home
     secret, key_id = s3_server.secret_key, s3_server.access_key
     worker_logs = "".join(p.read_text(errors="replace") for p in cluster.work_dir.glob("worker-*/**/driver-*/std*"))
     assert "Launch Command" in worker_logs and "{{USER_JAR}}" not in worker_logs
-    for text in (log, json.dumps(run), worker_logs, json.dumps(cluster.master_json())):
+    event_logs = "".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())
+    apps = {xcom["sync.spark_app_id"], xcom["deferred.spark_app_id"]}
+    assert len(apps) == 2 and all(app in event_logs for app in apps)  # both applications' event logs ...
+    assert "SparkListenerEnvironmentUpdate" in event_logs  # ... with what their Environment page shows
+    for text in (log, json.dumps(run), worker_logs, json.dumps(cluster.master_json()), event_logs):
         assert secret not in text and key_id not in text
     # the workers' own logs record the driver program's presigned URL (the key id, as S3 URLs carry it, and a
     # signature that reads that one object), never the secret

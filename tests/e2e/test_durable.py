@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from tests.airflow_deployment import DeploymentError, _poll, airflow_deployment, copy_dags
+from tests.s3_server import s3_server  # noqa: F401  (fixture)
 from tests.standalone import standalone_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
@@ -34,9 +35,13 @@ def lineage_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def airflow(cluster, tmp_path_factory, lineage_file):
+def airflow(cluster, tmp_path_factory, lineage_file, s3_server):  # noqa: F811
     dags = copy_dags(tmp_path_factory.mktemp("dags"), HERE / "dags" / "horovod_durable.py")
+    s3_server.fs().mkdir("staging")
     env = {
+        "AIRFLOW_CONN_MINIO": json.dumps({
+            "conn_type": "aws", "login": s3_server.access_key, "password": s3_server.secret_key,
+            "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region}}),
         "AIRFLOW_CONN_SPARK_CLUSTER": cluster.airflow_connection(),
         "AIRFLOW__HOROVOD__ARTIFACT_ROOT": str(tmp_path_factory.mktemp("artifacts")),  # the "shared filesystem"
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage_file),
@@ -134,7 +139,7 @@ def test_marking_a_deferred_task_failed_kills_its_driver_from_the_triggerer(airf
     assert _ti(airflow, "horovod_deferred_kill", run_id)["state"] == "failed"
 
 
-def test_a_deferred_task_returns_its_value_and_puts_the_model_on_its_asset_event(airflow):
+def test_a_deferred_task_returns_its_value_and_puts_the_model_on_its_asset_event(airflow, s3_server):  # noqa: F811
     run_id = airflow.trigger("horovod_deferred_asset")
     assert airflow.wait_for_run("horovod_deferred_asset", run_id, timeout_s=400) == "success"
     value = airflow.xcom("horovod_deferred_asset", run_id, "train")  # survived the deferral
@@ -143,4 +148,9 @@ def test_a_deferred_task_returns_its_value_and_puts_the_model_on_its_asset_event
     assert event["extra"]["artifact_paths"] == [value["model_path"]]
     assert event["extra"]["return_value"] == value
     assert event["extra"]["spark_app_id"].startswith("app-")
-    assert "Pausing task as DEFERRED" in _log(airflow, "horovod_deferred_asset", run_id)
+    log = _log(airflow, "horovod_deferred_asset", run_id)
+    assert "Pausing task as DEFERRED" in log
+    # staged on S3: the triggerer read the driver's status.json with the connection it fetched itself
+    assert f"Spark application {event['extra']['spark_app_id']} started" in log, log[-4000:]
+    staged = s3_server.fs().glob("staging/**/result.json")
+    assert len(staged) == 1 and json.loads(s3_server.fs().cat(staged[0]))["status"] == "success"

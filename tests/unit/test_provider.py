@@ -26,3 +26,18 @@ def test_airflow_providers_list_shows_it(tmp_path):
                           timeout=180, env={"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert "airflow-provider-horovod" in proc.stdout
+
+
+def test_config_options_are_registered_without_defaults():
+    """``[horovod]`` shows in ``airflow config list``; unset options keep the documented fallbacks."""
+    from airflow.providers_manager import ProvidersManager
+
+    configs = dict(ProvidersManager().provider_configs)
+    options = configs["airflow-provider-horovod"]["horovod"]["options"]
+    assert set(options) == {"artifact_root", "history_server_url"}
+    assert all(o["default"] is None and o["description"] for o in options.values())
+
+    from airflow_provider_horovod.operators.horovod import default_artifact_root, history_server_url
+
+    assert history_server_url(None) is None
+    assert default_artifact_root().endswith("horovod-artifacts")

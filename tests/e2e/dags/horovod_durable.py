@@ -56,4 +56,6 @@ with DAG(dag_id="horovod_deferred_asset", schedule=None, start_date=pendulum.dat
     HorovodRunnerOperator(task_id="train", python_callable=train_for,
                           op_kwargs={"seconds": 3, "data_path": "/data/unused"}, np=2, conn_id="spark_cluster",
                           deploy_mode="cluster", deferrable=True, conf=CONF, poll_interval_s=1,
-                          outlets=[Asset("deferred_model")])
+                          outlets=[Asset("deferred_model")],
+                          # staged on S3 (moto): the triggerer reads the driver's status.json with the connection
+                          staging_dir="s3://minio@staging/{{ run_id }}/try-{{ ti.try_number }}")

@@ -6,6 +6,7 @@ default staging directory are both on S3, with the ``minio`` connection's creden
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pendulum
@@ -46,7 +47,10 @@ def train_to_s3(tag):
 
 
 CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.cores": "1", "spark.driver.memory": "512m", "spark.executor.memory": "512m"}
+        "spark.driver.cores": "1", "spark.driver.memory": "512m", "spark.executor.memory": "512m",
+        # the event log holds everything the Spark UI's Environment page shows
+        "spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+        "spark.eventLog.dir": os.environ.get("HOROVOD_TEST_EVENT_LOG_DIR", "/tmp")}
 
 with DAG(dag_id="horovod_object_storage_cluster", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
          catchup=False, default_args={"retries": 0}):
