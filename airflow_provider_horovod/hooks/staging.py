@@ -23,13 +23,14 @@ from urllib.parse import urlparse, urlunparse
 
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.storage import credentials_env, storage_location
+from airflow_provider_horovod.runtime.artifacts import _is_remote
 
 SIGNED_URL_EXPIRY_S = 7 * 24 * 3600
 """Lifetime of the driver program's presigned URL, seconds: S3's maximum, so a driver queued for days still starts."""
 
 
 def _is_local(uri: str) -> bool:
-    return urlparse(uri).scheme in ("", "file")
+    return not _is_remote(uri)
 
 
 def with_conn_id(uri: str, conn_id: str | None) -> str:

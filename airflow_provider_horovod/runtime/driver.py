@@ -34,7 +34,11 @@ APP_MARKER = "airflow-provider-horovod: Spark application"
 
 
 def _is_uri(location: str) -> bool:
-    """An fsspec URI other than ``file://`` (object storage), as opposed to a local or shared-filesystem path."""
+    """
+    An fsspec URI other than ``file://`` (object storage), as opposed to a local or shared-filesystem path.
+
+    The same test as ``runtime.artifacts._is_remote``, written out here: it runs before the runtime is importable.
+    """
     scheme = location.split("://", 1)[0] if "://" in location else ""
     return len(scheme) > 1 and scheme != "file"
 
@@ -68,12 +72,11 @@ def _write_json(location: str, data: dict) -> None:
     _write_bytes(location, json.dumps(data).encode())
 
 
-def _fetch_runtime(location: str) -> str:
-    """Copy the runtime zip into this driver's working directory and put it on ``sys.path``; return the copy."""
+def _fetch_runtime(location: str) -> None:
+    """Copy the runtime zip into this driver's working directory and put it on ``sys.path``."""
     local = os.path.abspath(os.path.basename(location.rstrip("/")) or "runtime.zip")
     Path(local).write_bytes(_read_bytes(location))
     sys.path.insert(0, local)
-    return local
 
 
 def _seconds_or_none(value: str) -> float | None:

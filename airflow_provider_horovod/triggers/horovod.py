@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -65,19 +64,17 @@ class HorovodSparkJobTrigger(BaseTrigger):
         from asgiref.sync import sync_to_async
 
         from airflow_provider_horovod.hooks.staging import Staging
+        from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 
         try:
             if self._staging is None:
                 staging = Staging(self.staging)
                 await sync_to_async(lambda: staging.credentials)()  # the connection, through the triggerer's API
                 self._staging = staging
-            data = json.loads(await asyncio.to_thread(self._staging.read_bytes, "status.json") or b"")
-        except (OSError, ValueError):
-            return None, None
+            return await asyncio.to_thread(HorovodStandaloneHook.app_started, self._staging)
         except Exception as err:  # noqa: BLE001 - e.g. the connection cannot be read now: try again next poll
             self.log.warning("Cannot read %s/status.json yet: %s", self.staging, err)
             return None, None
-        return data.get("app_id"), data.get("ui_url")
 
     async def _event(self, status: str, driver_state: str | None, message: str | None) -> TriggerEvent:
         app_id, ui_url = await self._app()
