@@ -13,4 +13,4 @@ test: setup
 	bash scripts/test.sh
 
 clean:
-	rm -rf .venv .airflow .pytest_cache
+	rm -rf .venv .venv-byo .airflow .pytest_cache

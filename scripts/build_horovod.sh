@@ -66,7 +66,11 @@ patched_source() {
   if [ -n "${HOROVOD_SDIST:-}" ]; then
     tar -xzf "$HOROVOD_SDIST" -C "$dest" || die "cannot unpack HOROVOD_SDIST=$HOROVOD_SDIST"
   else
-    "${PIP[@]}" download -q --no-deps --no-binary :all: --no-build-isolation "${CONSTRAINTS[@]}" \
+    # pip reads the sdist's metadata while downloading it: in this interpreter when it has setuptools and wheel
+    # (no second download), else in an isolated build environment (a bare system Python for --source-dir).
+    local isolation=(--no-build-isolation)
+    "$PY" -c 'import setuptools, wheel' 2>/dev/null || isolation=()
+    "${PIP[@]}" download -q --no-deps --no-binary :all: "${isolation[@]}" "${CONSTRAINTS[@]}" \
         -d "$dest" "horovod==$HOROVOD_VERSION" >&2 \
       || { echo "build_horovod: cannot download the horovod==$HOROVOD_VERSION sdist; set HOROVOD_SDIST" >&2; exit 2; }
     tar -xzf "$dest/horovod-$HOROVOD_VERSION.tar.gz" -C "$dest"
