@@ -21,6 +21,7 @@ from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.launch import JobSpec, barrier_task
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
+from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME
 
 CHUNK_BYTES = 1 << 20
 """Rank 0's result travels in rows of at most this many bytes (Connect caps Arrow batches at a few MiB)."""
@@ -62,8 +63,6 @@ def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes) -> bytes 
     :raises RankFailedError: a rank failed (root cause).
     :raises LaunchError: the stage could not run.
     """
-    from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME
-
     if str(spark.conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
         raise LaunchError("Spark barrier stages cannot run with dynamic allocation (SPARK-24942): set "
                           "spark.dynamicAllocation.enabled=false for this application")

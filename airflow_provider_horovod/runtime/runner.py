@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import functools
-import io
 import os
 import re
 import uuid
-import zipfile
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +19,10 @@ from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S, Job
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
+from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S, own_slots, wait_for_slots
 
 DRIVER_LOG_VERBOSITIES = ("log_callback_only", "all")
-RUNTIME_ZIP_NAME = "airflow_provider_horovod_runtime.zip"
 _shipped_to: set[str] = set()
 
 
@@ -68,32 +66,6 @@ def validate_timeout(name: str, value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
     return float(value)
-
-
-def runtime_zip() -> bytes:
-    """
-    The runtime subpackage as a zip for ``--py-files`` / ``addPyFile`` (executors need no Airflow).
-
-    When the package itself was imported from such a zip (a cluster-mode driver that fetched it from object
-    storage), that zip is returned as it is.
-    """
-    import zipimport
-
-    import airflow_provider_horovod
-
-    loader = getattr(airflow_provider_horovod, "__loader__", None)
-    if isinstance(loader, zipimport.zipimporter):
-        with open(loader.archive, "rb") as f:
-            return f.read()
-    pkg_dir = os.path.dirname(airflow_provider_horovod.__file__)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.write(os.path.join(pkg_dir, "__init__.py"), "airflow_provider_horovod/__init__.py")
-        runtime_dir = os.path.join(pkg_dir, "runtime")
-        for name in sorted(os.listdir(runtime_dir)):
-            if name.endswith(".py"):
-                zf.write(os.path.join(runtime_dir, name), f"airflow_provider_horovod/runtime/{name}")
-    return buf.getvalue()
 
 
 def _local_master_slots(master: str) -> int | None:

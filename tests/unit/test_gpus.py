@@ -150,7 +150,8 @@ def test_choose_interface_override_takes_the_first_name_this_host_has():
 
 
 def test_rank_interface_takes_the_jobs_override_then_the_executors(monkeypatch):
-    from airflow_provider_horovod.runtime.launch import JobSpec, _rank_interface
+    from airflow_provider_horovod.runtime.checks import _rank_interface
+    from airflow_provider_horovod.runtime.jobspec import JobSpec
 
     monkeypatch.setenv("HOROVOD_AIRFLOW_IFACE", "nope0")
     with pytest.raises(LaunchError, match=r"^on 10\.0\.0\.5: HOROVOD_AIRFLOW_IFACE='nope0' names no interface"):

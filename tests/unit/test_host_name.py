@@ -9,14 +9,14 @@ import socket
 
 import pytest
 
-from airflow_provider_horovod.runtime import launch
+from airflow_provider_horovod.runtime import checks
 from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.plan import build_plan, gloo_host_address, horovod_honours_gloo_iface
 
 
 @pytest.fixture
 def unpatched(monkeypatch):
-    monkeypatch.setattr(launch, "horovod_honours_gloo_iface", lambda: False)
+    monkeypatch.setattr(checks, "horovod_honours_gloo_iface", lambda: False)
 
 
 def test_gloo_host_address_mimics_gloo():
@@ -28,9 +28,9 @@ def test_gloo_host_address_mimics_gloo():
                                              (None, "does not resolve to an address of this machine")])
 def test_multi_host_job_refuses_a_host_name_other_hosts_cannot_reach(monkeypatch, unpatched, resolved, found):
     monkeypatch.setattr(socket, "gethostname", lambda: "node7")
-    monkeypatch.setattr(launch, "gloo_host_address", lambda name: resolved)
+    monkeypatch.setattr(checks, "gloo_host_address", lambda name: resolved)
     with pytest.raises(LaunchError) as info:
-        launch._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
+        checks._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
     message = str(info.value)
     assert message.startswith(f"on 10.0.0.2: the host name 'node7' {found}.")
     assert "ignores HOROVOD_GLOO_IFACE" in message and "10.0.0.2 in /etc/hosts" in message
@@ -38,19 +38,19 @@ def test_multi_host_job_refuses_a_host_name_other_hosts_cannot_reach(monkeypatch
 
 
 def test_reachable_host_name_and_single_host_jobs_pass(monkeypatch, unpatched):
-    monkeypatch.setattr(launch, "gloo_host_address", lambda name: "10.0.0.2")
-    launch._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
-    monkeypatch.setattr(launch, "gloo_host_address", lambda name: "127.0.0.1")
-    launch._check_host_name(build_plan(["127.0.0.1", "127.0.0.1"]), "127.0.0.1")  # one host: loopback is fine
+    monkeypatch.setattr(checks, "gloo_host_address", lambda name: "10.0.0.2")
+    checks._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
+    monkeypatch.setattr(checks, "gloo_host_address", lambda name: "127.0.0.1")
+    checks._check_host_name(build_plan(["127.0.0.1", "127.0.0.1"]), "127.0.0.1")  # one host: loopback is fine
 
 
 def test_patched_horovod_skips_the_check(monkeypatch):
-    monkeypatch.setattr(launch, "gloo_host_address", lambda name: "127.0.1.1")
-    monkeypatch.setattr(launch, "horovod_honours_gloo_iface", lambda: True)
-    launch._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
-    monkeypatch.setattr(launch, "horovod_honours_gloo_iface", lambda: False)
+    monkeypatch.setattr(checks, "gloo_host_address", lambda name: "127.0.1.1")
+    monkeypatch.setattr(checks, "horovod_honours_gloo_iface", lambda: True)
+    checks._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
+    monkeypatch.setattr(checks, "horovod_honours_gloo_iface", lambda: False)
     with pytest.raises(LaunchError):
-        launch._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
+        checks._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
 
 
 @pytest.mark.parametrize("installed, patched", [

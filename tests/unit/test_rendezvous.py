@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.launch import (
+from airflow_provider_horovod.runtime.rendezvous import (
     DONE_SCOPE,
     _report_done,
     _start_rendezvous,

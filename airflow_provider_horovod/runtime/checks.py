@@ -1,0 +1,89 @@
+"""
+The checks a barrier task makes before it starts its rank: the executor's Python (:func:`_preflight`), the task's
+GPUs, the Gloo/NCCL interface and, for a multi-host job with an unpatched Horovod, the host name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.gpus import CUDA_VISIBLE_DEVICES, GPU_RESOURCE, owned_gpus
+from airflow_provider_horovod.runtime.jobspec import JobSpec
+from airflow_provider_horovod.runtime.plan import (
+    IFACE_ENV,
+    Slot,
+    choose_interface,
+    gloo_host_address,
+    horovod_honours_gloo_iface,
+)
+
+
+def _host_of(address: str) -> str:
+    import socket
+
+    host = address.rsplit(":", 1)[0] if address.count(":") == 1 else address
+    return socket.gethostbyname(host.strip("[]"))
+
+
+def _preflight(host: str) -> None:
+    """Fail fast, naming the interpreter and host, when the executor's Python lacks what ranks need."""
+    import importlib.util
+
+    for module in ("horovod.runner.http.http_server", "horovod.torch", "cloudpickle"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:
+            found = False
+        if not found:
+            raise LaunchError(
+                f"{module.split('.')[0]} ({module}) is not importable by the executor's Python {sys.executable} on "
+                f"{host}: install it there (Horovod built with Gloo and PyTorch), or point spark.pyspark.python / "
+                "PYSPARK_PYTHON at an interpreter that has it"
+            )
+
+
+def _task_gpus(ctx, host: str) -> list[str]:
+    """This barrier task's GPUs as device IDs (Spark's addresses mapped through the executor's own list)."""
+    info = ctx.resources().get(GPU_RESOURCE)
+    return owned_gpus(list(info.addresses) if info is not None else [], os.environ.get(CUDA_VISIBLE_DEVICES),
+                      where=f"task {ctx.partitionId()} on {host}")
+
+
+def _rank_interface(spec: JobSpec, rendezvous_addr: str, host: str) -> str:
+    """The interface for Gloo/NCCL: :data:`~.plan.IFACE_ENV` (rank ``env``, then executor) or the route."""
+    override = spec.env.get(IFACE_ENV) or os.environ.get(IFACE_ENV)
+    try:
+        return choose_interface(rendezvous_addr, override)
+    except ValueError as err:
+        raise LaunchError(f"on {host}: {err}") from None
+
+
+def _check_host_name(plan: list[Slot], host: str) -> None:
+    """
+    Fail fast when ranks on other hosts could not reach this one's Gloo connections (a multi-host job with an
+    unpatched Horovod only).
+
+    An unpatched Horovod 0.28's process-set Gloo contexts bind to the address of this machine's host name, not to
+    ``HOROVOD_GLOO_IFACE`` (see :func:`~.plan.gloo_host_address`); Gloo itself would abort later with
+    ``connect [127.0.0.1]: Connection refused`` or ``Unable to find address for: <name>``. A build patched by
+    ``scripts/build_horovod.sh`` (:func:`~.plan.horovod_honours_gloo_iface`) needs no check.
+    """
+    import ipaddress
+    import socket
+
+    if len({s.host_key for s in plan}) < 2 or horovod_honours_gloo_iface():
+        return
+    name = socket.gethostname()
+    address = gloo_host_address(name)
+    if address is not None and not ipaddress.ip_address(address.split("%")[0]).is_loopback:
+        return
+    found = "does not resolve to an address of this machine" if address is None else f"resolves to {address}"
+    raise LaunchError(
+        f"on {host}: the host name {name!r} {found}. Horovod's Gloo binds its connections to the address of the "
+        f"host name (it ignores HOROVOD_GLOO_IFACE there), so ranks on the other hosts could not connect. Make "
+        f"{name!r} resolve, on that machine, to an address the other hosts reach (e.g. {host} in /etc/hosts "
+        "instead of a 127.x line), or install Horovod built by scripts/build_horovod.sh, patched to use "
+        "HOROVOD_GLOO_IFACE there"
+    )

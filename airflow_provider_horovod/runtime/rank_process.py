@@ -1,0 +1,288 @@
+"""
+:class:`RankProcess`: one Horovod rank as a child process, shared by the barrier tasks and the driver path.
+
+One fresh ``python -m airflow_provider_horovod.runtime.worker`` process per rank, in its own process group, tied
+to its launcher by a lifeline pipe, with its output prefixed by rank, kept as a tail for error messages, and routed
+to the driver by a sink (:data:`Sink`, :func:`_stderr_sink`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from airflow_provider_horovod.runtime import protocol
+from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
+from airflow_provider_horovod.runtime.errors import (
+    PEER_LEFT,
+    START_TIMEOUT,
+    TRAINING_TIMEOUT,
+    WAITING_FOR_PEERS,
+    RankFailedError,
+)
+from airflow_provider_horovod.runtime.jobspec import JobSpec
+from airflow_provider_horovod.runtime.plan import Slot, child_environ
+
+FAILURE_GRACE_S = 10.0
+"""After a rank fails, how long to wait for the others' own failure reports before stopping them."""
+OUTPUT_TAIL_LINES = 100
+"""How many of a rank's last output lines an error carries."""
+
+Sink = Callable[[Slot, str], None]
+
+
+class RankProcess:
+    """
+    One Horovod rank running the payload in a child process.
+
+    :param slot: the rank's place in the plan.
+    :param spec: the job.
+    :param gloo: the rank's Horovod/Gloo variables (from :func:`~.plan.gloo_env`).
+    :param workdir: a private directory for the payload copy, the result and the error file.
+    :param sink: called with every output line of the rank (without the newline).
+    :param devices: the rank's device variables (from :func:`~.gpus.device_env`); ``spec.env`` overrides them.
+    """
+
+    def __init__(self, slot: Slot, spec: JobSpec, gloo: dict[str, str], workdir: str, sink: Sink,
+                 devices: dict[str, str] | None = None) -> None:
+        self.slot = slot
+        self._devices = dict(devices or {})
+        self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
+        self._spec = spec
+        self._gloo = gloo
+        self._sink = sink
+        self._dir = os.path.join(workdir, f"rank-{slot.rank}")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lifeline: int | None = None
+        self._reader: threading.Thread | None = None
+        self._progress_reader: threading.Thread | None = None
+        self._started_at = 0.0
+        self._changed = threading.Condition()
+        self._init_entered_at: float | None = None
+        self._exited = False
+        self._peer_left: str | None = None
+        self.phase = "starting"
+        """``starting`` -> ``running`` (function loaded and called) -> ``init`` (inside ``hvd.init()``) ->
+        ``ready`` (``hvd.init()`` returned); ``init``/``ready`` repeat for every ``hvd.init()``."""
+        self.ever_initialized = False
+        self.exited_at: float | None = None
+
+    @property
+    def result_path(self) -> str:
+        return os.path.join(self._dir, "result.pkl")
+
+    @property
+    def error_path(self) -> str:
+        return os.path.join(self._dir, "error.json")
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode if self._proc else None
+
+    def start(self) -> None:
+        """Start the rank's process (returns at once)."""
+        os.makedirs(self._dir, mode=0o700)
+        payload_path = os.path.join(self._dir, "payload.bin")
+        fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(self._spec.payload)
+        read_end, self._lifeline = os.pipe()
+        progress_read, progress_write = os.pipe()
+        extra = {
+            **self._devices,
+            **self._spec.env,
+            **self._gloo,
+            protocol.ENV_PAYLOAD: payload_path,
+            protocol.ENV_RESULT: self.result_path,
+            protocol.ENV_ERROR: self.error_path,
+            protocol.ENV_LIFELINE: str(read_end),
+            protocol.ENV_PROGRESS: str(progress_write),
+            protocol.ENV_CHECK_SIZE: str(self._spec.np),
+        }
+        if self._spec.artifact_dir:
+            extra[ARTIFACT_DIR_ENV] = self._spec.artifact_dir
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", protocol.WORKER_MODULE],
+                env=child_environ(os.environ, extra, sys.path),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(read_end, progress_write), cwd=self._dir,
+            )
+        except BaseException:
+            os.close(progress_read)
+            raise
+        finally:
+            os.close(read_end)
+            os.close(progress_write)
+        self._started_at = time.monotonic()
+        self._reader = threading.Thread(target=self._pump, name=f"rank-{self.slot.rank}-output", daemon=True)
+        self._reader.start()
+        self._progress_reader = threading.Thread(target=self._follow_progress, args=(progress_read,),
+                                                 name=f"rank-{self.slot.rank}-progress", daemon=True)
+        self._progress_reader.start()
+        threading.Thread(target=self._watch_exit, name=f"rank-{self.slot.rank}-exit", daemon=True).start()
+
+    def _follow_progress(self, fd: int) -> None:
+        phases = {protocol.PROGRESS_LOADED: "running", protocol.PROGRESS_INIT: "init", protocol.PROGRESS_READY: "ready"}
+        try:
+            while milestone := os.read(fd, 1):
+                with self._changed:
+                    self.phase = phases.get(milestone, self.phase)
+                    if milestone == protocol.PROGRESS_INIT:
+                        self._init_entered_at = time.monotonic()
+                    elif milestone == protocol.PROGRESS_READY:
+                        self.ever_initialized = True
+                    self._changed.notify_all()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def _watch_exit(self) -> None:
+        assert self._proc is not None
+        self._proc.wait()
+        with self._changed:
+            self._exited = True
+            self._changed.notify_all()
+
+    def _pump(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            self.tail.append(line)
+            self._sink(self.slot, line)
+
+    def wait(self) -> int:
+        """Wait for the process to exit and its output to drain; return its exit status."""
+        assert self._proc is not None and self._reader is not None
+        code = self._proc.wait()
+        self.exited_at = time.time()  # the failure time of a rank that died without reporting (signal, os._exit)
+        self._reader.join()
+        if self._progress_reader is not None:
+            # milestones written before the exit are in the pipe; a process the function forked may hold the pipe
+            # open past this one's exit, so do not wait for its end of file
+            self._progress_reader.join(timeout=2.0)
+        return code
+
+    def peer_left(self, reason: str) -> None:
+        """
+        Another rank ended without ever calling ``hvd.init()``: if this rank is (or gets) inside ``hvd.init()``, it
+        waits there in vain, so :meth:`run_to_end` stops it at once with ``reason`` instead of at ``start_timeout_s``.
+        """
+        with self._changed:
+            self._peer_left = reason
+            self._changed.notify_all()
+
+    def _deadline(self) -> tuple[float, str] | None:
+        """The next limit this rank can run into, as ``(monotonic time, which)``; call with ``_changed`` held."""
+        spec = self._spec
+        limits: list[tuple[float, str]] = []
+        if spec.start_timeout_s is not None:
+            if self.phase == "starting":
+                limits.append((self._started_at + spec.start_timeout_s, "start"))
+            elif self.phase == "init" and self._init_entered_at is not None:
+                # Waiting in hvd.init() means another rank is late: give that rank FAILURE_GRACE_S to be reported
+                # first, as the one that never joined.
+                limits.append((self._init_entered_at + spec.start_timeout_s + FAILURE_GRACE_S, "init"))
+        if spec.training_timeout_s is not None:
+            limits.append((self._started_at + spec.training_timeout_s, "training"))
+        return min(limits) if limits else None
+
+    def run_to_end(self, host: str | None = None) -> RankFailedError | None:
+        """
+        Wait for the rank within the job's timeouts; return its failure, or ``None`` on success.
+
+        ``start_timeout_s`` bounds loading the function (process start until it is called) and every
+        ``hvd.init()`` (the rendezvous with the other ranks); the function's own work before ``hvd.init()`` is
+        not counted. ``training_timeout_s`` bounds the whole run. A rank that misses one is killed (with its
+        process group) and reported as failed with what it was doing.
+        """
+        assert self._proc is not None
+        with self._changed:
+            while not self._exited:
+                if self._peer_left is not None and self.phase == "init":
+                    deadline, phase = (time.monotonic(), "peer"), self.phase
+                    break
+                deadline = self._deadline()
+                if deadline is None:
+                    self._changed.wait()
+                    continue
+                remaining = deadline[0] - time.monotonic()
+                if remaining <= 0:
+                    phase = self.phase
+                    break
+                self._changed.wait(remaining)
+            else:
+                deadline = None
+        if deadline is not None:
+            return self._timed_out(deadline[1], phase, host)
+        return None if self.wait() == 0 else self.failure(host=host)
+
+    def _timed_out(self, which: str, phase: str, host: str | None) -> RankFailedError:
+        self.kill()
+        self.wait()
+        rank, spec = self.slot.rank, self._spec
+        if which == "training":
+            kind, message = TRAINING_TIMEOUT, (f"rank {rank} was still running when training_timeout_s="
+                                               f"{spec.training_timeout_s} ran out")
+        elif which == "peer":
+            kind, message = PEER_LEFT, f"{self._peer_left}, so rank {rank} waited for it in hvd.init() in vain"
+        elif which == "start":
+            kind, message = START_TIMEOUT, (f"rank {rank} never reached hvd.init() within start_timeout_s="
+                                            f"{spec.start_timeout_s}: it was still loading the training function "
+                                            "(unpickling, imports)")
+        else:
+            kind, message = WAITING_FOR_PEERS, (f"rank {rank} was waiting in hvd.init() for the other ranks when "
+                                                f"start_timeout_s={spec.start_timeout_s} ran out")
+        return RankFailedError(rank=rank, exit_code=self.returncode, host=host, exc_type=kind, exc_message=message,
+                               output_tail=list(self.tail), failed_at=time.time())
+
+    def failure(self, host: str | None = None) -> RankFailedError:
+        """The error describing this rank's non-zero exit (reads the error file the worker wrote, if any)."""
+        details: dict[str, str] = {}
+        try:
+            with open(self.error_path, encoding="utf-8") as f:
+                details = json.load(f)
+        except (OSError, ValueError):
+            pass
+        return RankFailedError(rank=self.slot.rank, exit_code=self.returncode, host=host,
+                               exc_type=details.get("exc_type"), exc_message=details.get("exc_message"),
+                               traceback=details.get("traceback"), output_tail=list(self.tail),
+                               failed_at=details.get("failed_at", self.exited_at))
+
+    def result(self) -> bytes | None:
+        """
+        Rank 0's cloudpickled return value; ``None`` for other ranks, and for a rank 0 that exited with status 0
+        without returning (``os._exit(0)``), which ``horovodrun`` also counts as success.
+        """
+        if self.slot.rank != 0:
+            return None
+        try:
+            with open(self.result_path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def kill(self) -> None:
+        """Kill the rank's whole process group (no-op when nothing is left) and drop the lifeline."""
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._proc.wait()
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+
+
+def _stderr_sink(slot: Slot, line: str) -> None:
+    sys.stderr.write(f"[rank {slot.rank}] {line}\n")
+    sys.stderr.flush()
