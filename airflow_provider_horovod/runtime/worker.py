@@ -194,8 +194,10 @@ def main() -> int:
 
 def _flush_open_files() -> None:
     """Flush every open Python file object, as the interpreter's teardown would when it finalises them."""
+    writers = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
     for obj in gc.get_objects():
-        if isinstance(obj, (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)):
+        # type(), not isinstance(): isinstance reads obj.__class__, which some module proxies turn into warnings
+        if issubclass(type(obj), writers):
             try:
                 if not obj.closed:
                     obj.flush()
