@@ -145,33 +145,38 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     slot = plan[partition]
     _check_host_name(plan, addresses[partition])
     mine = _task_gpus(ctx, addresses[partition]) if spec.use_gpu else []
+    rendezvous_addr = addresses[0]
+    iface = _rank_interface(spec, rendezvous_addr, addresses[partition])
+    client = LogClient(spec.log_address, spec.log_token or "") if spec.log_address else None
+    forward = client is not None and spec.forwards(slot)
+
+    def sink(s: Slot, line: str) -> None:
+        if not (forward and spec.executors_share_driver_stderr):
+            _stderr_sink(s, line)  # the executor's full copy
+        if forward:
+            client.send(f"[rank {s.rank}] {line}")
+
+    # The rank starts before the allGather below and imports its framework while the tasks gather (about a
+    # second for all but the last task to arrive); the port and devices follow with release().
+    gloo = gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=0, iface=iface,
+                    gloo_timeout_s=spec.gloo_timeout_s)
+    devices = {} if spec.use_gpu else device_env(False, [], plan, partition, spec.gpu_visibility)
+    workdir = tempfile.mkdtemp(prefix="horovod-rank-")
+    proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices)
     server = None
     port = None
-    if partition == 0:
-        server, port = _start_rendezvous(plan, peers=addresses, bind=addresses[0])
     try:
-        infos = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "gpus": mine}))]
-        port = int(infos[0]["port"])
-        devices = device_env(spec.use_gpu, [info["gpus"] for info in infos], plan, partition, spec.gpu_visibility)
-        rendezvous_addr = addresses[0]
-        gloo = gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=port,
-                        iface=_rank_interface(spec, rendezvous_addr, addresses[partition]),
-                        gloo_timeout_s=spec.gloo_timeout_s)
-        client = LogClient(spec.log_address, spec.log_token or "") if spec.log_address else None
-        forward = client is not None and spec.forwards(slot)
-
-        def sink(s: Slot, line: str) -> None:
-            if not (forward and spec.executors_share_driver_stderr):
-                _stderr_sink(s, line)  # the executor's full copy
-            if forward:
-                client.send(f"[rank {s.rank}] {line}")
-
-        workdir = tempfile.mkdtemp(prefix="horovod-rank-")
-        proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices)
-        if server is not None:
-            server.ranks_done.on_uninitialized(lambda rank: proc.peer_left(_left_uninitialized(int(rank))))
         try:
-            proc.start()
+            proc.start(deferred=True)
+            if partition == 0:
+                server, port = _start_rendezvous(plan, peers=addresses, bind=addresses[0])
+                server.ranks_done.on_uninitialized(lambda rank: proc.peer_left(_left_uninitialized(int(rank))))
+            infos = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "gpus": mine}))]
+            port = int(infos[0]["port"])
+            proc.release(gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=port, iface=iface,
+                                  gloo_timeout_s=spec.gloo_timeout_s),
+                         device_env(spec.use_gpu, [info["gpus"] for info in infos], plan, partition,
+                                    spec.gpu_visibility))
             err = proc.run_to_end(host=addresses[partition])
             if err is not None:
                 reported = client is not None and client.report_failure(err.to_dict())

@@ -15,6 +15,12 @@ ENV_CHECK_SIZE = "HOROVOD_AIRFLOW_CHECK_SIZE"
 ENV_PROGRESS = "HOROVOD_AIRFLOW_PROGRESS_FD"
 """File descriptor the rank writes its milestones to: ``L`` function loaded (about to be called), ``I`` entering
 ``hvd.init()``, ``R`` ``hvd.init()`` returned with the right size. ``I``/``R`` repeat for every ``hvd.init()``."""
+ENV_RELEASE = "HOROVOD_AIRFLOW_RELEASE_FD"
+"""File descriptor of a pipe on which a rank started before the rendezvous port is known waits for its remaining
+variables (one JSON object, then end of file) before it loads the function; end of file without them: exit 1."""
+ENV_PREIMPORT = "HOROVOD_AIRFLOW_PREIMPORT"
+"""Comma-separated modules such a rank imports while it waits (failures are ignored: the function's own import
+reports them)."""
 PROGRESS_LOADED = b"L"
 PROGRESS_INIT = b"I"
 PROGRESS_READY = b"R"

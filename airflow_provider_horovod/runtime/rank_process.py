@@ -61,6 +61,7 @@ class RankProcess:
         self._dir = os.path.join(workdir, f"rank-{slot.rank}")
         self._proc: subprocess.Popen[bytes] | None = None
         self._lifeline: int | None = None
+        self._release: int | None = None
         self._reader: threading.Thread | None = None
         self._progress_reader: threading.Thread | None = None
         self._started_at = 0.0
@@ -86,8 +87,15 @@ class RankProcess:
     def returncode(self) -> int | None:
         return self._proc.returncode if self._proc else None
 
-    def start(self) -> None:
-        """Start the rank's process (returns at once)."""
+    def start(self, deferred: bool = False) -> None:
+        """
+        Start the rank's process (returns at once).
+
+        :param deferred: start it before the rendezvous port (and, with ``use_gpu``, its devices) is known: it
+            imports the Horovod frameworks its function names (:func:`preimports`; not with ``use_gpu``), then
+            waits for :meth:`release` before loading the function. The launcher's ``allGather`` and the rank's
+            imports then overlap. The start timeout counts from :meth:`release`.
+        """
         os.makedirs(self._dir, mode=0o700)
         payload_path = os.path.join(self._dir, "payload.bin")
         fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -108,19 +116,26 @@ class RankProcess:
         }
         if self._spec.artifact_dir:
             extra[ARTIFACT_DIR_ENV] = self._spec.artifact_dir
+        fds = [read_end, progress_write]
+        if deferred:
+            env_read, self._release = os.pipe()
+            fds.append(env_read)
+            extra[protocol.ENV_RELEASE] = str(env_read)
+            if not self._spec.use_gpu:  # GPU jobs import after their CUDA_VISIBLE_DEVICES is set
+                extra[protocol.ENV_PREIMPORT] = ",".join(preimports(self._spec.payload))
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", protocol.WORKER_MODULE],
                 env=child_environ(os.environ, extra, sys.path),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=(read_end, progress_write), cwd=self._dir,
+                start_new_session=True, pass_fds=tuple(fds), cwd=self._dir,
             )
         except BaseException:
             os.close(progress_read)
             raise
         finally:
-            os.close(read_end)
-            os.close(progress_write)
+            for fd in fds:
+                os.close(fd)
         self._started_at = time.monotonic()
         self._reader = threading.Thread(target=self._pump, name=f"rank-{self.slot.rank}-output", daemon=True)
         self._reader.start()
@@ -128,6 +143,29 @@ class RankProcess:
                                                  name=f"rank-{self.slot.rank}-progress", daemon=True)
         self._progress_reader.start()
         threading.Thread(target=self._watch_exit, name=f"rank-{self.slot.rank}-exit", daemon=True).start()
+
+    def release(self, gloo: dict[str, str], devices: dict[str, str]) -> None:
+        """
+        Hand a :meth:`start`-ed ``deferred`` rank the variables known only after the barrier tasks gathered: its
+        full Gloo variables (the rendezvous port) and devices (``spec.env`` still overrides them). No-op for a rank
+        started otherwise or released already; a rank that died meanwhile is reported by :meth:`run_to_end`.
+
+        :param gloo: the rank's Horovod/Gloo variables (from :func:`~.plan.gloo_env`, with the real port).
+        :param devices: the rank's device variables (from :func:`~.gpus.device_env`).
+        """
+        if self._release is None:
+            return
+        late = {k: v for k, v in devices.items() if k not in self._spec.env}
+        late.update({k: v for k, v in gloo.items() if self._gloo.get(k) != v})
+        try:
+            os.write(self._release, json.dumps(late).encode())  # a few hundred bytes: within the pipe's buffer
+        except OSError:
+            pass
+        finally:
+            os.close(self._release)
+            self._release = None
+        with self._changed:
+            self._started_at = time.monotonic()
 
     def _follow_progress(self, fd: int) -> None:
         phases = {protocol.PROGRESS_LOADED: "running", protocol.PROGRESS_INIT: "init", protocol.PROGRESS_READY: "ready"}
@@ -281,6 +319,27 @@ class RankProcess:
         if self._lifeline is not None:
             os.close(self._lifeline)
             self._lifeline = None
+        if self._release is not None:
+            os.close(self._release)
+            self._release = None
+
+
+FRAMEWORKS = ("horovod.torch", "horovod.tensorflow", "horovod.keras")
+"""Horovod framework modules a deferred rank imports ahead when its payload names them."""
+
+
+def preimports(payload: bytes) -> list[str]:
+    """
+    The Horovod framework modules a payload's function imports, read from the payload bytes without loading them.
+
+    A function pickled by value carries its code's names as plain strings (``import horovod.torch as hvd`` puts
+    ``horovod.torch`` there), so a byte search finds them; a false hit only costs an import. Functions pickled by
+    reference (an installed module) name no imports: nothing is imported ahead for them.
+
+    :param payload: the payload (:mod:`~.payload` format).
+    :return: module names from :data:`FRAMEWORKS`, in that order.
+    """
+    return [name for name in FRAMEWORKS if name.encode() in payload]
 
 
 def _stderr_sink(slot: Slot, line: str) -> None:

@@ -41,7 +41,9 @@ from airflow_provider_horovod.runtime.protocol import (
     ENV_ERROR,
     ENV_LIFELINE,
     ENV_PAYLOAD,
+    ENV_PREIMPORT,
     ENV_PROGRESS,
+    ENV_RELEASE,
     ENV_RESULT,
     PROGRESS_INIT,
     PROGRESS_LOADED,
@@ -111,6 +113,33 @@ def guard_init(expected_size: int | None, progress: _Progress) -> None:
     HorovodBasics.init = init
 
 
+def wait_for_release(fd: int, modules: str) -> bool:
+    """
+    For a rank started ahead of its rendezvous port: import ``modules`` meanwhile, then read the remaining
+    variables from ``fd`` (one JSON object, up to end of file) into ``os.environ``.
+
+    :param fd: read end of the release pipe (closed here).
+    :param modules: comma-separated module names; one that fails to import is skipped (the function's own import
+        reports it, where the user expects it).
+    :return: ``False`` when the launcher closed the pipe without releasing the rank (it is stopping).
+    """
+    for name in filter(None, modules.split(",")):
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001,S110 - reported by the function's own import, not here
+            pass
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    if not chunks:
+        return False
+    os.environ.update(json.loads(b"".join(chunks)))
+    return True
+
+
 def _write_atomic(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
@@ -145,7 +174,10 @@ def main() -> int:
     error_path = os.environ[ENV_ERROR]
     progress = _Progress()
     check_size = os.environ.get(ENV_CHECK_SIZE)
-    guard_init(int(check_size) if check_size else None, progress)
+    guard_init(int(check_size) if check_size else None, progress)  # before any import binds hvd.init
+    release = os.environ.get(ENV_RELEASE)
+    if release is not None and not wait_for_release(int(release), os.environ.get(ENV_PREIMPORT, "")):
+        return 1
     import cloudpickle
 
     from airflow_provider_horovod.runtime.payload import loads_payload
