@@ -7,13 +7,9 @@ Every contender runs on the same ``local[2]`` Spark bound to 127.0.0.1 and the s
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLE_DAG = REPO / "example_dags" / "horovod_digits_retraining.py"
-PYTHON = sys.executable
+from benchmarks.paths import EXAMPLE_DAG, PYTHON, REPO  # noqa: F401 - EXAMPLE_DAG: for users of env
 
 
 def bench_environ() -> dict[str, str]:

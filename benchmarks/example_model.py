@@ -16,7 +16,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from benchmarks.env import EXAMPLE_DAG
+from benchmarks.paths import EXAMPLE_DAG
 
 
 def load_functions(path: Path, *names: str) -> dict[str, Callable]:

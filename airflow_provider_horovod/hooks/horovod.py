@@ -8,12 +8,9 @@ artifact paths, and rank 0's return value (or the failing rank's error).
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -24,124 +21,21 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.hooks.result import JobResult, cleanup_staging, read_job_result
 from airflow_provider_horovod.hooks.slots import (
     check_standalone_fits, standalone_defaults, standalone_master, submit_kwargs_conf,
+)
+from airflow_provider_horovod.hooks.spark_conf import (
+    BASE_SPARK_CONF, MASTER_CONNECT_TIMEOUT_S, SPARK_LOG4J2, check_reachable, local_spark_conf, master_addresses,
 )
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
 
-
-
-MASTER_CONNECT_TIMEOUT_S = 5.0
-"""Seconds a TCP connect to the Spark master may take before the submission is refused as unreachable."""
-
-
-def master_addresses(master: str) -> list[tuple[str, int]]:
-    """
-    The ``(host, port)`` pairs of a ``spark://`` master URL (several for a standby-master list).
-
-    :param master: e.g. ``spark://master:7077`` or ``spark://m1:7077,m2:7077``.
-    :return: the addresses (port 7077 where none is given); ``[]`` for other masters (``local``, ``yarn``,
-        ``k8s://...``), which are not checked.
-    """
-    if not master.startswith("spark://"):
-        return []
-    found = []
-    for part in master.removeprefix("spark://").strip("/").split(","):
-        host, _, port = part.strip().rpartition(":") if ":" in part else (part.strip(), "", "7077")
-        found.append((host.strip("[]"), int(port) if port.isdigit() else 7077))
-    return found
-
-
-def check_reachable(url: str, addresses: list[tuple[str, int]], *, what: str = "Spark master",
-                    timeout_s: float = MASTER_CONNECT_TIMEOUT_S, hint: str = "") -> None:
-    """
-    Fail at once when no address of ``url`` accepts a TCP connection (rather than after Spark's own retries).
-
-    :param url: the URL as the user configured it (named in the message).
-    :param addresses: its ``(host, port)`` pairs; one that answers is enough.
-    :param what: what ``url`` is, for the message.
-    :param timeout_s: seconds each connect may take.
-    :param hint: appended to the message.
-    :raises HorovodJobError: ``cannot reach <what> <url> (host:port: reason)``.
-    """
-    import socket
-
-    errors = []
-    for host, port in addresses:
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                return
-        except OSError as err:
-            errors.append(f"{host}:{port}: {err.strerror or type(err).__name__}")
-    if errors:
-        raise HorovodJobError(f"cannot reach {what} {url} ({'; '.join(errors)}). {hint}".rstrip())
-
-
-def local_spark_conf(np: int) -> dict[str, str]:
-    """
-    Spark properties for the embedded ``local[np]`` master: executors use this interpreter and Spark binds to
-    127.0.0.1 (user ``conf`` overrides any of them).
-    """
-    return {
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-    }
-
-
-BASE_SPARK_CONF: dict[str, str] = {
-    # The driver waits for the barrier stage's slots before submitting it (slot_wait_timeout_s, runtime/slots.py);
-    # Spark's own check then only covers executors lost in between: it gives up after interval x maxFailures.
-    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "5s",
-    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "6",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.executorEnv.PYTHONUNBUFFERED": "1",
-}
-"""Properties set on every submission unless the user's ``conf`` sets them."""
-
-
-SPARK_LOG4J2 = """\
-# Written by airflow-provider-horovod for the Spark driver: Spark at {level}, training output untouched.
-rootLogger.level = {level}
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
-# SparkSubmitHook reads driver ids from these in standalone cluster mode.
-logger.deploy.name = org.apache.spark.deploy
-logger.deploy.level = info
-logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
-logger.nativecode.level = error
-# A failed barrier task's Python exception would be printed here by the executor and again by the scheduler;
-# the provider reports the failing rank once, in the task's error.
-logger.executor.name = org.apache.spark.executor.Executor
-logger.executor.level = off
-logger.tasksetmanager.name = org.apache.spark.scheduler.TaskSetManager
-logger.tasksetmanager.level = off
-"""
-
-
-@dataclass
-class JobResult:
-    """
-    What a successful job brought back.
-
-    :param app_id: Spark application id (``None`` for ``np < 0``, which starts no Spark application).
-    :param ui_url: the application's Spark UI URL, if it had one.
-    :param artifact_paths: full paths/URIs of every file under the artifact directory, sorted.
-    :param return_value: rank 0's cloudpickled return value, or ``None`` if it returned nothing we kept.
-    """
-
-    app_id: str | None
-    ui_url: str | None
-    artifact_paths: list[str] = field(default_factory=list)
-    return_value: bytes | None = None
+# The names of hooks/spark_conf.py and hooks/result.py are re-exported: they lived here before.
+__all__ = ["BASE_SPARK_CONF", "MASTER_CONNECT_TIMEOUT_S", "SPARK_LOG4J2", "HorovodHook", "JobResult",
+           "check_reachable", "cleanup_staging", "local_spark_conf", "master_addresses", "read_job_result"]
 
 
 def _die_with_parent() -> None:
@@ -410,47 +304,3 @@ class HorovodHook(BaseHook):
     def get_conn(self) -> Any:
         """Not used: the hook talks to Spark through ``spark-submit``."""
         return None
-
-
-def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | None = None,
-                    submit_error: BaseException | None = None) -> JobResult:
-    """
-    Read what the driver program wrote into ``staging`` (``result.json``, ``result.pkl``).
-
-    :param staging: the result directory the driver was given: a local or shared-filesystem path, or a
-        :class:`~airflow_provider_horovod.hooks.staging.Staging` (object storage too).
-    :param app_id: the application id if already known (the file's wins).
-    :param ui_url: the Spark UI URL if already known (the file's wins).
-    :param submit_error: the submission's own error, if any, kept as the cause.
-    :raises HorovodJobError: no result was written (the driver never ran the job) or the job failed; the
-        message is the driver's (for a rank failure: the rank, its exception and traceback).
-    """
-    from airflow_provider_horovod.hooks.staging import Staging
-
-    staging = Staging.of(staging)
-    try:
-        outcome = json.loads(staging.read_bytes("result.json") or b"")
-    except (OSError, ValueError):
-        raise HorovodJobError(
-            f"the Spark driver ended before running the job (no result was written): {submit_error}",
-            app_id=app_id,
-        ) from submit_error
-    app_id = outcome.get("app_id") or app_id
-    ui_url = outcome.get("ui_url") or ui_url
-    if outcome.get("status") != "success":
-        message = outcome.get("message") or "the Horovod job failed"
-        if outcome.get("artifact_paths"):
-            message += "\nFiles under the artifact directory: " + ", ".join(outcome["artifact_paths"])
-        # The driver's own account is the whole story; spark-submit's exit status would only repeat it.
-        raise HorovodJobError(message, failure=outcome.get("error"), app_id=app_id) from None
-    if submit_error is not None:
-        raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
-                              app_id=app_id) from submit_error
-    value = staging.read_bytes("result.pkl")
-    return JobResult(app_id=app_id, ui_url=ui_url, artifact_paths=list(outcome.get("artifact_paths") or []),
-                     return_value=value)
-
-
-def cleanup_staging(path: str) -> None:
-    """Remove a staging directory made for one submission."""
-    shutil.rmtree(path, ignore_errors=True)

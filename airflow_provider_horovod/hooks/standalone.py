@@ -27,8 +27,9 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.horovod import BASE_SPARK_CONF, check_reachable, master_addresses, read_job_result
+from airflow_provider_horovod.hooks.result import read_job_result
 from airflow_provider_horovod.hooks.slots import check_standalone_fits, standalone_defaults
+from airflow_provider_horovod.hooks.spark_conf import BASE_SPARK_CONF, check_reachable, master_addresses
 from airflow_provider_horovod.hooks.staging import Staging
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES

@@ -1,0 +1,83 @@
+"""
+Reading back what the runtime's driver program wrote: the :class:`JobResult` every deploy mode returns.
+
+The driver writes ``result.json`` (status, application id, UI URL, artifact paths, or the failing rank's error)
+and ``result.pkl`` (rank 0's cloudpickled return value) into the staging directory it was given; client mode
+(:mod:`airflow_provider_horovod.hooks.horovod`), cluster mode (:mod:`airflow_provider_horovod.hooks.standalone`)
+and the operator resuming after the trigger read them with :func:`read_job_result`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_horovod.exceptions import HorovodJobError
+
+
+@dataclass
+class JobResult:
+    """
+    What a successful job brought back.
+
+    :param app_id: Spark application id (``None`` for ``np < 0``, which starts no Spark application).
+    :param ui_url: the application's Spark UI URL, if it had one.
+    :param artifact_paths: full paths/URIs of every file under the artifact directory, sorted.
+    :param return_value: rank 0's cloudpickled return value, or ``None`` if it returned nothing we kept.
+    """
+
+    app_id: str | None
+    ui_url: str | None
+    artifact_paths: list[str] = field(default_factory=list)
+    return_value: bytes | None = None
+
+
+
+def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | None = None,
+                    submit_error: BaseException | None = None) -> JobResult:
+    """
+    Read what the driver program wrote into ``staging`` (``result.json``, ``result.pkl``).
+
+    :param staging: the result directory the driver was given: a local or shared-filesystem path, or a
+        :class:`~airflow_provider_horovod.hooks.staging.Staging` (object storage too).
+    :param app_id: the application id if already known (the file's wins).
+    :param ui_url: the Spark UI URL if already known (the file's wins).
+    :param submit_error: the submission's own error, if any, kept as the cause.
+    :raises HorovodJobError: no result was written (the driver never ran the job) or the job failed; the
+        message is the driver's (for a rank failure: the rank, its exception and traceback).
+    """
+    from airflow_provider_horovod.hooks.staging import Staging
+
+    staging = Staging.of(staging)
+    try:
+        outcome = json.loads(staging.read_bytes("result.json") or b"")
+    except (OSError, ValueError):
+        raise HorovodJobError(
+            f"the Spark driver ended before running the job (no result was written): {submit_error}",
+            app_id=app_id,
+        ) from submit_error
+    app_id = outcome.get("app_id") or app_id
+    ui_url = outcome.get("ui_url") or ui_url
+    if outcome.get("status") != "success":
+        message = outcome.get("message") or "the Horovod job failed"
+        if outcome.get("artifact_paths"):
+            message += "\nFiles under the artifact directory: " + ", ".join(outcome["artifact_paths"])
+        # The driver's own account is the whole story; spark-submit's exit status would only repeat it.
+        raise HorovodJobError(message, failure=outcome.get("error"), app_id=app_id) from None
+    if submit_error is not None:
+        raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
+                              app_id=app_id) from submit_error
+    value = staging.read_bytes("result.pkl")
+    return JobResult(app_id=app_id, ui_url=ui_url, artifact_paths=list(outcome.get("artifact_paths") or []),
+                     return_value=value)
+
+
+def cleanup_staging(path: str) -> None:
+    """
+    Remove a staging directory made for one submission (errors ignored: it may be gone already).
+
+    :param path: the local directory.
+    """
+    shutil.rmtree(path, ignore_errors=True)

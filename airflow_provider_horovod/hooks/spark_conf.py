@@ -1,0 +1,107 @@
+"""
+What every submission path shares about the Spark master and the Spark properties.
+
+The reachability check of a ``spark://`` master (fail in seconds, not after Spark's retries), the embedded
+``local[np]`` master's properties, the properties set on every submission, and the Spark driver's log4j2 file.
+Used by the client-mode hook (:mod:`airflow_provider_horovod.hooks.horovod`) and the standalone cluster-mode hook
+(:mod:`airflow_provider_horovod.hooks.standalone`). No I/O at import.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from airflow_provider_horovod.exceptions import HorovodJobError
+
+MASTER_CONNECT_TIMEOUT_S = 5.0
+"""Seconds a TCP connect to the Spark master may take before the submission is refused as unreachable."""
+
+
+def master_addresses(master: str) -> list[tuple[str, int]]:
+    """
+    The ``(host, port)`` pairs of a ``spark://`` master URL (several for a standby-master list).
+
+    :param master: e.g. ``spark://master:7077`` or ``spark://m1:7077,m2:7077``.
+    :return: the addresses (port 7077 where none is given); ``[]`` for other masters (``local``, ``yarn``,
+        ``k8s://...``), which are not checked.
+    """
+    if not master.startswith("spark://"):
+        return []
+    found = []
+    for part in master.removeprefix("spark://").strip("/").split(","):
+        host, _, port = part.strip().rpartition(":") if ":" in part else (part.strip(), "", "7077")
+        found.append((host.strip("[]"), int(port) if port.isdigit() else 7077))
+    return found
+
+
+def check_reachable(url: str, addresses: list[tuple[str, int]], *, what: str = "Spark master",
+                    timeout_s: float = MASTER_CONNECT_TIMEOUT_S, hint: str = "") -> None:
+    """
+    Fail at once when no address of ``url`` accepts a TCP connection (rather than after Spark's own retries).
+
+    :param url: the URL as the user configured it (named in the message).
+    :param addresses: its ``(host, port)`` pairs; one that answers is enough.
+    :param what: what ``url`` is, for the message.
+    :param timeout_s: seconds each connect may take.
+    :param hint: appended to the message.
+    :raises HorovodJobError: ``cannot reach <what> <url> (host:port: reason)``.
+    """
+    import socket
+
+    errors = []
+    for host, port in addresses:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return
+        except OSError as err:
+            errors.append(f"{host}:{port}: {err.strerror or type(err).__name__}")
+    if errors:
+        raise HorovodJobError(f"cannot reach {what} {url} ({'; '.join(errors)}). {hint}".rstrip())
+
+
+def local_spark_conf(np: int) -> dict[str, str]:
+    """
+    Spark properties for the embedded ``local[np]`` master: executors use this interpreter and Spark binds to
+    127.0.0.1 (user ``conf`` overrides any of them).
+    """
+    return {
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+    }
+
+
+BASE_SPARK_CONF: dict[str, str] = {
+    # The driver waits for the barrier stage's slots before submitting it (slot_wait_timeout_s, runtime/slots.py);
+    # Spark's own check then only covers executors lost in between: it gives up after interval x maxFailures.
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "5s",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "6",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.executorEnv.PYTHONUNBUFFERED": "1",
+}
+"""Properties set on every submission unless the user's ``conf`` sets them."""
+
+
+SPARK_LOG4J2 = """\
+# Written by airflow-provider-horovod for the Spark driver: Spark at {level}, training output untouched.
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+# SparkSubmitHook reads driver ids from these in standalone cluster mode.
+logger.deploy.name = org.apache.spark.deploy
+logger.deploy.level = info
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+# A failed barrier task's Python exception would be printed here by the executor and again by the scheduler;
+# the provider reports the failing rank once, in the task's error.
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
+logger.tasksetmanager.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasksetmanager.level = off
+"""
+

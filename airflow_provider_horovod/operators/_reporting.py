@@ -1,0 +1,103 @@
+"""
+How ``HorovodRunnerOperator`` reports a job, whatever its deploy mode: the Spark application's id and UI link as
+soon as it starts (with progress polling), the History Server link once it has ended, and the result's XComs.
+
+:class:`JobReporting` is mixed into the operator; the deploy modes (:mod:`airflow_provider_horovod.operators.modes`)
+call it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_horovod.hooks.horovod import HorovodHook
+from airflow_provider_horovod.hooks.progress import ProgressWatcher
+from airflow_provider_horovod.hooks.result import JobResult
+from airflow_provider_horovod.operators._common import (
+    XCOM_ARTIFACT_DIR, XCOM_ARTIFACT_PATHS, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, check_xcom_value, history_app_url,
+    history_server_url,
+)
+
+
+class JobReporting:
+    """
+    The operator's reporting steps (a mixin: it uses the operator's ``log``, ``conn_id``, ``poll_interval_s``,
+    ``max_return_value_bytes`` and ``outlets``).
+    """
+
+    _spark_app_id: str | None
+    spark_ui_url: str | None
+
+    def _app_started(self, ti: Any, app_id: str, ui_url: str | None) -> ProgressWatcher | None:
+        """
+        Log and push the application id and UI URL; start progress polling when possible.
+
+        :param ti: the task instance (XCom pushes).
+        :param app_id: the Spark application id.
+        :param ui_url: its live Spark UI, if it has one.
+        :return: the started progress watcher (the caller stops it), or ``None``.
+        """
+        self.log.info("Spark application %s started%s", app_id, f"; Spark UI: {ui_url}" if ui_url else "")
+        ti.xcom_push(key=XCOM_SPARK_APP_ID, value=app_id)
+        self._spark_app_id = app_id
+        if not ui_url:
+            return None
+        ti.xcom_push(key=XCOM_SPARK_UI_URL, value=ui_url)
+        self.spark_ui_url = ui_url
+        if not self.poll_interval_s:
+            return None
+        return ProgressWatcher(ui_url, app_id, self.log.info, poll_interval_s=self.poll_interval_s).start()
+
+    def _link_history(self, ti: Any) -> None:
+        """
+        Once the application has ended: point the "Spark UI" link (XCom ``spark_ui_url``) at the application on
+        the Spark History Server, when one is configured (see :func:`history_server_url`); the live UI is gone.
+
+        :param ti: the task instance (XCom push).
+        """
+        if not self._spark_app_id:
+            return
+        extra = None
+        if self.conn_id is not None:
+            try:
+                extra = HorovodHook.get_connection(self.conn_id).extra_dejson
+            except Exception:  # noqa: BLE001 - no connection (embedded local master): the config option applies
+                extra = None
+        base = history_server_url(extra)
+        if not base:
+            return
+        self.spark_ui_url = history_app_url(base, self._spark_app_id)
+        ti.xcom_push(key=XCOM_SPARK_UI_URL, value=self.spark_ui_url)
+        self.log.info("The Spark UI link now points at the Spark History Server: %s", self.spark_ui_url)
+
+    def _finish(self, ti: Any, result: JobResult) -> Any:
+        """
+        Push the result's XComs and return rank 0's value after checking XCom can store it.
+
+        :param ti: the task instance (XCom pushes).
+        :param result: what the job brought back.
+        :raises HorovodResultError: the value cannot go to XCom (see :func:`check_xcom_value`).
+        """
+        import cloudpickle
+
+        ti.xcom_push(key=XCOM_SPARK_APP_ID, value=result.app_id)
+        ti.xcom_push(key=XCOM_ARTIFACT_PATHS, value=result.artifact_paths)
+        self.log.info("Artifacts pushed to XCom %r: %s", XCOM_ARTIFACT_PATHS, result.artifact_paths)
+        value = None if result.return_value is None else cloudpickle.loads(result.return_value)
+        check_xcom_value(value, max_bytes=self.max_return_value_bytes, artifact_paths=result.artifact_paths)
+        if self.outlets:
+            self._attach_model_events(ti, result, value)
+        return value
+
+    def _attach_model_events(self, ti: Any, result: JobResult, value: Any) -> None:
+        """Put the model's location on the asset events of this task's outlets (:mod:`airflow_provider_horovod.assets`)."""
+        from airflow.sdk import get_current_context
+
+        from airflow_provider_horovod.assets import attach_model_events, model_event_extra
+
+        artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
+        extra = model_event_extra(artifact_dir=artifact_dir, artifact_paths=result.artifact_paths,
+                                  app_id=result.app_id, return_value=value)
+        attached = attach_model_events(get_current_context().get("outlet_events"), self.outlets, extra)
+        if attached:
+            self.log.info("Asset events of %s carry the model's location: %s", ", ".join(attached), extra)

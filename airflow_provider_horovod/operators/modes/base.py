@@ -1,0 +1,102 @@
+"""
+The interface of a deploy mode: the job methods Airflow's ``ResumableJobMixin`` asks of an operator, plus reading
+the result, for one way of running the Spark driver.
+
+``HorovodRunnerOperator`` picks one :class:`DeployMode` per try (:func:`~airflow_provider_horovod.operators.modes.
+deploy_mode_for`) and delegates to it, the way the Spark provider's ``SparkSubmitOperator`` delegates to its
+private deployment backends.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+
+
+class DeployMode:
+    """
+    One deploy mode of ``HorovodRunnerOperator``: how the job is submitted, watched, read back and stopped.
+
+    Creating one does no I/O. The operator stores ``(key, payload, artifact_dir)`` in ``operator._prepared``
+    before :meth:`submit_job`.
+
+    :param operator: the operator this try runs (its arguments, hooks, log and reporting steps).
+    """
+
+    name = ""
+    """``client``, ``cluster`` or ``connect``."""
+    resumable = False
+    """Whether a retry can reattach to the job (then the operator runs ``execute_resumable``)."""
+
+    def __init__(self, operator: HorovodRunnerOperator) -> None:
+        self.operator = operator
+
+    def check(self, *, storage_conn_id: str | None) -> None:
+        """
+        Refuse what this mode cannot do, before anything is submitted.
+
+        :param storage_conn_id: the connection of ``artifact_dir``, when it names one.
+        :raises HorovodJobError: the combination is not supported.
+        """
+
+    def submit_job(self, context: Context) -> Any:
+        """
+        Start the job.
+
+        :param context: the task's Airflow context.
+        :return: the job's external id (JSON), or ``None`` when there is none to persist.
+        """
+        raise NotImplementedError
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        """
+        The job's state as its system names it.
+
+        :param external_id: what :meth:`submit_job` returned.
+        :param context: the task's Airflow context.
+        """
+        raise NotImplementedError
+
+    def is_job_active(self, status: str) -> bool:
+        """
+        Whether a retry should wait for the job rather than start another.
+
+        :param status: a state from :meth:`get_job_status`.
+        """
+        return False
+
+    def is_job_succeeded(self, status: str) -> bool:
+        """
+        Whether the job ended in success.
+
+        :param status: a state from :meth:`get_job_status`.
+        """
+        return False
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> Any:
+        """
+        Wait until the job ends.
+
+        :param external_id: what :meth:`submit_job` returned.
+        :param context: the task's Airflow context.
+        :raises HorovodJobError: the job failed.
+        """
+        raise NotImplementedError
+
+    def get_job_result(self, external_id: Any, context: Context) -> Any:
+        """
+        Push the result's XComs and return rank 0's value.
+
+        :param external_id: what :meth:`submit_job` returned.
+        :param context: the task's Airflow context.
+        :raises HorovodJobError: the job failed.
+        :raises HorovodResultError: the value cannot go to XCom.
+        """
+        raise NotImplementedError
+
+    def on_kill(self) -> None:
+        """Stop the job and every training process of this try (called when ``cancel_on_kill`` is set)."""

@@ -1,0 +1,110 @@
+"""
+Client deploy mode: the Spark driver runs inside the Airflow task, spark-submitted by ``HorovodHook`` (the Spark
+provider's ``SparkSubmitHook``). It cannot reattach after the task process dies: the driver dies with it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_horovod.hooks.result import JobResult, cleanup_staging
+from airflow_provider_horovod.operators.modes.base import DeployMode
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_horovod.hooks.progress import ProgressWatcher
+
+GONE = "GONE"
+"""The status of a job whose driver lived in a task process (client mode, Spark Connect): it ended with it."""
+
+
+class ClientMode(DeployMode):
+    """
+    spark-submit in client mode from this task; the job's id is the local staging directory of the payload.
+
+    :param operator: the operator this try runs.
+    """
+
+    name = "client"
+
+    def __init__(self, operator: Any) -> None:
+        super().__init__(operator)
+        self._result: JobResult | None = None
+
+    def submit_job(self, context: Context) -> str:
+        """
+        Write the payload into a new private staging directory (mode 0700, the file 0600).
+
+        :param context: the task's Airflow context.
+        :return: the staging directory (removed by :meth:`poll_until_complete`).
+        :raises OSError: the directory or file cannot be written.
+        """
+        if self.operator.deferrable:
+            self.operator.log.warning("deferrable=True needs deploy_mode='cluster' (in client mode the Spark driver "
+                                      "runs in this task's process); running synchronously")
+        staging = tempfile.mkdtemp(prefix="horovod-airflow-")  # mode 0700
+        try:
+            fd = os.open(os.path.join(staging, "payload.bin"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(self.operator._prepared[1])
+        except BaseException:
+            cleanup_staging(staging)
+            raise
+        return staging
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        """
+        Always :data:`GONE`: a retry never finds the driver of an earlier try (it ran in that try's process).
+
+        :param external_id: the staging directory.
+        :param context: the task's Airflow context.
+        """
+        return GONE
+
+    def poll_until_complete(self, external_id: str, context: Context) -> None:
+        """
+        Run spark-submit and wait for it, logging the application's progress; remove the staging directory.
+
+        :param external_id: the staging directory from :meth:`submit_job`.
+        :param context: the task's Airflow context.
+        :raises HorovodJobError: the master is unreachable, the job or a rank failed.
+        """
+        op, ti = self.operator, context["ti"]
+        key, _payload, artifact_dir = op._prepared
+        watchers: list[ProgressWatcher] = []
+
+        def on_app_started(app_id: str, ui_url: str | None) -> None:
+            if (watcher := op._app_started(ti, app_id, ui_url)) is not None:
+                watchers.append(watcher)
+
+        try:
+            self._result = op.hook.run_job(
+                payload_path=os.path.join(external_id, "payload.bin"), staging_dir=external_id, key=key,
+                artifact_dir=artifact_dir, driver_log_verbosity=op.driver_log_verbosity,
+                gloo_timeout_s=op.gloo_timeout_s, start_timeout_s=op.start_timeout_s,
+                training_timeout_s=op.training_timeout_s, use_gpu=op.use_gpu, gpu_visibility=op.gpu_visibility,
+                on_app_started=on_app_started, slot_wait_timeout_s=op._slot_wait(),
+            )
+        finally:
+            for watcher in watchers:
+                watcher.stop()
+            cleanup_staging(external_id)
+            op._link_history(ti)
+
+    def get_job_result(self, external_id: Any, context: Context) -> Any:
+        """
+        Push the XComs of the job just run and return rank 0's value.
+
+        :param external_id: the staging directory (already removed).
+        :param context: the task's Airflow context.
+        :raises HorovodResultError: the value cannot go to XCom.
+        """
+        return self.operator._finish(context["ti"], self._result)
+
+    def on_kill(self) -> None:
+        """Stop spark-submit and the training processes it started (nothing when no hook was made yet)."""
+        if "hook" in self.operator.__dict__:
+            self.operator.hook.on_kill()

@@ -1,0 +1,197 @@
+"""
+Standalone cluster deploy mode: the Spark driver runs on a Spark standalone worker, submitted through the master's
+REST submission server (``HorovodStandaloneHook``). The task waits for it in-process or defers to
+``HorovodSparkJobTrigger``; with ``durable=True`` a retry reattaches to it (:mod:`airflow_provider_horovod.operators._durable`
+says which driver state means what).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_horovod.hooks.result import read_job_result
+from airflow_provider_horovod.hooks.slots import ClusterSlotsWatcher
+from airflow_provider_horovod.hooks.staging import Staging
+from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+from airflow_provider_horovod.operators._common import (
+    XCOM_ARTIFACT_DIR, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, XCOM_SUBMISSION_ID, default_staging_dir,
+)
+from airflow_provider_horovod.operators._durable import NOT_FOUND, DurableClusterJob, cluster_job
+from airflow_provider_horovod.operators.modes.base import DeployMode
+from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger, validate_event
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_horovod.clients import DriverStatus
+
+
+class ClusterMode(DurableClusterJob, DeployMode):
+    """
+    Submit the driver to the standalone master, wait for it (or defer), read its result from the staging directory.
+
+    The job's id, persisted by ``ResumableJobMixin``, is ``{"submission_id", "staging", "artifact_dir"}``.
+
+    :param operator: the operator this try runs.
+    """
+
+    name = "cluster"
+    resumable = True
+
+    def __init__(self, operator: Any) -> None:
+        DeployMode.__init__(self, operator)
+        self._job_value: Any = None
+        self._has_value = False
+
+    def submit_job(self, context: Context) -> dict[str, str]:
+        """
+        Submit the driver (killing an earlier try's driver that still runs); return the job record to persist.
+
+        :param context: the task's Airflow context.
+        :return: ``{"submission_id", "staging", "artifact_dir"}``.
+        :raises HorovodJobError: the master is unreachable, the job can never fit, or the submission was refused.
+        """
+        op = self.operator
+        key, payload, artifact_dir = op._prepared
+        staging = Staging(op.staging_dir or default_staging_dir(context))
+        op.cluster_hook.kill_earlier_tries(staging)
+        submission_id = op.cluster_hook.submit(
+            staging=staging, payload=payload, key=key, artifact_dir=artifact_dir,
+            driver_log_verbosity=op.driver_log_verbosity, extra_args=op._timeout_args(),
+        )
+        context["ti"].xcom_push(key=XCOM_SUBMISSION_ID, value=submission_id)
+        return {"submission_id": submission_id, "staging": staging.record, "artifact_dir": artifact_dir}
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        """
+        The driver's standalone state (``NOT_FOUND`` when the master does not know it).
+
+        :param external_id: the record from :meth:`submit_job`.
+        :param context: the task's Airflow context.
+        :raises HorovodJobError: the record is not one this operator stores.
+        """
+        status = self.operator.cluster_hook.status(cluster_job(external_id)["submission_id"])
+        return status.driver_state or NOT_FOUND
+
+    def _adopt(self, job: dict[str, str], context: Context) -> None:
+        """Make ``job`` this try's: its driver is the one ``on_kill`` kills, its artifact directory the one reported."""
+        self.operator._submission_id = job["submission_id"]
+        ti = context["ti"]
+        ti.xcom_push(key=XCOM_SUBMISSION_ID, value=job["submission_id"])
+        ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=job["artifact_dir"])  # the job's, not this try's
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> Any:
+        """
+        Wait for the driver (or defer to the trigger), then read the result; return rank 0's value.
+
+        ``ResumableJobMixin`` returns this method's value directly when it reattaches, so it returns the result.
+
+        :param external_id: the record from :meth:`submit_job`.
+        :param context: the task's Airflow context.
+        :raises TaskDeferred: with ``deferrable=True`` (the trigger waits; the operator's ``execute_complete``
+            resumes in :meth:`complete`).
+        :raises HorovodJobError: the driver failed or a rank did.
+        """
+        op = self.operator
+        job = cluster_job(external_id)
+        self._adopt(job, context)
+        if op.deferrable:
+            op.defer(
+                trigger=HorovodSparkJobTrigger(
+                    submission_id=job["submission_id"], rest_url=op.cluster_hook.endpoints.rest_url,
+                    staging=job["staging"], poll_interval_s=op.poll_interval_s or 5.0,
+                    cancel_on_kill=op.cancel_on_kill),
+                method_name="execute_complete",
+            )
+        staging = Staging(job["staging"])
+        status = self._wait_for_driver(context["ti"], job["submission_id"], staging)
+        self._job_value = op._finish(context["ti"], HorovodStandaloneHook.result(staging, status))
+        self._has_value = True
+        return self._job_value
+
+    def _wait_for_driver(self, ti: Any, submission_id: str, staging: Staging) -> DriverStatus:
+        """Poll the driver's state every ``poll_interval_s`` until it ends, logging state changes."""
+        op = self.operator
+        last_state, watcher, tick = None, None, threading.Event()
+        slots = None if not op.poll_interval_s else ClusterSlotsWatcher(  # what the job waits for, from the master
+            master_ui_url=op.cluster_hook.endpoints.master_ui_url, submission_id=submission_id,
+            app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=op.np,
+            conf=op.conf, log=op.log.info, poll_interval_s=op.poll_interval_s).start()
+        try:
+            while True:
+                status = op.cluster_hook.status(submission_id)
+                if status.driver_state != last_state:
+                    op.log.info("Driver %s is %s", submission_id, status.driver_state)
+                    last_state = status.driver_state
+                if watcher is None:
+                    app_id, ui_url = HorovodStandaloneHook.app_started(staging)
+                    if app_id:
+                        watcher = op._app_started(ti, app_id, ui_url) or False
+                if status.is_terminal:
+                    return status
+                tick.wait(op.poll_interval_s or 5.0)  # the poll interval
+        finally:
+            if watcher:
+                watcher.stop()
+            if slots is not None:
+                slots.stop()
+            op._link_history(ti)
+
+    def get_job_result(self, external_id: Any, context: Context) -> Any:
+        """
+        Rank 0's value: from the wait just done, or read from the staging directory of a driver that FINISHED.
+
+        :param external_id: the record from :meth:`submit_job`.
+        :param context: the task's Airflow context.
+        :raises HorovodJobError: the result cannot be read or says the job failed.
+        """
+        if self._has_value:
+            return self._job_value
+        job = cluster_job(external_id)
+        self._adopt(job, context)
+        self.operator.log.info("Driver %s of an earlier try already finished: reading its result", job["submission_id"])
+        status = self.operator.cluster_hook.status(job["submission_id"])
+        return self.operator._finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status))
+
+    def complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """
+        Resume after the trigger: validate its event, read the result, push XComs, or raise the failure.
+
+        :param context: the task's Airflow context.
+        :param event: the trigger's event payload.
+        :raises ValueError: the event is malformed.
+        :raises HorovodJobError: the driver or a rank failed.
+        """
+        op, ti = self.operator, context["ti"]
+        event = validate_event(event)
+        op.log.info("Driver %s ended %s", event["submission_id"], event["driver_state"])
+        if event["app_id"]:
+            ti.xcom_push(key=XCOM_SPARK_APP_ID, value=event["app_id"])
+            op._spark_app_id = event["app_id"]
+            if event["ui_url"]:
+                ti.xcom_push(key=XCOM_SPARK_UI_URL, value=event["ui_url"])
+                op.spark_ui_url = event["ui_url"]
+            op._link_history(ti)
+        cause = None
+        if event["status"] != "success":
+            cause = RuntimeError(f"driver state {event['driver_state']}: {event['message'] or 'no message'}")
+        return op._finish(ti, read_job_result(Staging(event["staging"]), app_id=event["app_id"],
+                                              ui_url=event["ui_url"], submit_error=cause))
+
+    def kill_after_trigger_failure(self, context: Context) -> None:
+        """
+        The trigger failed or timed out: kill the driver this task submitted (its id is in XCom).
+
+        :param context: the task's Airflow context.
+        """
+        submission_id = context["ti"].xcom_pull(task_ids=self.operator.task_id, key=XCOM_SUBMISSION_ID)
+        if submission_id:
+            self.operator.log.warning("The trigger failed: killing driver %s", submission_id)
+            self.operator.cluster_hook.kill(submission_id)
+
+    def on_kill(self) -> None:
+        """Kill the driver this try submitted or adopted, if any."""
+        op = self.operator
+        if getattr(op, "_submission_id", None) and "cluster_hook" in op.__dict__:
+            op.cluster_hook.kill(op._submission_id)

@@ -1,0 +1,110 @@
+"""
+B5's part of ``docs/benchmarks.md``: its table and its section between :data:`B5_START` and :data:`B5_END` (which
+``python -m benchmarks --only b5`` rewrites alone).
+"""
+
+from __future__ import annotations
+
+from benchmarks.rows import seconds as _s
+
+B5_START = "<!-- B5 section: written by benchmarks (python -m benchmarks --only b5 rewrites it alone) -->"
+B5_END = "<!-- end of the B5 section -->"
+
+
+def b5_table(results: dict) -> list[str]:
+    """B5's Markdown table: each contender's queueing cost against the goal."""
+    from benchmarks.queueing import GOAL_S
+
+    b5 = results["b5"]
+    lines = ["| Contender | Queueing cost (median) | Samples | Goal | Verdict |", "|---|---|---|---|---|"]
+    if "error" in b5:
+        return lines + [f"| (whole benchmark) | could not run: {b5['error']} |  |  |  |"]
+    few = results.get("config", {}).get("min_reps", 2) < 2
+    for name, label in b5["contenders"].items():
+        series = b5["series"][name]
+        goal = f"< {GOAL_S:.0f} s" if name == "ours" else ""
+        verdict = ""
+        if name == "ours" and series.median is not None:
+            verdict = ("met" if series.median < GOAL_S else "missed") + (" (quick run: indicative)" if few else "")
+        lines.append(f"| {label} | {series.reason or _s(series.median)} | "
+                     f"{', '.join(f'{v:.2f}' for v in series.samples)} | {goal} | {verdict} |")
+    return lines
+
+
+def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
+    """
+    The B5 section, between :data:`B5_START` and :data:`B5_END`: table, where the time goes, reading, method.
+
+    :param standalone_run: the section is written into a page from an earlier full run (``--only b5``): it
+        then states its own date, machine load and versions.
+    """
+    from benchmarks.queueing import GOAL_S, phases
+
+    b5, meta = results["b5"], results["meta"]
+    out = [B5_START, "## B5 queueing on a busy cluster", ""]
+    if standalone_run:
+        loads = [x for x in (meta.get("load_start"), meta.get("load_end")) if x]
+        v = meta.get("versions", {})
+        out += [f"Measured by `python -m benchmarks --only b5` on {meta['date']} ({results['config']['mode']} "
+                f"run, {meta.get('total_seconds', 0) / 60:.1f} min), separately from the sections above; "
+                f"1-minute load average at its start / end: {' / '.join(f'{x[0]:.1f}' for x in loads)} on "
+                f"{meta['cores']} cores; pyspark {v.get('pyspark')}, horovod {v.get('horovod')}, torch "
+                f"{v.get('torch')}.", ""]
+    out += ["Time from one np=4 job freeing its task slots to the next, waiting, np=4 job's ranks starting, on a "
+            "Spark standalone cluster of 2 workers x 2 cores (127.0.0.1) whose 4 slots the first job holds. Goal: "
+            f"under {GOAL_S:.0f} s.", "", *b5_table(results), ""]
+    if "error" in b5:
+        return out + [B5_END]
+    for note in results.get("notes", []):
+        if note.startswith("B5"):
+            out += [f"Time budget: {note}.", ""]
+    steps = {name: phases(rounds) for name, rounds in b5["rounds"].items() if rounds}
+    if steps:
+        names = list(steps)
+        out += ["Where the time goes (medians, seconds from the holding job's `HorovodRunner.run` returning):", "",
+                "| Step | " + " | ".join(b5["contenders"][n] for n in names) + " |",
+                "|---|" + "---|" * len(names)]
+        for step in next(iter(steps.values())):
+            out.append(f"| {step} | " + " | ".join(_s(steps[n][step]) for n in names) + " |")
+        out.append("")
+    ours = steps.get("ours")
+    retry = b5["rounds"].get("spark-retry") or []
+    if ours and all(ours[k] is not None for k in ours):
+        stop, seen, created, entered = ours.values()
+        out += [
+            f"**Reading.** With the provider's wait, the holding job's `SparkContext.stop()` hands its cores back "
+            f"to the master in {_s(stop)}; the waiting job's driver counts its 4 slots {_s(seen)} after the holding "
+            f"job's return, so {_s(seen - stop)} go to the master starting the waiting job's executor JVMs and "
+            f"their registering with its driver; {_s(created - seen)} more pass until the rank processes exist: the "
+            f"stage is submitted, each fresh executor starts its Python worker, task 0 starts the rendezvous server "
+            f"and the tasks `allGather` its port, and each task spawns its rank (the rank then needs "
+            f"{_s(entered - created)} more to start its interpreter and unpickle the function). Everything "
+            f"after the cores are back with the master (executor JVMs, Python workers, the barrier tasks' own "
+            f"start) is {_s(created - stop)} of the {_s(created)}; the wait's own share is its poll interval, "
+            "0.25 s at most.", ""]
+    if retry:
+        import statistics
+
+        warn = statistics.median(r["warn_lines"] for r in retry)
+        mine, theirs = b5["series"]["ours"].median, b5["series"]["spark-retry"].median
+        if mine is not None and theirs is not None:
+            gap = theirs - mine
+            same = abs(gap) <= max(1.0, 0.15 * mine)
+            compare = ("about as fast as the provider's wait (within 15%)" if same else
+                       f"{abs(gap):.2f} s {'slower' if gap > 0 else 'faster'} than the provider's wait (medians)")
+        else:
+            compare = "not comparable in this run"
+        out += [f"**The alternative.** Letting Spark's own barrier check retry instead (interval 1 s, the shortest "
+                f"it allows: it is read in seconds) handed the slots over {compare}; it logged {warn:.0f} WARN "
+                "lines (median per round) while the job waited, one per retry, and it can neither say who "
+                "holds the cores nor tell \"busy\" from \"never\". The provider waits on the driver "
+                "(`airflow_provider_horovod/runtime/slots.py` explains the choice).", ""]
+    out += ["Method: a chain of np=4 jobs, each `HorovodRunner` in a SparkSession of its own (like the driver "
+            "program spark-submit runs), whose ranks wait for a gate file: while one job holds all 4 slots, the next "
+            "starts and waits; the harness opens the holder's gate once the next one says it waits. Each job prints "
+            "the time `HorovodRunner.run` returned and the time `spark.stop()` returned; rank 0 returns its "
+            "process's creation time (psutil) and the time its function was entered; the harness timestamps the "
+            "\"task slots available\" line as it arrives. One machine, so the clocks agree. The waiting job "
+            "alternates between the contenders; executors at Spark's standalone default (one per worker, "
+            "`spark.cores.max=4`).", B5_END]
+    return out
