@@ -237,9 +237,13 @@ def run_b4(sandbox, seconds: float) -> dict:
     sandbox.write_b4_dag(seconds)
     sampler = RssSampler()
     wall, parsed = sandbox.dags_test("bench_b4", "b4", sampler=sampler)
+    # Airflow's own share of that peak: the same `airflow dags test` of a no-op task, in the same run
+    noop = RssSampler()
+    sandbox.dags_test("bench_noop", "b4-noop", sampler=noop)
     return {"train_seconds": seconds, "wall_seconds": wall, "peak_bytes": dict(sampler.peak),
             "samples": sampler.samples, "interval_s": sampler.interval, "phases": parsed,
-            "process_names": {role: sorted(names) for role, names in sampler.seen.items()}}
+            "process_names": {role: sorted(names) for role, names in sampler.seen.items()},
+            "noop_peak_airflow": noop.peak["airflow"], "noop_samples": noop.samples}
 
 
 def run_b4_cluster(sandbox, seconds: float) -> dict:

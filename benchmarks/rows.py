@@ -9,6 +9,10 @@ from __future__ import annotations
 
 B1_TARGET, B2_TARGET, B3_TARGET = 0.5, 1.15, 0.98
 """B1: ours <= 0.5x each alternative; B2: operator/hand <= 1.15x; B3: ours >= 0.98x."""
+B1_FLOOR_TARGET = 1.25
+"""B1: ours <= 1.25x the floor (issue #15)."""
+B4_ABOVE_NOOP_MIB = 25
+"""B4: the operator task process's peak RSS at most this many MiB above a no-op task's (issue #15)."""
 
 
 def seconds(value: float | None) -> str:
@@ -85,7 +89,8 @@ def rows(results: dict) -> list[dict]:
         if all(p.median is not None for p in parts):
             floor = sum(p.median for p in parts)
             add("B1 launch", "floor total (sum of medians)", _fmt(floor, "s"), "",
-                f"ours/floor = {ours / floor:.2f}x" if ours else "")
+                f"ours/floor = {ours / floor:.2f}x" if ours else "", f"<= {B1_FLOOR_TARGET}x",
+                _verdict(ours / floor if ours else None, B1_FLOOR_TARGET, True))
 
     if not add_error("B2 operator", "b2"):
         series = results["b2"]["series"]
@@ -128,6 +133,12 @@ def rows(results: dict) -> list[dict]:
         label = f"sync, ~{b4['train_seconds']:.0f} s training"
         add("B4 memory", f"{label}: Airflow task process peak RSS", _fmt(peak["airflow"], "MiB"),
             f"{b4['samples']} samples")
+        noop = b4.get("noop_peak_airflow")
+        if noop:
+            above = (peak["airflow"] - noop) / 2**20
+            add("B4 memory", "reference: airflow dags test of a no-op @task, Airflow task process peak RSS",
+                _fmt(noop, "MiB"), f"{b4['noop_samples']} samples", f"operator - no-op = {above:+.0f} MiB",
+                f"<= +{B4_ABOVE_NOOP_MIB} MiB", _verdict(above, B4_ABOVE_NOOP_MIB, True))
         add("B4 memory", f"{label}: spark-submit JVM peak RSS", _fmt(peak["jvm"], "MiB"))
         add("B4 memory", f"{label}: Spark Python workers + ranks peak RSS (context)", _fmt(peak["spark_python"], "MiB"))
     if results.get("b4_cluster") is not None and not add_error("B4 deferral", "b4_cluster"):
