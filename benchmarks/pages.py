@@ -280,7 +280,9 @@ def _method(cfg: dict) -> list[str]:
         "allreduce costs more than the compute it splits; B3 compares launchers at equal np (the training loop "
         "is the same function under both), not scaling.",
         f"- B4: peak RSS while `airflow dags test` trains the example model for ~{cfg['b4_seconds']:.0f} s "
-        "through the operator (client mode, sync); then, on a standalone cluster in cluster deploy mode, the "
+        "through the operator (client mode, sync), beside the same `airflow dags test` of a no-op `@task` in the "
+        "same run (Airflow's own peak RSS; the operator's cost is the difference); then, on a standalone cluster "
+        "in cluster deploy mode, the "
         f"seconds a worker is held during a ~{cfg.get('b4_cluster_seconds', 0):.0f} s training run, sync vs "
         "`deferrable=True`, and what runs under the Airflow process meanwhile.",
         "",

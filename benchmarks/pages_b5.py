@@ -12,7 +12,11 @@ B5_END = "<!-- end of the B5 section -->"
 
 
 def b5_table(results: dict) -> list[str]:
-    """B5's Markdown table: each contender's queueing cost against the goal."""
+    """
+    B5's Markdown table: each contender's queueing cost against the goal.
+
+    :param results: the run's results dict.
+    """
     from benchmarks.queueing import GOAL_S
 
     b5 = results["b5"]
@@ -35,6 +39,7 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
     """
     The B5 section, between :data:`B5_START` and :data:`B5_END`: table, where the time goes, reading, method.
 
+    :param results: the run's results dict.
     :param standalone_run: the section is written into a page from an earlier full run (``--only b5``): it
         then states its own date, machine load and versions.
     """

@@ -50,7 +50,11 @@ def _verdict(ratio: float | None, target: float, at_most: bool) -> str:
 
 
 def rows(results: dict) -> list[dict]:
-    """Table rows: benchmark, contender, median, samples, ratio, target, verdict."""
+    """
+    Table rows: benchmark, contender, median, samples, ratio, target, verdict.
+
+    :param results: the run's results dict (what ``python -m benchmarks`` saves).
+    """
     out: list[dict] = []
 
     few = results.get("config", {}).get("min_reps", 2) < 2  # --quick: one round may be all there is

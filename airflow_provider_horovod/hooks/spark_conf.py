@@ -63,6 +63,8 @@ def local_spark_conf(np: int) -> dict[str, str]:
     """
     Spark properties for the embedded ``local[np]`` master: executors use this interpreter and Spark binds to
     127.0.0.1 (user ``conf`` overrides any of them).
+
+    :param np: the number of ranks (``local[np]``).
     """
     return {
         "spark.pyspark.python": sys.executable,

@@ -107,14 +107,23 @@ class AppResources:
         return ", ".join(parts)
 
     def cores_for(self, np_: int) -> int:
-        """Cores this application needs for ``np_`` task slots (whole executors when their size is set)."""
+        """
+        Cores this application needs for ``np_`` task slots (whole executors when their size is set).
+
+        :param np_: task slots wanted.
+        """
         if self.executor_cores:
             per_executor = max(self.executor_cores // self.task_cpus, 1)
             return math.ceil(np_ / per_executor) * self.executor_cores
         return np_ * self.task_cpus
 
     def slots_on(self, cores: int, memory_mb: int | None) -> int:
-        """Task slots this application's executors could get from ``cores`` cores and ``memory_mb`` MiB of a worker."""
+        """
+        Task slots this application's executors could get from ``cores`` cores and ``memory_mb`` MiB of a worker.
+
+        :param cores: the worker's free cores.
+        :param memory_mb: the worker's free memory in MiB; ``None``: unknown (not limiting).
+        """
         if cores <= 0:
             return 0
         fits_memory = self.executor_memory_mb is None or memory_mb is None

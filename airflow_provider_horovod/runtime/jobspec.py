@@ -53,5 +53,9 @@ class JobSpec:
     gpu_visibility: str = DEFAULT_GPU_VISIBILITY
 
     def forwards(self, slot: Slot) -> bool:
-        """Whether ``slot``'s output goes to the driver."""
+        """
+        Whether ``slot``'s output goes to the driver.
+
+        :param slot: the rank's slot.
+        """
         return self.forward_all or slot.rank == 0

@@ -61,6 +61,8 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
     Output of forwarded ranks goes to ``stdout`` (default: this process's stdout), the rest to stderr.
     The first rank to fail stops all others at once.
 
+    :param spec: the job.
+    :param stdout: where forwarded ranks' lines go; default: this process's stdout.
     :return: rank 0's cloudpickled return value.
     :raises RankFailedError: a rank exited non-zero.
     """
@@ -128,6 +130,8 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     exit to the rendezvous store and task 0 waits for all of them (:class:`RanksDone`), so the store outlives
     every rank.
 
+    :param spec: the job (shipped in the task closure).
+    :param _rows: the partition's rows (unused).
     :return: an iterator yielding rank 0's cloudpickled return value from partition 0, nothing elsewhere.
     :raises RankFailedError: this task's rank failed; its message ends with a marker the driver decodes.
     :raises LaunchError: the task cannot start its rank (no GPU with ``use_gpu``, an unusable interface

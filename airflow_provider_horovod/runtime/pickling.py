@@ -155,6 +155,10 @@ def shipped_by_value(fn: Callable[..., Any], args: tuple[Any, ...] | list[Any] =
 
     Diagnostic only: it pickles the call once. E.g. ``["unusual_prefix_1a2b_my_dag"]`` for a
     ``functools.partial`` of a DAG-file function.
+
+    :param fn: the training callable.
+    :param args: its positional arguments.
+    :param kwargs: its keyword arguments.
     """
     with pickle_by_value() as modules:
         _dumps((fn, tuple(args), dict(kwargs or {})), modules)
@@ -214,6 +218,9 @@ def find_unpicklable(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
     bound method's object or of a callable object, a closure variable or global the function uses (or an attribute
     of a non-installed module it uses, which ships whole), or an argument (one level of attributes deep).
 
+    :param fn: the training callable.
+    :param args: its positional arguments.
+    :param kwargs: its keyword arguments.
     :return: e.g. ``"keyword argument 'cache'.lock (_thread.lock)"``, or ``None`` if none is found.
     """
     candidates = _callable_candidates(fn)

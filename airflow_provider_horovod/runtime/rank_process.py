@@ -213,6 +213,8 @@ class RankProcess:
         """
         Another rank ended without ever calling ``hvd.init()``: if this rank is (or gets) inside ``hvd.init()``, it
         waits there in vain, so :meth:`run_to_end` stops it at once with ``reason`` instead of at ``start_timeout_s``.
+
+        :param reason: why the peer left (the message this rank is stopped with).
         """
         with self._changed:
             self._peer_left = reason
@@ -241,6 +243,8 @@ class RankProcess:
         ``hvd.init()`` (the rendezvous with the other ranks); the function's own work before ``hvd.init()`` is
         not counted. ``training_timeout_s`` bounds the whole run. A rank that misses one is killed (with its
         process group) and reported as failed with what it was doing.
+
+        :param host: the rank's host, named in the error.
         """
         assert self._proc is not None
         with self._changed:
@@ -283,7 +287,11 @@ class RankProcess:
                                output_tail=list(self.tail), failed_at=time.time())
 
     def failure(self, host: str | None = None) -> RankFailedError:
-        """The error describing this rank's non-zero exit (reads the error file the worker wrote, if any)."""
+        """
+        The error describing this rank's non-zero exit (reads the error file the worker wrote, if any).
+
+        :param host: the rank's host, named in the error.
+        """
         details: dict[str, str] = {}
         try:
             with open(self.error_path, encoding="utf-8") as f:

@@ -33,7 +33,12 @@ class RanksDone:
         self._watchers: list[Callable[[str], None]] = []
 
     def mark(self, rank: str, initialized: bool = True) -> None:
-        """Record that ``rank`` exited with status 0; ``initialized=False``: it never called ``hvd.init()``."""
+        """
+        Record that ``rank`` exited with status 0.
+
+        :param rank: the rank, as the store's key names it.
+        :param initialized: ``False`` when it never called ``hvd.init()`` (the watchers are told).
+        """
         with self._cond:
             self._ranks.add(rank)
             if not initialized:
@@ -45,7 +50,11 @@ class RanksDone:
                 watcher(rank)
 
     def on_uninitialized(self, watcher: Callable[[str], None]) -> None:
-        """Call ``watcher(rank)`` for every rank that reported (or reports later) an exit without ``hvd.init()``."""
+        """
+        Call ``watcher(rank)`` for every rank that reported (or reports later) an exit without ``hvd.init()``.
+
+        :param watcher: called with the rank (a string), from the reporting thread.
+        """
         with self._cond:
             self._watchers.append(watcher)
             already = list(self._uninitialized)
@@ -57,6 +66,9 @@ class RanksDone:
         Block until every rank in ``ranks`` has reported (other keys do not count); ``False`` if ``timeout_s``
         (seconds) ran out first. Without a timeout it waits like Spark's ``barrier()`` does: a failing task aborts
         the stage, and Spark then kills this task.
+
+        :param ranks: the ranks to wait for.
+        :param timeout_s: seconds to wait at most; ``None``: no limit.
         """
         expected = {str(r) for r in ranks}
         with self._cond:

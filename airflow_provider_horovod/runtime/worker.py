@@ -1,15 +1,20 @@
 """
 Entry point of one Horovod rank: ``python -m airflow_provider_horovod.runtime.worker``.
 
-Started by :mod:`airflow_provider_horovod.runtime.launch` in a fresh process (so GPU variables are set
-before CUDA starts) and its own process group. Everything it needs comes through the environment:
+Started by :class:`~airflow_provider_horovod.runtime.rank_process.RankProcess` in a fresh process (so GPU
+variables are set before CUDA starts) and its own process group. Everything it needs comes through the environment:
 
 - the Horovod/Gloo variables of its slot (``HOROVOD_RANK``, ``HOROVOD_SIZE``, ...);
 - ``HOROVOD_AIRFLOW_PAYLOAD``: path of the payload file; ``HOROVOD_AIRFLOW_RESULT``: where rank 0 writes
   its cloudpickled return value; ``HOROVOD_AIRFLOW_ERROR``: where a failing rank writes its exception;
 - ``HOROVOD_AIRFLOW_LIFELINE_FD``: the read end of a pipe whose write end the launcher holds. When the
   launcher dies (task killed, stage aborted, executor lost) the pipe reaches EOF and this process kills its
-  whole process group, so no training process outlives its Spark task.
+  whole process group, so no training process outlives its Spark task;
+- ``HOROVOD_AIRFLOW_RELEASE_FD`` / ``HOROVOD_AIRFLOW_PREIMPORT``: a rank started before the rendezvous port is
+  known imports these modules, then reads its remaining variables from that pipe (:func:`wait_for_release`).
+
+It ends through :func:`exit_rank`: ``atexit`` handlers and file flushes, then ``os._exit`` without the
+interpreter's teardown.
 
 The function initialises Horovod itself, exactly as under ``horovodrun``: whatever it passes to ``hvd.init``
 (process sets, ``comm``), and ``hvd.shutdown()`` followed by ``hvd.init()`` again, reach Horovod unchanged. The
