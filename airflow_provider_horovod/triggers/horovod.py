@@ -10,9 +10,6 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestError
 
-STATE_LOOKUP_TIMEOUT_S = 5.0
-"""How long ``on_kill`` waits to learn the task instance's state (seconds): Airflow gives ``on_kill`` 30 s in all
-(``[triggerer] on_kill_timeout``), and the kill must fit in what is left."""
 EVENT_KEYS = frozenset({"status", "submission_id", "driver_state", "app_id", "ui_url", "message", "staging"})
 """Every event this trigger yields has exactly these keys; ``status`` is ``success`` or ``failed``."""
 
@@ -137,48 +134,26 @@ class HorovodSparkJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """
-        The deferred task was killed by a user (marked failed or success, or cleared; Airflow 3.3+): kill the
-        driver if ``cancel_on_kill``, unless the task instance is still ``deferred``.
+        The deferred task was killed by a user (marked failed or success, or cleared; Airflow 3.3+): kill the driver
+        if ``cancel_on_kill``.
 
-        The guard: Airflow calls ``on_kill`` when its triggerer removes the trigger "by user action", and an open
-        Airflow bug also takes that path when the trigger merely moves to another triggerer (redistribution among
-        several triggerers). A user's action always changes the task instance's state first (failed, success, or
-        cleared to none/restarting), whereas a moved trigger leaves it ``deferred``: so a task instance still
-        ``deferred`` means the training goes on elsewhere, and the driver is left alone. When the state cannot be
-        read, the kill goes ahead (a user's kill must not be ignored).
+        Airflow 3.3.2's triggerer also calls ``on_kill`` when a trigger merely moves to another triggerer (it cancels
+        every trigger no longer assigned to it with the "user action" message), so with several triggerers set
+        ``cancel_on_kill=False``. The trigger does not look up its task instance's state to tell the two apart:
+        that lookup goes through the triggerer's supervisor, which did not answer within 5 s from ``on_kill`` in any
+        run of the test deployment and in some runs stalled the triggerer itself.
         """
         if not self.cancel_on_kill:
             return
         # The triggerer cancels this trigger's task again at each of its state syncs (about every second) while
-        # on_kill runs: shield the work so a repeated cancellation cannot cut the lookup or the kill request short.
-        await asyncio.shield(asyncio.ensure_future(self._kill_unless_deferred()))
+        # on_kill runs: shield the request so a repeated cancellation cannot cut it short.
+        await asyncio.shield(asyncio.ensure_future(self._kill_driver()))
 
-    async def _kill_unless_deferred(self) -> None:
-        if await self._task_still_deferred():
-            self.log.info("on_kill while the task instance is still deferred (the trigger moved to another "
-                          "triggerer): leaving driver %s running", self.submission_id)
-            return
+    async def _kill_driver(self) -> None:
         self.log.info("Task killed while deferred: killing driver %s", self.submission_id)
         async with self._client() as client:
             response = await client.kill_submission(self.submission_id)
         self.log.info("Kill of driver %s: %s", self.submission_id, response.message or response.success)
-
-    async def _task_still_deferred(self) -> bool:
-        """Whether this trigger's task instance is in the ``deferred`` state now (``False`` when unknown)."""
-        ti = getattr(self, "task_instance", None)
-        if ti is None:
-            return False
-        try:
-            from asgiref.sync import sync_to_async
-            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
-            count = await asyncio.wait_for(sync_to_async(RuntimeTaskInstance.get_ti_count)(
-                dag_id=ti.dag_id, map_index=getattr(ti, "map_index", None), task_ids=[ti.task_id],
-                run_ids=[ti.run_id], states=["deferred"]), timeout=STATE_LOOKUP_TIMEOUT_S)
-        except Exception as err:  # noqa: BLE001 - unknown means kill: see on_kill (a timeout too)
-            self.log.warning("Could not read the task instance's state (%s): killing the driver", err)
-            return False
-        return bool(count)
 
 
 def validate_event(event: Any) -> dict[str, Any]:

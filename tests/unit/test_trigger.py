@@ -103,36 +103,17 @@ def test_trigger_rides_out_a_few_503s(tmp_path):
     assert len(master.requests) == 4  # two 503s retried, then RUNNING, then FINISHED
 
 
-@pytest.mark.parametrize(("deferred_count", "killed"), [(1, False), (0, True), (None, True)])
-def test_on_kill_leaves_the_driver_alone_while_the_task_is_still_deferred(tmp_path, monkeypatch, deferred_count,
-                                                                        killed):
-    """
-    A user's kill (the task instance no longer deferred) kills the driver; a trigger moved to another triggerer
-    (the task instance still deferred; Airflow fires on_kill then too) does not; an unreadable state kills.
-    The task-state lookup goes through the triggerer's supervisor, which only a running triggerer has: stubbed.
-    """
+@pytest.mark.parametrize("cancel_on_kill", [True, False])
+def test_on_kill_kills_the_driver_unless_told_not_to(tmp_path, cancel_on_kill):
+    """A user's kill of the deferred task kills the driver; ``cancel_on_kill=False`` leaves it running."""
     import asyncio
-    from types import SimpleNamespace
 
-    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
-    asked = []
-
-    def get_ti_count(**kwargs):
-        asked.append(kwargs)
-        if deferred_count is None:
-            raise RuntimeError("no supervisor")
-        return deferred_count
-
-    monkeypatch.setattr(RuntimeTaskInstance, "get_ti_count", staticmethod(get_ti_count))
     master = _FakeMaster(lambda method, path: (200, {"action": "KillSubmissionResponse",
                                                       "message": "Kill request submitted"}))
     try:
         trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url=master.url, staging=str(tmp_path),
-                                         timeout_s=5)
-        trigger.task_instance = SimpleNamespace(dag_id="d", task_id="train", run_id="r1", map_index=-1)
+                                         timeout_s=5, cancel_on_kill=cancel_on_kill)
         asyncio.run(asyncio.wait_for(trigger.on_kill(), timeout=30))
     finally:
         master.close()
-    assert asked[0]["states"] == ["deferred"] and asked[0]["task_ids"] == ["train"] and asked[0]["run_ids"] == ["r1"]
-    assert master.requests == ([("POST", "/v1/submissions/kill/driver-1")] if killed else [])
+    assert master.requests == ([("POST", "/v1/submissions/kill/driver-1")] if cancel_on_kill else [])
