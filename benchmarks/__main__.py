@@ -232,14 +232,14 @@ def run_b2(sandbox, cfg: dict, notes: list[str]) -> dict:
 
 def run_b4(sandbox, seconds: float) -> dict:
     """B4: peak RSS per role during ``airflow dags test`` of a ~``seconds`` training run (sync mode)."""
-    from benchmarks.airflow_side import RssSampler
+    from benchmarks.airflow_side import NOOP_MARKS, RssSampler
 
     sandbox.write_b4_dag(seconds)
     sampler = RssSampler()
     wall, parsed = sandbox.dags_test("bench_b4", "b4", sampler=sampler)
     # Airflow's own share of that peak: the same `airflow dags test` of a no-op task, in the same run
     noop = RssSampler()
-    sandbox.dags_test("bench_noop", "b4-noop", sampler=noop)
+    sandbox.dags_test("bench_noop", "b4-noop", sampler=noop, marks=NOOP_MARKS)
     return {"train_seconds": seconds, "wall_seconds": wall, "peak_bytes": dict(sampler.peak),
             "samples": sampler.samples, "interval_s": sampler.interval, "phases": parsed,
             "process_names": {role: sorted(names) for role, names in sampler.seen.items()},
