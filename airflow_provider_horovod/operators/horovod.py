@@ -9,6 +9,7 @@ implements the job methods Airflow's ``ResumableJobMixin`` asks for.
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -344,6 +345,17 @@ class HorovodRunnerOperator(JobReporting, OpenLineageMixin, ResumableJobMixin, B
         return super().resume_execution(next_method, next_kwargs, context)
 
     def on_kill(self) -> None:
-        """Stop the Spark job and every training process of this try (``cancel_on_kill``)."""
-        if self.cancel_on_kill and self._mode is not None:
-            self._mode.on_kill()
+        """
+        Stop the Spark job and every training process of this try (``cancel_on_kill``).
+
+        Airflow's task runner calls this from its SIGTERM handler: in the main thread, between two steps of whatever
+        that thread was doing, possibly inside a log write that holds a lock the kill's own log lines need. So the
+        kill runs in a thread of its own and, called on the main thread, is not waited for (it is not a daemon: the
+        process does not end before it); the interrupted code goes on, and fails once spark-submit is gone.
+        """
+        if not (self.cancel_on_kill and self._mode is not None):
+            return
+        killer = threading.Thread(target=self._mode.on_kill, name="horovod-on-kill")
+        killer.start()
+        if threading.current_thread() is not threading.main_thread():
+            killer.join()
