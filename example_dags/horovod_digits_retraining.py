@@ -28,7 +28,8 @@ def build_model():
 
 def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05) -> dict:
     """
-    Horovod training function: runs on every rank; rank 0 saves the model and returns its metrics.
+    Horovod training function: runs on every rank; rank 0 logs the loss to TensorBoard, saves the model and returns
+    its metrics.
 
     The Horovod part of the set-up (data sharded by rank, gradients averaged by ``hvd.DistributedOptimizer``,
     parameters broadcast from rank 0) is :func:`horovod_trainer` below.
@@ -43,22 +44,30 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
     import torch
 
     import horovod.torch as hvd
-    from airflow_provider_horovod.runtime import artifact_dir
+    from airflow_provider_horovod.runtime import artifact_dir, tensorboard_dir
 
     hvd.init()
     torch.manual_seed(1234)
     model = build_model()
     trainer = horovod_trainer(model, data_path, batch_size, lr)
+    writer = None
+    if hvd.rank() == 0:  # TensorBoard logs next to the model; the task pushes their directory as XCom tensorboard_dir
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(tensorboard_dir())
 
     for epoch in range(1, epochs + 1):
         total = torch.zeros(2)  # (sum of losses, steps) on this rank
         for _ in range(trainer.steps_per_epoch):
             total += torch.tensor([trainer.step().item(), 1.0])
         avg = hvd.allreduce(total, op=hvd.Sum)
+        if writer is not None:
+            writer.add_scalar("loss/train", float(avg[0] / avg[1]), epoch)
         if hvd.rank() == 0 and (epoch == 1 or epoch % 5 == 0):
             print(f"epoch {epoch:2d}/{epochs}  loss {avg[0] / avg[1]:.4f}  (size={hvd.size()})", flush=True)
 
     if hvd.rank() == 0:
+        writer.close()
         path = os.path.join(artifact_dir(), "model.pt")
         torch.save(model.state_dict(), path)
         print(f"saved model to {path}", flush=True)
@@ -165,6 +174,7 @@ with DAG(
         python_callable=train_digits,
         op_kwargs={"data_path": data_path, "epochs": 30},
         np=2,
+        timeline=True,  # Horovod Timeline -> horovod_timeline.json among artifact_paths (chrome://tracing, Perfetto)
     )
 
     @task

@@ -14,9 +14,10 @@ from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.hooks.progress import ProgressWatcher
 from airflow_provider_horovod.hooks.result import JobResult
 from airflow_provider_horovod.operators._common import (
-    XCOM_ARTIFACT_DIR, XCOM_ARTIFACT_PATHS, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, check_xcom_value, history_app_url,
-    history_server_url,
+    XCOM_ARTIFACT_DIR, XCOM_ARTIFACT_PATHS, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, XCOM_TENSORBOARD_DIR, check_xcom_value,
+    history_app_url, history_server_url,
 )
+from airflow_provider_horovod.runtime.observability import TIMELINE_FILE_NAME, tensorboard_location
 
 
 class JobReporting:
@@ -83,11 +84,25 @@ class JobReporting:
         ti.xcom_push(key=XCOM_SPARK_APP_ID, value=result.app_id)
         ti.xcom_push(key=XCOM_ARTIFACT_PATHS, value=result.artifact_paths)
         self.log.info("Artifacts pushed to XCom %r: %s", XCOM_ARTIFACT_PATHS, result.artifact_paths)
+        self._report_observability(ti, result.artifact_paths)
         value = None if result.return_value is None else cloudpickle.loads(result.return_value)
         check_xcom_value(value, max_bytes=self.max_return_value_bytes, artifact_paths=result.artifact_paths)
         if self.outlets:
             self._attach_model_events(ti, result, value)
         return value
+
+    def _report_observability(self, ti: Any, artifact_paths: list[str]) -> None:
+        """
+        When the job wrote TensorBoard logs, push their directory as XCom ``tensorboard_dir`` and log the command
+        that shows them; when it recorded the Horovod Timeline, log where it is and how to open it.
+        """
+        artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
+        if artifact_dir and (logdir := tensorboard_location(artifact_dir, artifact_paths)):
+            ti.xcom_push(key=XCOM_TENSORBOARD_DIR, value=logdir)
+            self.log.info("TensorBoard logs (XCom %r): tensorboard --logdir %s", XCOM_TENSORBOARD_DIR, logdir)
+        for path in artifact_paths:
+            if path.endswith("/" + TIMELINE_FILE_NAME):
+                self.log.info("Horovod Timeline: %s (open it in chrome://tracing or https://ui.perfetto.dev)", path)
 
     def _attach_model_events(self, ti: Any, result: JobResult, value: Any) -> None:
         """Put the model's location on the asset events of this task's outlets (:mod:`airflow_provider_horovod.assets`)."""

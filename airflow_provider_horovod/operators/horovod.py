@@ -26,15 +26,17 @@ from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.operators._common import (
     ARTIFACT_ROOT_ENV, DEFAULT_MAX_RETURN_BYTES, DEPLOY_MODES, RESERVED_SPARK_SUBMIT_KWARGS, XCOM_ARTIFACT_DIR,
     XCOM_ARTIFACT_PATHS, XCOM_RETURN_VALUE, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, XCOM_SUBMISSION_ID,
-    _default_deferrable, check_result_and_conf, check_spark_arguments, check_xcom_value, default_artifact_dir, default_artifact_root, default_staging_dir,
+    XCOM_TENSORBOARD_DIR, _default_deferrable, check_result_and_conf, check_spark_arguments, check_xcom_value, default_artifact_dir, default_artifact_root, default_staging_dir,
     history_app_url, history_server_url, validate_deploy_mode,
 )
 from airflow_provider_horovod.operators._durable import DurableClusterJob
 from airflow_provider_horovod.operators._reporting import JobReporting
 from airflow_provider_horovod.operators.modes import ClusterMode, DeployMode, deploy_mode_for
+from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode
 from airflow_provider_horovod.runtime.errors import PayloadError
 from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, validate_gpu_visibility
 from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S
+from airflow_provider_horovod.runtime.observability import ENV_TIMELINE
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
 from airflow_provider_horovod.runtime.runner import validate_np, validate_timeout, validate_verbosity
@@ -46,12 +48,13 @@ if TYPE_CHECKING:
 __all__ = [  # the helpers and keys of operators/_common.py are re-exported: they lived here before
     "ARTIFACT_ROOT_ENV", "DEFAULT_MAX_RETURN_BYTES", "DEPLOY_MODES", "RESERVED_SPARK_SUBMIT_KWARGS", "XCOM_ARTIFACT_DIR",
     "XCOM_ARTIFACT_PATHS", "XCOM_RETURN_VALUE", "XCOM_SPARK_APP_ID", "XCOM_SPARK_UI_URL", "XCOM_SUBMISSION_ID",
-    "HorovodRunnerOperator", "check_xcom_value", "default_artifact_dir", "default_artifact_root", "default_staging_dir",
+    "XCOM_TENSORBOARD_DIR", "HorovodRunnerOperator", "check_xcom_value", "default_artifact_dir", "default_artifact_root", "default_staging_dir",
     "history_app_url", "history_server_url", "validate_deploy_mode",
 ]
 
 
-class HorovodRunnerOperator(JobReporting, OpenLineageMixin, ResumableJobMixin, BaseOperator):
+class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixin, ResumableJobMixin,
+                            BaseOperator):
     """
     Run a Horovod training function on Spark, the way Databricks' ``HorovodRunner`` does in a notebook.
 
@@ -123,6 +126,10 @@ class HorovodRunnerOperator(JobReporting, OpenLineageMixin, ResumableJobMixin, B
         read from the standalone master); a job that can never fit fails in seconds with the counts, on a
         standalone master before anything is submitted. Bound concurrency the Airflow way with a pool:
         ``docs/shared-clusters.md``. (templated)
+    :param timeline: record the Horovod Timeline to ``horovod_timeline.json`` in the artifact directory (one of
+        ``artifact_paths``; open it in ``chrome://tracing`` or Perfetto). TensorBoard logs need no flag: the
+        function writes them under :func:`airflow_provider_horovod.runtime.tensorboard_dir`, and the directory is
+        pushed as XCom ``tensorboard_dir``. See :mod:`airflow_provider_horovod.runtime.observability`.
     :raises ValueError: an argument is invalid (raised when the DAG is parsed).
     :raises TypeError: ``python_callable`` is not callable.
     """
@@ -164,6 +171,7 @@ class HorovodRunnerOperator(JobReporting, OpenLineageMixin, ResumableJobMixin, B
         use_gpu: bool = False,
         gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
         slot_wait_timeout_s: float | str | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
+        timeline: bool = False,
         **kwargs: Any,
     ) -> None:
         # Named here (not left to **kwargs) so default_args={"durable": ...} reaches it, as in SparkSubmitOperator;
@@ -210,6 +218,9 @@ class HorovodRunnerOperator(JobReporting, OpenLineageMixin, ResumableJobMixin, B
         self.gpu_visibility = validate_gpu_visibility(gpu_visibility)
         self.slot_wait_timeout_s = slot_wait_timeout_s if isinstance(slot_wait_timeout_s, str) \
             else validate_timeout("slot_wait_timeout_s", slot_wait_timeout_s)  # a template is checked once rendered
+        if not isinstance(timeline, bool):
+            raise ValueError(f"timeline must be True or False, got {timeline!r}")
+        self.timeline = timeline
         self._mode: DeployMode | None = None
         """The deploy mode this try runs in, chosen once in :meth:`execute`."""
         self._submission_id: str | None = None
@@ -222,7 +233,7 @@ class HorovodRunnerOperator(JobReporting, OpenLineageMixin, ResumableJobMixin, B
         """The client-mode hook for this task (created on first use, never in ``__init__``)."""
         return HorovodHook(
             conn_id=self.conn_id, np=self.np, conf=self.conf,
-            env_vars={**getattr(self, "_storage_env", {}), **self.env_vars},  # artifact_dir's credentials
+            env_vars=self._job_env(),
             name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}",
             spark_submit_kwargs=self.spark_submit_kwargs,
         )
@@ -233,13 +244,18 @@ class HorovodRunnerOperator(JobReporting, OpenLineageMixin, ResumableJobMixin, B
         if self.conn_id is None:
             raise HorovodJobError("deploy_mode='cluster' needs conn_id naming a spark://host:port standalone master")
         return HorovodStandaloneHook(conn_id=self.conn_id, np=self.np, conf=self.conf,
-                                     env_vars={**getattr(self, "_storage_env", {}), **self.env_vars},
+                                     env_vars=self._job_env(),
                                      name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}")
 
     @cached_property
     def connect_hook(self) -> HorovodConnectHook:
         """The Spark Connect hook for this task (created on first use)."""
         return HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name, np=self.np)
+
+    def _job_env(self) -> dict[str, str]:
+        """``env_vars`` plus what the job adds for the driver and ranks: artifact_dir's credentials, the timeline."""
+        timeline = {ENV_TIMELINE: "1"} if self.timeline else {}
+        return {**getattr(self, "_storage_env", {}), **timeline, **self.env_vars}
 
     def _payload(self) -> tuple[bytes, bytes]:
         """``(key, payload)``: the callable and its arguments, signed with a key made for this try."""
@@ -307,32 +323,6 @@ class HorovodRunnerOperator(JobReporting, OpenLineageMixin, ResumableJobMixin, B
         external_id = mode.submit_job(context)
         mode.poll_until_complete(external_id, context)
         return mode.get_job_result(external_id, context)
-
-    # --- ResumableJobMixin: each call goes to this try's deploy mode -----------------------------------------
-
-    def submit_job(self, context: Context) -> Any:
-        """Submit the job (see :meth:`DeployMode.submit_job`); return its id, which ``durable`` persists."""
-        return self._mode.submit_job(context)
-
-    def get_job_status(self, external_id: Any, context: Context) -> str:
-        """The job's state (see :meth:`DeployMode.get_job_status`)."""
-        return self._mode.get_job_status(external_id, context)
-
-    def is_job_active(self, status: str) -> bool:
-        """Whether a retry waits for the job (see :meth:`DeployMode.is_job_active`)."""
-        return self._mode.is_job_active(status)
-
-    def is_job_succeeded(self, status: str) -> bool:
-        """Whether the job succeeded (see :meth:`DeployMode.is_job_succeeded`)."""
-        return self._mode.is_job_succeeded(status)
-
-    def poll_until_complete(self, external_id: Any, context: Context) -> Any:
-        """Wait for the job (see :meth:`DeployMode.poll_until_complete`)."""
-        return self._mode.poll_until_complete(external_id, context)
-
-    def get_job_result(self, external_id: Any, context: Context) -> Any:
-        """Push the result's XComs, return rank 0's value (see :meth:`DeployMode.get_job_result`)."""
-        return self._mode.get_job_result(external_id, context)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger (cluster mode): validate its event, read the result, push XComs, or raise."""

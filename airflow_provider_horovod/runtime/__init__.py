@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.artifacts import artifact_dir
     from airflow_provider_horovod.runtime.data import rank_shard
     from airflow_provider_horovod.runtime.errors import HorovodRuntimeError, LaunchError, PayloadError, RankFailedError
+    from airflow_provider_horovod.runtime.observability import tensorboard_dir
     from airflow_provider_horovod.runtime.runner import HorovodRunner
 
 _EXPORTS = {
@@ -25,6 +26,7 @@ _EXPORTS = {
     "RankFailedError": "airflow_provider_horovod.runtime.errors",
     "artifact_dir": "airflow_provider_horovod.runtime.artifacts",
     "rank_shard": "airflow_provider_horovod.runtime.data",
+    "tensorboard_dir": "airflow_provider_horovod.runtime.observability",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,6 +17,7 @@ from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, check_gpu_conf, validate_gpu_visibility
 from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S, JobSpec, barrier_task, run_on_driver
 from airflow_provider_horovod.runtime.logs import LogServer
+from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
 from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
@@ -114,6 +115,9 @@ class HorovodRunner:
         it waits for, on change; a job that can never have them fails at once with the numbers. See
         :mod:`~airflow_provider_horovod.runtime.slots`. Over Spark Connect there is no driver of ours: the
         server's ``spark.scheduler.barrier.maxConcurrentTasksCheck.*`` decide.
+    :param timeline: record the Horovod Timeline (``HOROVOD_TIMELINE``, written by rank 0) to
+        ``<artifact_dir>/horovod_timeline.json``, closed as valid JSON when rank 0 ends; needs ``artifact_dir``.
+        See :mod:`~airflow_provider_horovod.runtime.observability`.
     :raises ValueError: an argument is invalid (raised here, before any Spark work).
     """
 
@@ -131,6 +135,7 @@ class HorovodRunner:
         use_gpu: bool = False,
         gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
         slot_wait_timeout_s: float | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
+        timeline: bool = False,
     ) -> None:
         self.np = validate_np(np)
         for pname, value in (("start_timeout_s", start_timeout_s), ("training_timeout_s", training_timeout_s),
@@ -150,6 +155,14 @@ class HorovodRunner:
             raise ValueError(f"use_gpu must be a bool, got {use_gpu!r}")
         self.use_gpu = use_gpu
         self.gpu_visibility = validate_gpu_visibility(gpu_visibility)
+        if not isinstance(timeline, bool):
+            raise ValueError(f"timeline must be True or False, got {timeline!r}")
+        if timeline and not artifact_dir:
+            raise ValueError("timeline=True needs artifact_dir: the Horovod Timeline is written there as "
+                             f"{TIMELINE_FILE_NAME}")
+        if timeline:
+            self.env.setdefault(ENV_TIMELINE, "1")
+        self.timeline = timeline
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_horovod.runtime.errors import LOAD_ERROR
+from airflow_provider_horovod.runtime.observability import start_timeline
 from airflow_provider_horovod.runtime.protocol import (
     ENV_CHECK_SIZE,
     ENV_ERROR,
@@ -180,6 +181,7 @@ def main() -> int:
     progress = _Progress()
     check_size = os.environ.get(ENV_CHECK_SIZE)
     guard_init(int(check_size) if check_size else None, progress)  # before any import binds hvd.init
+    start_timeline(rank)  # before the function's hvd.init(): its atexit handler must run after Horovod's
     release = os.environ.get(ENV_RELEASE)
     if release is not None and not wait_for_release(int(release), os.environ.get(ENV_PREIMPORT, "")):
         return 1

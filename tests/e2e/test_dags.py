@@ -37,18 +37,42 @@ def run_dag(airflow_home: Path, dags_folder: Path, dag_id: str,
     return log, json.loads(inspect.stdout.strip().splitlines()[-1])
 
 
+def loss_scalars(logdir: str) -> list[int]:
+    """The steps of the ``loss/train`` scalars TensorBoard reads from ``logdir``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(logdir)
+    events.Reload()
+    return [s.step for s in events.Scalars("loss/train")]
+
+
+def timeline_ops(path: str) -> set[str]:
+    """The operation names of a Horovod Timeline file, which must parse as JSON."""
+    with open(path) as f:
+        records = json.load(f)
+    return {r["name"] for r in records if r.get("ph") in ("B", "E", "X") and "name" in r}
+
+
 def test_example_dag_trains_and_evaluates(airflow_home, dags_folder):
     log, run = run_dag(airflow_home, dags_folder, "horovod_digits_retraining")
     assert run["states"] == {"prepare_data": "success", "train": "success", "evaluate": "success"}, log[-5000:]
     xcom = run["xcom"]
-    paths = xcom["train.artifact_paths"]
-    assert [os.path.basename(p) for p in paths] == ["model.pt"]
-    assert all(os.path.isfile(p) for p in paths)
-    assert paths[0].startswith(xcom["train.artifact_dir"]) and xcom["train.artifact_dir"].endswith("/train/try-1")
+    paths, artifact_dir = xcom["train.artifact_paths"], xcom["train.artifact_dir"]
+    assert all(os.path.isfile(p) and p.startswith(artifact_dir + "/") for p in paths)
+    assert artifact_dir.endswith("/train/try-1")
+    assert [p for p in paths if not p.startswith(artifact_dir + "/tensorboard/")] == [
+        f"{artifact_dir}/horovod_timeline.json", f"{artifact_dir}/model.pt"]
     assert xcom["train.spark_app_id"].startswith("local-")
     assert xcom["train.spark_ui_url"].startswith("http://127.0.0.1:")  # what the "Spark UI" link shows
     assert xcom["train.return_value"]["ranks"] == 2
-    assert xcom["train.return_value"]["model_path"] == paths[0]
+    assert xcom["train.return_value"]["model_path"] == f"{artifact_dir}/model.pt"
+    # TensorBoard: rank 0's SummaryWriter under tensorboard_dir(), pushed as XCom with the command that shows it
+    logdir = xcom["train.tensorboard_dir"]
+    assert logdir == f"{artifact_dir}/tensorboard"
+    assert f"tensorboard --logdir {logdir}" in log
+    assert loss_scalars(logdir) == list(range(1, 31))
+    # the Horovod Timeline (timeline=True): valid JSON, holding the training's allreduce operations
+    assert timeline_ops(f"{artifact_dir}/horovod_timeline.json") >= {"NEGOTIATE_ALLREDUCE", "ALLREDUCE"}
     assert xcom["evaluate.return_value"] >= 0.9
     # what the user sees in the task log
     assert f"Spark application {xcom['train.spark_app_id']} started" in log

@@ -46,3 +46,56 @@ def test_rank_writes_model_to_s3(spark, s3_server, monkeypatch):  # noqa: F811
 
     state = torch.load(io.BytesIO(fs.cat("models/run/model.pt")))
     assert set(state) == {"weight", "bias"}
+
+
+def log_to_tensorboard():
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_horovod.runtime import tensorboard_dir
+
+    hvd.init()
+    for step in range(3):
+        hvd.allreduce(torch.tensor([float(step)]), name="metric")
+    if hvd.rank() != 0:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    logdir = tensorboard_dir()
+    with SummaryWriter(logdir) as writer:
+        writer.add_scalar("metric", 0.5, 1)
+    import os
+
+    return {"local_logdir": logdir, "local_timeline": os.environ["HOROVOD_TIMELINE"]}
+
+
+def test_tensorboard_and_timeline_reach_s3(spark, s3_server, monkeypatch, tmp_path):  # noqa: F811
+    import json
+    import os
+
+    from airflow_provider_horovod.runtime.observability import tensorboard_location
+
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    fs = s3_server.fs()
+    fs.mkdir("observed")
+
+    local = HorovodRunner(np=2, artifact_dir="s3://observed/run", env=s3_server.env, timeline=True).run(
+        log_to_tensorboard)
+
+    # the ranks wrote to local stand-ins, copied to the bucket and removed when the ranks ended
+    assert not os.path.exists(local["local_logdir"]) and not os.path.exists(local["local_timeline"])
+    paths = list_artifacts("s3://observed/run")
+    assert "s3://observed/run/horovod_timeline.json" in paths
+    assert tensorboard_location("s3://observed/run", paths) == "s3://observed/run/tensorboard"
+    events = [p for p in paths if p.startswith("s3://observed/run/tensorboard/") and "tfevents" in p]
+    assert len(events) == 1
+    (tmp_path / "tb").mkdir()
+    fs.get(events[0], str(tmp_path / "tb" / os.path.basename(events[0])))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [(s.step, s.value) for s in acc.Scalars("metric")] == [(1, 0.5)]
+    records = json.loads(fs.cat("observed/run/horovod_timeline.json"))
+    assert "ALLREDUCE" in {r.get("name") for r in records}

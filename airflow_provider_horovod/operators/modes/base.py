@@ -100,3 +100,36 @@ class DeployMode:
 
     def on_kill(self) -> None:
         """Stop the job and every training process of this try (called when ``cancel_on_kill`` is set)."""
+
+
+class DelegatesToDeployMode:
+    """
+    The job methods of Airflow's ``ResumableJobMixin``, mixed into the operator: each goes to the deploy mode this
+    try runs in (``self._mode``, chosen once in ``execute``).
+    """
+
+    _mode: DeployMode
+
+    def submit_job(self, context: Context) -> Any:
+        """Submit the job (see :meth:`DeployMode.submit_job`); return its id, which ``durable`` persists."""
+        return self._mode.submit_job(context)
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        """The job's state (see :meth:`DeployMode.get_job_status`)."""
+        return self._mode.get_job_status(external_id, context)
+
+    def is_job_active(self, status: str) -> bool:
+        """Whether a retry waits for the job (see :meth:`DeployMode.is_job_active`)."""
+        return self._mode.is_job_active(status)
+
+    def is_job_succeeded(self, status: str) -> bool:
+        """Whether the job succeeded (see :meth:`DeployMode.is_job_succeeded`)."""
+        return self._mode.is_job_succeeded(status)
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> Any:
+        """Wait for the job (see :meth:`DeployMode.poll_until_complete`)."""
+        return self._mode.poll_until_complete(external_id, context)
+
+    def get_job_result(self, external_id: Any, context: Context) -> Any:
+        """Push the result's XComs, return rank 0's value (see :meth:`DeployMode.get_job_result`)."""
+        return self._mode.get_job_result(external_id, context)

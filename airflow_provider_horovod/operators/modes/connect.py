@@ -72,7 +72,7 @@ class ConnectMode(DeployMode):
         _key, payload, artifact_dir = op._prepared
         self._result = op.connect_hook.run(
             payload=payload, artifact_dir=artifact_dir, name=f"{op.dag_id}.{op.task_id}",
-            runner_kwargs={"driver_log_verbosity": op.driver_log_verbosity, "env": op.env_vars,
+            runner_kwargs={"driver_log_verbosity": op.driver_log_verbosity, "env": op._job_env(),
                            "gloo_timeout_s": op.gloo_timeout_s, "start_timeout_s": op.start_timeout_s,
                            "training_timeout_s": op.training_timeout_s, "use_gpu": op.use_gpu,
                            "gpu_visibility": op.gpu_visibility, "slot_wait_timeout_s": op._slot_wait()},
