@@ -97,7 +97,7 @@ MARKS = [  # (phase label, log text that ends it)
     ("operator: templates, payload pickling", "Horovod job: np="),
     ("hook: connection lookup, runtime zip, log4j file", "Spark-Submit cmd:"),
     ("spark-submit: JVM start -> driver program started (runtime imported)", "payload verified"),
-    ("SparkSession creation", "airflow-provider-horovod: Spark application"),
+    ("SparkSession creation", "Spark application "),  # the operator's "Spark application <id> started" line
     ("Horovod job, Spark stop, spark-submit exit, result read", "Artifacts pushed to XCom"),
     ("XCom push, task end", "[DAG TEST] end task"),
 ]
@@ -129,6 +129,7 @@ def spark_confs(staging: str) -> dict[str, str]:
     """The Spark properties the operator's embedded local master uses (taken from the hook when it has them)."""
     try:
         from airflow_provider_horovod.hooks.horovod import BASE_SPARK_CONF, SPARK_LOG4J2, local_spark_conf
+        from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
 
         conf = {**BASE_SPARK_CONF, **local_spark_conf(2)}
         log4j = SPARK_LOG4J2.format(level="warn")
@@ -137,9 +138,10 @@ def spark_confs(staging: str) -> dict[str, str]:
                 "spark.pyspark.driver.python": PYTHON, "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1"}
         log4j = "rootLogger.level = warn\n"
+        JVM_STARTUP_OPTIONS = "-XX:TieredStopAtLevel=1"
     path = os.path.join(staging, "log4j2.properties")
     Path(path).write_text(log4j)
-    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{path}"
+    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{path} {JVM_STARTUP_OPTIONS}"
     return conf
 
 

@@ -81,9 +81,10 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
             f"to the master in {_s(stop)}; the waiting job's driver counts its 4 slots {_s(seen)} after the holding "
             f"job's return, so {_s(seen - stop)} go to the master starting the waiting job's executor JVMs and "
             f"their registering with its driver; {_s(created - seen)} more pass until the rank processes exist: the "
-            f"stage is submitted, each fresh executor starts its Python worker, task 0 starts the rendezvous server "
-            f"and the tasks `allGather` its port, and each task spawns its rank (the rank then needs "
-            f"{_s(entered - created)} more to start its interpreter and unpickle the function). Everything "
+            f"stage is submitted, each fresh executor starts its Python worker, and each task spawns its rank at "
+            f"once (the rank then needs {_s(entered - created)} more to start its interpreter, get the rendezvous "
+            f"port that task 0's server shares through the tasks' `allGather`, and unpickle the function). "
+            f"Everything "
             f"after the cores are back with the master (executor JVMs, Python workers, the barrier tasks' own "
             f"start) is {_s(created - stop)} of the {_s(created)}; the wait's own share is its poll interval, "
             "0.25 s at most.", ""]
@@ -108,8 +109,16 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
             "program spark-submit runs), whose ranks wait for a gate file: while one job holds all 4 slots, the next "
             "starts and waits; the harness opens the holder's gate once the next one says it waits. Each job prints "
             "the time `HorovodRunner.run` returned and the time `spark.stop()` returned; rank 0 returns its "
-            "process's creation time (psutil) and the time its function was entered; the harness timestamps the "
+            "process's creation time (its start tick in /proc, to 10 ms) and the time its function was entered; the harness timestamps the "
             "\"task slots available\" line as it arrives. One machine, so the clocks agree. The waiting job "
             "alternates between the contenders; executors at Spark's standalone default (one per worker, "
-            "`spark.cores.max=4`).", B5_END]
+            "`spark.cores.max=4`); driver and executor JVMs with the options the provider's hooks give the "
+            f"applications they submit (`{jvm_options()}`, `hooks/spark_conf.py`).", B5_END]
     return out
+
+
+def jvm_options() -> str:
+    """The JVM options B5's applications get (the hooks' own), as the harness passes them."""
+    from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
+
+    return JVM_STARTUP_OPTIONS

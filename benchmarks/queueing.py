@@ -12,7 +12,7 @@ releases it:
    with its slots; its driver then stops the SparkContext, which hands the cores back to the master), and job
    *k+1*'s ranks start (and hold the slots for job *k+2*).
 
-Queueing cost = job *k+1*'s rank 0 process creation (``psutil``, inside the function) - job *k*'s return. All on
+Queueing cost = job *k+1*'s rank 0 process creation (its start tick in ``/proc``, read inside the function) - job *k*'s return. All on
 this machine, so the wall clocks agree. The breakdown adds job *k*'s ``SparkContext.stop()``, the moment job *k+1*
 saw its slots (the runtime's line, timestamped by the harness as it arrives) and its function entry (the rank's
 interpreter started and the function unpickled; the probe imports neither torch nor Horovod).
@@ -52,13 +52,16 @@ SCRIPT = r'''
 import json, os, sys, time
 from pyspark.sql import SparkSession
 
-master, ui_port, gate, variant = sys.argv[1:5]
+master, ui_port, gate, variant, jvm_options = sys.argv[1:6]
 builder = (SparkSession.builder.master(master).appName(f"b5-{variant}")
            .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
            .config("spark.cores.max", "4").config("spark.executor.memory", "512m")
            .config("spark.master.ui.port", ui_port)
-           .config("spark.executorEnv.PYTHONUNBUFFERED", "1"))
+           .config("spark.executorEnv.PYTHONUNBUFFERED", "1")
+           # the JVM options the provider's hooks give the applications they submit (hooks/spark_conf.py)
+           .config("spark.driver.extraJavaOptions", jvm_options)
+           .config("spark.executor.extraJavaOptions", jvm_options))
 if variant == "spark-retry":
     import airflow_provider_horovod.runtime.runner as runner_module
 
@@ -75,9 +78,11 @@ from airflow_provider_horovod.runtime import HorovodRunner
 
 def probe_and_hold(gate):
     import os, time
-    import psutil
     entry = time.time()
-    created = psutil.Process().create_time()
+    # not psutil's create_time(): its boot time is whole seconds, so it reads up to 1 s early (benchmarks/jobs.py)
+    with open("/proc/self/stat") as f:
+        start_tick = int(f.read().rsplit(")", 1)[1].split()[19])
+    created = entry - (time.clock_gettime(time.CLOCK_BOOTTIME) - start_tick / os.sysconf("SC_CLK_TCK"))
     print("B5 HELD", flush=True)
     while not os.path.exists(gate):
         time.sleep(0.02)  # the harness opens the gate
@@ -149,7 +154,9 @@ def _start(cluster, script: Path, work: Path, variant: str, index: int) -> tuple
     env = {**cluster.env, **bench_environ()}
     ui_port = cluster.web_ui_url.rsplit(":", 1)[1]
     gate = work / f"gate-{index}"
-    return Job(script, [cluster.master_url, ui_port, str(gate), variant], env), gate
+    from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
+
+    return Job(script, [cluster.master_url, ui_port, str(gate), variant, JVM_STARTUP_OPTIONS], env), gate
 
 
 def _waiting(job: Job, variant: str) -> float:
@@ -229,7 +236,7 @@ def run_b5(reps: int, budget_s: float, notes: list[str], log) -> dict:
             r["warn_lines"] = job.count("requires 4 slots")
             if value is None:
                 continue
-            r.update(created=value["created"], entry=value["entry"])
+            r.update(value)  # created, entry (and whatever else the probe returns)
             series[name].samples.append(r["created"] - r["freed"])
             log(f"B5 {name}: freed -> ranks created {r['created'] - r['freed']:.2f} s (SparkContext stop "
                 f"{r['stopped'] - r['freed']:.2f} s, {r['warn_lines']} WARN lines)")

@@ -26,7 +26,8 @@ from airflow_provider_horovod.hooks.slots import (
     check_standalone_fits, standalone_defaults, standalone_master, submit_kwargs_conf,
 )
 from airflow_provider_horovod.hooks.spark_conf import (
-    BASE_SPARK_CONF, MASTER_CONNECT_TIMEOUT_S, SPARK_LOG4J2, check_reachable, local_spark_conf, master_addresses,
+    BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, MASTER_CONNECT_TIMEOUT_S, SPARK_LOG4J2, check_reachable, executor_jvm_conf,
+    local_spark_conf, master_addresses, spark_defaults_keys,
 )
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
@@ -102,6 +103,10 @@ class HorovodHook(BaseHook):
     :param spark_log_level: log4j level of the Spark driver's own logging (``"WARN"`` keeps the task log to
         training output and problems; ``None`` keeps Spark's default INFO). Ignored when ``conf`` sets
         ``spark.driver.extraJavaOptions``.
+
+    The driver's and (on a cluster) the executors' JVMs start with
+    :data:`~airflow_provider_horovod.hooks.spark_conf.JVM_STARTUP_OPTIONS` unless ``conf`` (or, for executors,
+    the local ``spark-defaults.conf``) sets their ``extraJavaOptions``.
     """
 
     conn_name_attr = "conn_id"
@@ -220,10 +225,15 @@ class HorovodHook(BaseHook):
         zip_path = staging / RUNTIME_ZIP_NAME
         zip_path.write_bytes(runtime_zip())
         conf = {**BASE_SPARK_CONF, **(local_spark_conf(self.np) if local else {}), **self.conf}
-        if self.spark_log_level and "spark.driver.extraJavaOptions" not in self.conf:
-            log4j = staging / "log4j2.properties"
-            log4j.write_text(SPARK_LOG4J2.format(level=self.spark_log_level.lower()))
-            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        if "spark.driver.extraJavaOptions" not in self.conf:  # the driver JVM is this provider's: its options too
+            options = [JVM_STARTUP_OPTIONS]
+            if self.spark_log_level:
+                log4j = staging / "log4j2.properties"
+                log4j.write_text(SPARK_LOG4J2.format(level=self.spark_log_level.lower()))
+                options.insert(0, f"-Dlog4j2.configurationFile=file:{log4j}")
+            conf["spark.driver.extraJavaOptions"] = " ".join(options)
+        if not local:  # local[np] has no executor JVMs
+            conf = {**executor_jvm_conf(conf, spark_defaults_keys()), **conf}
         if not local and (standalone := standalone_master(self.get_connection(self.conn_id))) is not None:
             sized = {**submit_kwargs_conf(self.spark_submit_kwargs), **conf}
             conf = {**standalone_defaults(self.np, standalone[1], sized), **conf}

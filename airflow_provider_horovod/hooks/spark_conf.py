@@ -9,7 +9,10 @@ Used by the client-mode hook (:mod:`airflow_provider_horovod.hooks.horovod`) and
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from airflow_provider_horovod.exceptions import HorovodJobError
 
@@ -83,6 +86,57 @@ BASE_SPARK_CONF: dict[str, str] = {
     "spark.executorEnv.PYTHONUNBUFFERED": "1",
 }
 """Properties set on every submission unless the user's ``conf`` sets them."""
+
+JVM_STARTUP_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""
+JVM options for the Spark driver and executors of the provider's own applications: compile with the client (C1)
+JIT only. Those JVMs only schedule one barrier stage and relay Python output (the training runs in the rank
+processes), so the optimizing JIT never pays back its compile threads, which compete with the ranks for cores while
+the JVMs start. Measured on a 2-core machine: an executor of a waiting job registers about 1.7 s sooner (B5:
+freed slots -> ranks started 7.1 s -> 5.0 s) and a client-mode spark-submit of a small job ends 1.5 s sooner.
+"""
+
+
+def spark_defaults_keys() -> set[str]:
+    """
+    The properties the ``spark-defaults.conf`` of this machine's ``spark-submit`` sets (``$SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``, else PySpark's own ``conf``); empty when there is none.
+    """
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        home = os.environ.get("SPARK_HOME")
+        if not home:
+            import importlib.util
+
+            spec = importlib.util.find_spec("pyspark")
+            home = os.path.dirname(spec.origin) if spec and spec.origin else ""
+        conf_dir = os.path.join(home, "conf") if home else ""
+    path = os.path.join(conf_dir, "spark-defaults.conf") if conf_dir else ""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    keys = set()
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keys.add(line.replace("=", " ", 1).split(None, 1)[0])
+    return keys
+
+
+def executor_jvm_conf(conf: Mapping[str, Any], preset: set[str] | frozenset[str] = frozenset()) -> dict[str, str]:
+    """
+    ``spark.executor.extraJavaOptions`` = :data:`JVM_STARTUP_OPTIONS`, unless the application's ``conf`` or the
+    cluster's defaults (``preset``, e.g. :func:`spark_defaults_keys`) already set executor JVM options, which it
+    would replace. A user turns it off with ``conf={"spark.executor.extraJavaOptions": ""}``.
+
+    :param conf: the application's properties.
+    :param preset: properties set elsewhere that a submitted ``--conf`` would override.
+    :return: the property to add, or ``{}``.
+    """
+    key = "spark.executor.extraJavaOptions"
+    return {} if key in conf or key in preset else {key: JVM_STARTUP_OPTIONS}
 
 
 SPARK_LOG4J2 = """\

@@ -29,7 +29,9 @@ from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRes
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.result import read_job_result
 from airflow_provider_horovod.hooks.slots import check_standalone_fits, standalone_defaults
-from airflow_provider_horovod.hooks.spark_conf import BASE_SPARK_CONF, check_reachable, master_addresses
+from airflow_provider_horovod.hooks.spark_conf import (
+    BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, check_reachable, executor_jvm_conf, master_addresses,
+)
 from airflow_provider_horovod.hooks.staging import Staging
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
@@ -154,7 +156,9 @@ class HorovodStandaloneHook(BaseHook):
         env = {**rank_env, driver_program.KEY_ENV: key.hex()}
         if rank_env:
             env[RANK_ENV_NAMES] = ",".join(sorted(rank_env))
-        properties = {**standalone_defaults(self.np, self.endpoints.master_ui_url, properties), **properties}
+        properties = {**standalone_defaults(self.np, self.endpoints.master_ui_url, properties),
+                      "spark.driver.extraJavaOptions": JVM_STARTUP_OPTIONS, **executor_jvm_conf(properties),
+                      **properties}  # the user's conf wins over each default
         check_standalone_fits(master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
                               np=self.np, conf=properties, cluster_mode=True, log=self.log)
         with self.client(RetryPolicy(max_attempts=3)) as client:

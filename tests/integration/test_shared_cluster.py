@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
 from tests.integration.shared_cluster_jobs import RECORD, job_conf, run_client_job, starts, wait_until
 from tests.standalone import MARKER_ENV, standalone_cluster
 
@@ -84,6 +85,10 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
         in message
     assert "other applications hold every core" in message and f"{done_first.app_id} 'shared-first'" in message
     assert sorted(starts(tmp_path)) == [(tag, r) for tag in ("first", "second") for r in range(4)]
+    # the executors started with the hook's JVM options (the first line of an executor's stderr is its command)
+    commands = [path.read_text(errors="replace").split("\n", 1)[0]
+                for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr")]
+    assert commands and all(JVM_STARTUP_OPTIONS in command for command in commands), commands
 
 
 def test_jobs_that_can_never_fit_fail_before_submission(cluster, tmp_path):
