@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -53,6 +54,13 @@ def test_task_horovod_returns_rank_zero_value_with_multiple_outputs_mapping_and_
     assert [airflow.xcom("horovod_taskflow", run_id, "sweep", map_index=i) for i in (0, 1)] == [
         pytest.approx(0.6), pytest.approx(1.2)]
     assert airflow.xcom("horovod_taskflow", run_id, "sweep", "artifact_dir", map_index=1).endswith("/sweep/map-1/try-1")
+    # timeline=True through the decorator: each mapped job's Horovod Timeline, closed as valid JSON
+    for i in (0, 1):
+        sweep_dir = airflow.xcom("horovod_taskflow", run_id, "sweep", "artifact_dir", map_index=i)
+        assert airflow.xcom("horovod_taskflow", run_id, "sweep", "artifact_paths", map_index=i) == [
+            f"{sweep_dir}/horovod_timeline.json"]
+        with open(f"{sweep_dir}/horovod_timeline.json") as f:
+            assert "ALLREDUCE" in {r.get("name") for r in json.load(f)}
     # the asset events carry the model's location; the alias made a per-run asset named by the artifact dir
     events = airflow.asset_events(source_dag_id="horovod_taskflow", source_run_id=run_id)
     by_uri = {e["uri"]: e for e in events}

@@ -47,7 +47,7 @@ with DAG(dag_id="horovod_taskflow", schedule=None, start_date=pendulum.datetime(
     trained = train(0.5)
     report(trained["model_path"], trained["total"])
 
-    @task.horovod(np=2, conn_id=None, poll_interval_s=None)
+    @task.horovod(np=2, conn_id=None, poll_interval_s=None, timeline=True)
     def sweep(lr: float, epochs: int) -> float:
         import horovod.torch as hvd
         import torch
