@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Build Horovod from its sdist with Gloo and PyTorch support (no MPI, no TensorFlow/MXNet, CPU collectives) and
-# install it into a Python environment that already has PyTorch: what scripts/setup.sh does for ./.venv. It needs
+# Build Horovod from its sdist with Gloo and PyTorch (or TensorFlow) support (no MPI, no MXNet, CPU collectives) and
+# install it into a Python environment that already has that framework: what scripts/setup.sh does for ./.venv. It needs
 # nothing else from this checkout, so copy it to the machines whose Python runs Spark executors.
 #
-#   bash build_horovod.sh [--constraints FILE] [--wheel-dir DIR | --source-dir DIR] [PYTHON]
+#   bash build_horovod.sh [--constraints FILE] [--framework F] [--wheel-dir DIR | --source-dir DIR] [PYTHON]
 #
-#   PYTHON          the interpreter to install into (default: $PYTHON, else python3 on PATH); it must have torch
+#   PYTHON          the interpreter to install into (default: $PYTHON, else python3 on PATH); it must have the
+#                   framework installed
+#   --framework     pytorch (default: horovod.torch) or tensorflow (horovod.tensorflow and horovod.keras, for
+#                   Keras; requirements/keras-pins.txt has the tested TensorFlow 2.15 set, scripts/setup_keras.sh)
 #   --constraints   a pip constraints file (this checkout's requirements/constraints-user.txt) so that cloudpickle
 #                   and the build tools get the tested versions; HOROVOD_VERSION (default 0.28.1) otherwise
-#   --wheel-dir     build the wheel into DIR instead of installing it (for machines with the same Python and torch)
-#   --source-dir    only download, unpack and patch the sdist into DIR/horovod-VERSION (no build, no torch needed)
+#   --wheel-dir     build the wheel into DIR instead of installing it (for machines with the same Python and framework)
+#   --source-dir    only download, unpack and patch the sdist into DIR/horovod-VERSION (no build, no framework needed)
 #   HOROVOD_SDIST   a horovod-VERSION.tar.gz to use instead of downloading it (machines without a package index)
 #
 # The sdist is patched before the build (one line, PATCH below): Horovod 0.28.1 creates its process sets' Gloo
@@ -17,8 +20,9 @@
 # other hosts may not reach. The build is labelled 0.28.1+gloo.iface (`pip show horovod`), which the launcher reads
 # to skip its host-name check; an unlabelled Horovod here is rebuilt.
 # Needs g++, make and patch. About 6 minutes on 2 cores the first time; the wheel is kept in
-# ~/.cache/build_horovod (HOROVOD_WHEEL_CACHE), per Python, torch version and patch, so reinstalling is instant.
-# Does nothing when that interpreter already imports horovod.torch with Gloo from a patched build.
+# ~/.cache/build_horovod (HOROVOD_WHEEL_CACHE), per Python, framework version and patch, so reinstalling is instant.
+# Does nothing when that interpreter already imports horovod.torch (horovod.tensorflow.keras) with Gloo from a
+# patched build.
 set -euo pipefail
 
 die() { echo "build_horovod: $*" >&2; exit 1; }
@@ -27,16 +31,25 @@ CONSTRAINTS=()
 PY=${PYTHON:-python3}
 WHEEL_DIR=
 SOURCE_DIR=
+FRAMEWORK=pytorch
 while [ $# -gt 0 ]; do
   case "$1" in
     --constraints) [ $# -ge 2 ] || die "--constraints needs a file"; CONSTRAINTS=(-c "$2"); shift 2 ;;
     --wheel-dir) [ $# -ge 2 ] || die "--wheel-dir needs a directory"; WHEEL_DIR=$2; shift 2 ;;
     --source-dir) [ $# -ge 2 ] || die "--source-dir needs a directory"; SOURCE_DIR=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --framework) [ $# -ge 2 ] || die "--framework needs pytorch or tensorflow"; FRAMEWORK=$2; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) PY=$1; shift ;;
   esac
 done
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
+case "$FRAMEWORK" in  # the framework's module, Horovod's module for it, its build switches
+  pytorch) FW_MODULE=torch; HVD_MODULE=horovod.torch
+           FW_FLAGS=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1) ;;
+  tensorflow) FW_MODULE=tensorflow; HVD_MODULE=horovod.tensorflow.keras
+              FW_FLAGS=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1) ;;
+  *) die "--framework must be pytorch or tensorflow, got '$FRAMEWORK'" ;;
+esac
 LABEL=gloo.iface  # the local version label of a patched build: 0.28.1+gloo.iface
 
 command -v "$PY" >/dev/null || die "no interpreter $PY"
@@ -91,10 +104,10 @@ fi
 
 command -v g++ >/dev/null || die "a C++ compiler (g++) is required to build Horovod; install build-essential"
 command -v make >/dev/null || die "make is required to build Horovod; install build-essential"
-"$PY" -c 'import torch' 2>/dev/null \
-  || die "$PY has no torch: install PyTorch first (Horovod builds its PyTorch extension against it)"
+"$PY" -c "import $FW_MODULE" 2>/dev/null \
+  || die "$PY has no $FW_MODULE: install $FRAMEWORK first (Horovod builds its $FRAMEWORK extension against it)"
 # exit 0: a patched build with Gloo; 3: Horovod with Gloo, but not patched; 1: no usable Horovod
-CHECK="import horovod.torch, importlib.metadata as m; from horovod.common.util import gloo_built
+CHECK="import $HVD_MODULE, importlib.metadata as m; from horovod.common.util import gloo_built
 assert gloo_built(); exit(0 if m.version('horovod').endswith('+$LABEL') else 3)"
 if [ -z "$WHEEL_DIR" ]; then
   rc=0; "$PY" -W ignore -c "$CHECK" 2>/dev/null || rc=$?
@@ -105,10 +118,10 @@ if [ -z "$WHEEL_DIR" ]; then
   [ "$rc" = 3 ] && echo "build_horovod: $PY has Horovod without the Gloo interface patch: replacing it"
 fi
 
-# The wheel is built once per Python, torch version and patch, and kept (pip never caches a wheel built from a
+# The wheel is built once per Python, framework version and patch, and kept (pip never caches a wheel built from a
 # local directory): reinstalling into a fresh environment is then instant.
 CACHE=${HOROVOD_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/build_horovod}
-KEY=$("$PY" -c 'import sys, torch; print(f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}")')
+KEY=$("$PY" -c "import sys, $FW_MODULE as fw; print(f'py{sys.version_info[0]}{sys.version_info[1]}-$FW_MODULE{fw.__version__}')")
 OUT=${WHEEL_DIR:-$CACHE/$HOROVOD_VERSION-$KEY-$(printf '%s' "$PATCH" | sha256sum | cut -c1-12)}
 wheel() { ls "$OUT"/horovod-"$HOROVOD_VERSION"+"$LABEL"-*.whl 2>/dev/null | head -1; }
 if [ -n "$(wheel)" ]; then
@@ -122,14 +135,13 @@ else
   # Horovod 0.28.1's CMake pins C++14; PyTorch 2.x's headers need C++17: a compiler wrapper appends -std=c++17.
   printf '#!/bin/sh\nexec g++ "$@" -std=c++17\n' > "$WORK/g++17"
   chmod +x "$WORK/g++17"
-  echo "build_horovod: building Horovod $HOROVOD_VERSION+$LABEL for $PY (Gloo, no MPI; about 6 minutes on 2 cores) ..."
+  echo "build_horovod: building Horovod $HOROVOD_VERSION+$LABEL with $FRAMEWORK for $PY (Gloo, no MPI; 6-15 minutes on 2 cores) ..."
   # HOROVOD_GPU_OPERATIONS empty: CPU collectives through Gloo; CMAKE_POLICY_VERSION_MINIMUM: Horovod's old
-  # CMakeLists with CMake 4; --no-build-isolation: build against the torch installed in that environment. Built from
+  # CMakeLists with CMake 4; --no-build-isolation: build against the framework installed in that environment. Built from
   # the patched directory, so pip's wheel cache (which may hold an unpatched 0.28.1) is never used.
   mkdir -p "$OUT"
   env CXX="$WORK/g++17" CMAKE_POLICY_VERSION_MINIMUM=3.5 PATH="$BIN:$PATH" HOROVOD_LOCAL_VERSION=$LABEL \
-      HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-      HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_GPU_OPERATIONS= \
+      "${FW_FLAGS[@]}" HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_GPU_OPERATIONS= \
       MAKEFLAGS="-j$(nproc)" \
       "${PIP[@]}" wheel -q --no-deps --no-build-isolation -w "$OUT" "$SRC"
   [ -n "$(wheel)" ] || die "pip built no horovod-$HOROVOD_VERSION+$LABEL wheel in $OUT"

@@ -17,9 +17,10 @@ TAIL_CHARS = 4000
 
 def run_client_script(source: str, path: Path, args: Sequence[str] = (), *, timeout_s: float,
                       env: Mapping[str, str] | None = None,
-                      context: Callable[[], str] | None = None) -> tuple[dict, str]:
+                      context: Callable[[], str] | None = None,
+                      python: str = sys.executable) -> tuple[dict, str]:
     """
-    Write ``source`` to ``path``, run it with this interpreter (``sys.executable``) and parse its result line.
+    Write ``source`` to ``path``, run it with ``python`` (default: this interpreter) and parse its result line.
 
     :param source: the script's text; it prints its result as a line ``RESULT <json>``.
     :param path: where to write the script (overwritten if it exists).
@@ -27,6 +28,7 @@ def run_client_script(source: str, path: Path, args: Sequence[str] = (), *, time
     :param timeout_s: seconds the script may run before it is killed.
     :param env: the script's environment (default: this process's).
     :param context: called only on failure; what it returns (e.g. a cluster's log tails) ends the message.
+    :param python: the interpreter to run it with (e.g. the Keras environment's).
     :returns: the JSON value of the last ``RESULT`` line, and the script's whole stdout.
     :raises AssertionError: when the script prints no ``RESULT`` line or runs past ``timeout_s``; the message
         has the exit code (or the timeout), the tails of stdout and stderr, and ``context()``.
@@ -39,7 +41,7 @@ def run_client_script(source: str, path: Path, args: Sequence[str] = (), *, time
         raise AssertionError(message + ("\n" + context() if context else ""))
 
     try:
-        proc = subprocess.run([sys.executable, str(path), *args], env=env, capture_output=True, text=True,
+        proc = subprocess.run([python, str(path), *args], env=env, capture_output=True, text=True,
                               timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         fail(f"was killed after {timeout_s} s", exc.stdout, exc.stderr)
