@@ -87,7 +87,7 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
             f"Everything "
             f"after the cores are back with the master (executor JVMs, Python workers, the barrier tasks' own "
             f"start) is {_s(created - stop)} of the {_s(created)}; the wait's own share is its poll interval, "
-            "0.25 s at most.", ""]
+            f"{poll_interval()} s at most.", ""]
     if retry:
         import statistics
 
@@ -122,3 +122,10 @@ def jvm_options() -> str:
     from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
 
     return JVM_STARTUP_OPTIONS
+
+
+def poll_interval() -> float:
+    """The driver-side wait's poll interval, seconds (``runtime/slots.py``)."""
+    from airflow_provider_horovod.runtime.slots import POLL_INTERVAL_S
+
+    return POLL_INTERVAL_S

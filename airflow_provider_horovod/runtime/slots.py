@@ -52,7 +52,7 @@ from airflow_provider_horovod.runtime.errors import LaunchError
 
 DEFAULT_SLOT_WAIT_TIMEOUT_S = 3600.0
 """How long a barrier job waits for its task slots by default, seconds (``None``: forever)."""
-POLL_INTERVAL_S = 0.25
+POLL_INTERVAL_S = 0.1
 """Seconds between two reads of the application's own slot count (a local call into the driver's JVM)."""
 MASTER_POLL_INTERVAL_S = 2.0
 """Seconds between two reads of the standalone master's state page while waiting."""
