@@ -135,7 +135,7 @@ else
   # Horovod 0.28.1's CMake pins C++14; PyTorch 2.x's headers need C++17: a compiler wrapper appends -std=c++17.
   printf '#!/bin/sh\nexec g++ "$@" -std=c++17\n' > "$WORK/g++17"
   chmod +x "$WORK/g++17"
-  echo "build_horovod: building Horovod $HOROVOD_VERSION+$LABEL with $FRAMEWORK for $PY (Gloo, no MPI; 6-15 minutes on 2 cores) ..."
+  echo "build_horovod: building Horovod $HOROVOD_VERSION+$LABEL with $FRAMEWORK for $PY (Gloo, no MPI; about 6 minutes on 2 cores with pytorch, 2 with tensorflow) ..."
   # HOROVOD_GPU_OPERATIONS empty: CPU collectives through Gloo; CMAKE_POLICY_VERSION_MINIMUM: Horovod's old
   # CMakeLists with CMake 4; --no-build-isolation: build against the framework installed in that environment. Built from
   # the patched directory, so pip's wheel cache (which may hold an unpatched 0.28.1) is never used.

@@ -97,7 +97,11 @@ class HorovodStandaloneHook(BaseHook):
         )
 
     def client(self, retry: RetryPolicy | None = None) -> SparkRestClient:
-        """A REST client for this master (close it, or use it as a context manager)."""
+        """
+        A REST client for this master (close it, or use it as a context manager).
+
+        :param retry: the retry policy of its calls (default: :class:`RetryPolicy`'s defaults).
+        """
         e = self.endpoints
         return SparkRestClient(rest_url=e.rest_url, master_ui_url=e.master_ui_url, timeout_s=self.timeout_s,
                                retry=retry or RetryPolicy())
@@ -191,12 +195,20 @@ class HorovodStandaloneHook(BaseHook):
                              "spark.master.rest.port in the connection's rest-port extra (default 6066)")
 
     def status(self, submission_id: str) -> DriverStatus:
-        """The driver's state from the REST submission server."""
+        """
+        The driver's state from the REST submission server.
+
+        :param submission_id: the driver id (``driver-...``).
+        """
         with self.client() as client:
             return client.driver_status(submission_id)
 
     def kill(self, submission_id: str) -> None:
-        """Ask the master to kill the driver (its executors and ranks go with the application)."""
+        """
+        Ask the master to kill the driver (its executors and ranks go with the application).
+
+        :param submission_id: the driver id (``driver-...``).
+        """
         with self.client(RetryPolicy(max_attempts=3)) as client:
             response = client.kill_submission(submission_id)
         self.log.info("Kill of driver %s: %s", submission_id, response.message or response.success)
@@ -225,7 +237,12 @@ class HorovodStandaloneHook(BaseHook):
 
     @staticmethod
     def app_started(staging: Any) -> tuple[str | None, str | None]:
-        """``(app_id, ui_url)`` once the driver has written ``status.json``, else ``(None, None)``."""
+        """
+        ``(app_id, ui_url)`` once the driver has written ``status.json``, else ``(None, None)``.
+
+        :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.hooks.staging.Staging` or a
+            path or URI).
+        """
         try:
             data = json.loads(Staging.of(staging).read_bytes("status.json") or b"")
         except (OSError, ValueError):
@@ -234,7 +251,14 @@ class HorovodStandaloneHook(BaseHook):
 
     @staticmethod
     def result(staging: Any, status: DriverStatus | None = None):  # -> JobResult
-        """The job's result from the staging directory; the driver's state explains a missing result."""
+        """
+        The job's result from the staging directory; the driver's state explains a missing result.
+
+        :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.hooks.staging.Staging` or a
+            path or URI).
+        :param status: the driver's final state, when known.
+        :raises HorovodJobError: the job failed, or left no result.
+        """
         cause = None
         if status is not None and not status.is_successful:
             cause = RuntimeError(f"driver state {status.driver_state}: {status.message or 'no message'}")

@@ -95,6 +95,9 @@ class JobReporting:
         """
         When the job wrote TensorBoard logs, push their directory as XCom ``tensorboard_dir`` and log the command
         that shows them; when it recorded the Horovod Timeline, log where it is and how to open it.
+
+        :param ti: the task instance (XCom pull and push).
+        :param artifact_paths: the files the job wrote.
         """
         artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
         if artifact_dir and (logdir := tensorboard_location(artifact_dir, artifact_paths)):

@@ -49,6 +49,8 @@ def validate_verbosity(value: object) -> str:
     """
     Check ``driver_log_verbosity``.
 
+    :param value: the argument as given.
+    :return: it, as a string.
     :raises ValueError: not one of ``"log_callback_only"`` (rank 0's output only) or ``"all"``.
     """
     if value not in DRIVER_LOG_VERBOSITIES:
@@ -60,6 +62,9 @@ def validate_timeout(name: str, value: object) -> float | None:
     """
     Check an optional timeout in seconds.
 
+    :param name: the parameter's name, for the message (e.g. ``"start_timeout_s"``).
+    :param value: the argument as given.
+    :return: the seconds as a float, or ``None``.
     :raises ValueError: not ``None`` and not a positive number; the message names ``name``.
     """
     if value is None:
@@ -194,6 +199,11 @@ class HorovodRunner:
         Run an already serialized payload; return rank 0's cloudpickled return value.
 
         Used by :meth:`run` and by the spark-submit driver program (the operator's path).
+
+        :param payload: the payload bytes (:func:`~airflow_provider_horovod.runtime.payload.dumps_payload`).
+        :return: rank 0's cloudpickled return value, or ``None`` when it returned nothing to pickle.
+        :raises RankFailedError: a rank failed.
+        :raises LaunchError: the stage could not run.
         """
         spec = JobSpec(payload=payload, np=abs(self.np), artifact_dir=self.artifact_dir,
                        forward_all=self.driver_log_verbosity == "all", gloo_timeout_s=self.gloo_timeout_s, env=self.env,
