@@ -83,6 +83,10 @@ BASE_SPARK_CONF: dict[str, str] = {
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "5s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "6",
     "spark.ui.showConsoleProgress": "false",
+    # The progress lines read the live UI's REST API. By default Spark writes a stage's live counts at most every
+    # 100 ms and otherwise only at the next executor heartbeat (10 s): two barrier tasks starting within 100 ms
+    # showed as "1/2 tasks launched" for up to 10 s. A barrier job has a handful of task events: write each.
+    "spark.ui.liveUpdate.period": "0ms",
     "spark.executorEnv.PYTHONUNBUFFERED": "1",
 }
 """Properties set on every submission unless the user's ``conf`` sets them."""
