@@ -122,8 +122,11 @@ def _complete_events(path: Path, job_name: str) -> list[dict] | None:
 
 def test_marking_a_deferred_task_failed_kills_its_driver_from_the_triggerer(airflow, cluster):
     run_id = airflow.trigger("horovod_deferred_kill")
-    _poll("the task to defer while its driver runs", lambda: _ti(airflow, "horovod_deferred_kill", run_id)["state"]
-          == "deferred" and any(d["state"] == "RUNNING" for d in cluster.master_json().get("activedrivers", [])),
+    # Wait for the trigger itself to report the RUNNING driver (its line in the try's log), not only for the task to
+    # be deferred: a task marked failed before the triggerer has started its trigger never gets on_kill (Airflow
+    # drops the trigger unrun), and with a fast driver start the test's PATCH could land in that second.
+    _poll("the trigger to watch the RUNNING driver", lambda: _ti(airflow, "horovod_deferred_kill", run_id)["state"]
+          == "deferred" and "is RUNNING" in _log(airflow, "horovod_deferred_kill", run_id),
           timeout_s=300, interval_s=2)
     [driver] = cluster.master_json()["activedrivers"]
     airflow.api("PATCH", f"/api/v2/dags/horovod_deferred_kill/dagRuns/{run_id}/taskInstances/train",
