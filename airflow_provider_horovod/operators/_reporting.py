@@ -84,22 +84,24 @@ class JobReporting:
         ti.xcom_push(key=XCOM_SPARK_APP_ID, value=result.app_id)
         ti.xcom_push(key=XCOM_ARTIFACT_PATHS, value=result.artifact_paths)
         self.log.info("Artifacts pushed to XCom %r: %s", XCOM_ARTIFACT_PATHS, result.artifact_paths)
-        self._report_observability(ti, result.artifact_paths)
+        # pushed by execute() before submitting (a deferred or reattached try reads it back from XCom)
+        artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
+        self._report_observability(ti, artifact_dir, result.artifact_paths)
         value = None if result.return_value is None else cloudpickle.loads(result.return_value)
         check_xcom_value(value, max_bytes=self.max_return_value_bytes, artifact_paths=result.artifact_paths)
         if self.outlets:
-            self._attach_model_events(ti, result, value)
+            self._attach_model_events(result, value, artifact_dir)
         return value
 
-    def _report_observability(self, ti: Any, artifact_paths: list[str]) -> None:
+    def _report_observability(self, ti: Any, artifact_dir: str | None, artifact_paths: list[str]) -> None:
         """
         When the job wrote TensorBoard logs, push their directory as XCom ``tensorboard_dir`` and log the command
         that shows them; when it recorded the Horovod Timeline, log where it is and how to open it.
 
-        :param ti: the task instance (XCom pull and push).
+        :param ti: the task instance (XCom push).
+        :param artifact_dir: the job's artifact directory.
         :param artifact_paths: the files the job wrote.
         """
-        artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
         if artifact_dir and (logdir := tensorboard_location(artifact_dir, artifact_paths)):
             ti.xcom_push(key=XCOM_TENSORBOARD_DIR, value=logdir)
             self.log.info("TensorBoard logs (XCom %r): tensorboard --logdir %s", XCOM_TENSORBOARD_DIR, logdir)
@@ -107,13 +109,12 @@ class JobReporting:
             if path.endswith("/" + TIMELINE_FILE_NAME):
                 self.log.info("Horovod Timeline: %s (open it in chrome://tracing or https://ui.perfetto.dev)", path)
 
-    def _attach_model_events(self, ti: Any, result: JobResult, value: Any) -> None:
+    def _attach_model_events(self, result: JobResult, value: Any, artifact_dir: str | None) -> None:
         """Put the model's location on the asset events of this task's outlets (:mod:`airflow_provider_horovod.assets`)."""
         from airflow.sdk import get_current_context
 
         from airflow_provider_horovod.assets import attach_model_events, model_event_extra
 
-        artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
         extra = model_event_extra(artifact_dir=artifact_dir, artifact_paths=result.artifact_paths,
                                   app_id=result.app_id, return_value=value)
         attached = attach_model_events(get_current_context().get("outlet_events"), self.outlets, extra)
