@@ -43,7 +43,7 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
     :param standalone_run: the section is written into a page from an earlier full run (``--only b5``): it
         then states its own date, machine load and versions.
     """
-    from benchmarks.queueing import GOAL_S, phases
+    from benchmarks.queueing import GOAL_S, PHASES, phases
 
     b5, meta = results["b5"], results["meta"]
     out = [B5_START, "## B5 queueing on a busy cluster", ""]
@@ -66,28 +66,36 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
     steps = {name: phases(rounds) for name, rounds in b5["rounds"].items() if rounds}
     if steps:
         names = list(steps)
-        out += ["Where the time goes (medians, seconds from the holding job's `HorovodRunner.run` returning):", "",
+        out += ["Where the time goes (medians, seconds from the holding job's `HorovodRunner.run` returning; the "
+                "cluster's steps from its own logs, to the millisecond, the last executor's for each):", "",
                 "| Step | " + " | ".join(b5["contenders"][n] for n in names) + " |",
                 "|---|" + "---|" * len(names)]
-        for step in next(iter(steps.values())):
-            out.append(f"| {step} | " + " | ".join(_s(steps[n][step]) for n in names) + " |")
+        for key, label in PHASES.items():
+            out.append(f"| {label} | " + " | ".join(_s(steps[n][key]) if steps[n][key] is not None else "-"
+                                                   for n in names) + " |")
         out.append("")
     ours = steps.get("ours")
     retry = b5["rounds"].get("spark-retry") or []
-    if ours and all(ours[k] is not None for k in ours):
-        stop, seen, created, entered = ours.values()
+    if ours and all(v is not None for v in ours.values()):
+        o = ours
         out += [
-            f"**Reading.** With the provider's wait, the holding job's `SparkContext.stop()` hands its cores back "
-            f"to the master in {_s(stop)}; the waiting job's driver counts its 4 slots {_s(seen)} after the holding "
-            f"job's return, so {_s(seen - stop)} go to the master starting the waiting job's executor JVMs and "
-            f"their registering with its driver; {_s(created - seen)} more pass until the rank processes exist: the "
-            f"stage is submitted, each fresh executor starts its Python worker, and each task spawns its rank at "
-            f"once (the rank then needs {_s(entered - created)} more to start its interpreter, get the rendezvous "
-            f"port that task 0's server shares through the tasks' `allGather`, and unpickle the function). "
-            f"Everything "
-            f"after the cores are back with the master (executor JVMs, Python workers, the barrier tasks' own "
-            f"start) is {_s(created - stop)} of the {_s(created)}; the wait's own share is its poll interval, "
-            f"{poll_interval()} s at most.", ""]
+            f"**Reading.** The holding job's application ends as its `SparkContext.stop()` begins: the master "
+            f"launches the waiting job's executors {_s(o['launched'])} after the return (the stop itself returns "
+            f"at {_s(o['stopped'])}, off the path). Starting those executor JVMs until the last registers with the "
+            f"waiting driver takes {_s(o['registered'] - o['launched'])}, the largest step; the driver's wait sees "
+            f"the slots {_s(o['slots_seen'] - o['registered'])} later (its poll interval is {poll_interval()} s) "
+            f"and the barrier tasks are on the executors {_s(o['assigned'] - o['slots_seen'])} after that (the "
+            f"stage's RDD already exists in the JVM: only the job is submitted). The executors fetch the runtime "
+            f"zip and the task and start Python in {_s(o['python'] - o['assigned'])}; each task then has its rank "
+            f"process {_s(o['created'] - o['python'])} later (PySpark's daemon and worker start, the task "
+            f"unpickled, the rank spawned at once: the daemon the hooks select imports PySpark compiled, not from "
+            f"Spark's source-only `pyspark.zip`, `runtime/pyspark_daemon.py`). The rank then needs "
+            f"{_s(o['entry'] - o['created'])} more to start its interpreter, get the rendezvous port that task "
+            f"0's server shares through the tasks' `allGather`, and unpickle the function; most of that is the "
+            f"`allGather` (a plain two-task `allGather` took 1.0 s on this machine too, as did a `barrier()`: "
+            f"Spark's barrier sync answers in whole seconds), which a real training function "
+            f"spends importing its framework (the rank imports it meanwhile). The provider's own share of the "
+            f"{_s(o['created'])}: the poll, at most {poll_interval()} s.", ""]
     if retry:
         import statistics
 
@@ -113,7 +121,8 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
             "\"task slots available\" line as it arrives. One machine, so the clocks agree. The waiting job "
             "alternates between the contenders; executors at Spark's standalone default (one per worker, "
             "`spark.cores.max=4`); driver and executor JVMs with the options the provider's hooks give the "
-            f"applications they submit (`{jvm_options()}`, `hooks/spark_conf.py`).", B5_END]
+            f"applications they submit (`{jvm_options()}`, `hooks/spark_conf.py`), and their Python daemon "
+            f"(`spark.python.daemon.module={daemon_module()}`).", B5_END]
     return out
 
 
@@ -122,6 +131,13 @@ def jvm_options() -> str:
     from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
 
     return JVM_STARTUP_OPTIONS
+
+
+def daemon_module() -> str:
+    """The Python daemon module B5's applications get (the hooks' own)."""
+    from airflow_provider_horovod.hooks.spark_conf import PYTHON_DAEMON_MODULE
+
+    return PYTHON_DAEMON_MODULE
 
 
 def poll_interval() -> float:

@@ -52,7 +52,7 @@ SCRIPT = r'''
 import json, os, sys, time
 from pyspark.sql import SparkSession
 
-master, ui_port, gate, variant, jvm_options = sys.argv[1:6]
+master, ui_port, gate, variant, jvm_options, hook_conf = sys.argv[1:7]
 builder = (SparkSession.builder.master(master).appName(f"b5-{variant}")
            .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -62,6 +62,8 @@ builder = (SparkSession.builder.master(master).appName(f"b5-{variant}")
            # the JVM options the provider's hooks give the applications they submit (hooks/spark_conf.py)
            .config("spark.driver.extraJavaOptions", jvm_options)
            .config("spark.executor.extraJavaOptions", jvm_options))
+for key, value in json.loads(hook_conf).items():  # the hooks' Python daemon (hooks/spark_conf.py)
+    builder = builder.config(key, value)
 if variant == "spark-retry":
     import airflow_provider_horovod.runtime.runner as runner_module
 
@@ -73,6 +75,7 @@ else:  # the provider's defaults (hooks/horovod.py BASE_SPARK_CONF)
                .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "6"))
 spark = builder.getOrCreate()
 spark.sparkContext.setLogLevel("WARN")
+print("B5 APP", spark.sparkContext.applicationId, flush=True)
 from airflow_provider_horovod.runtime import HorovodRunner
 
 
@@ -95,6 +98,59 @@ print("B5 RESULT " + json.dumps(value), flush=True)
 spark.stop()
 print("B5 STOPPED", time.time(), flush=True)
 '''
+
+
+CLUSTER_LOG4J2 = """\
+# B5's cluster (master, workers, executors): Spark's INFO lines with millisecond timestamps, which the harness reads
+rootLogger.level = info
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yyyy-MM-dd HH:mm:ss.SSS} %p %c{1}: %m%n
+"""
+LOG_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+CLUSTER_MARKS = {
+    "launched": ("master", "Launching executor {app}/"),
+    "registered": ("executor", "Successfully registered with driver"),
+    "assigned": ("executor", "Got assigned task"),
+    "python": ("executor", "Starting Python task execution"),
+}
+"""What the harness reads from the cluster's logs for each waiting job: (whose log, line containing)."""
+
+
+def cluster_marks(work_dir: Path, app: str) -> dict[str, float | None]:
+    """
+    When the cluster's logs say each :data:`CLUSTER_MARKS` step happened for application ``app``: the master's
+    first such line, and each executor's first, the last executor's for the job (a barrier stage needs all).
+
+    :param work_dir: the standalone cluster's work directory (``logs/master.log``, ``worker-*/<app>/*/stderr``).
+    :param app: the application id.
+    :return: epoch seconds per step; ``None`` where no line says it.
+    """
+    import datetime
+
+    def first(lines: list[str], text: str) -> float | None:
+        for line in lines:
+            if text in line:
+                try:
+                    return datetime.datetime.strptime(line[:23], LOG_TIME_FORMAT).timestamp()
+                except ValueError:
+                    continue
+        return None
+
+    master = (work_dir / "logs" / "master.log").read_text(errors="replace").splitlines()
+    executors = [p.read_text(errors="replace").splitlines() for p in work_dir.glob(f"worker-*/{app}/*/stderr")]
+    marks: dict[str, float | None] = {}
+    for step, (where, text) in CLUSTER_MARKS.items():
+        if where == "master":
+            marks[step] = first(master, text.format(app=app))
+        else:
+            times = [first(lines, text) for lines in executors]
+            marks[step] = max(times) if times and None not in times else None
+    return marks
 
 
 class Job:
@@ -154,9 +210,12 @@ def _start(cluster, script: Path, work: Path, variant: str, index: int) -> tuple
     env = {**cluster.env, **bench_environ()}
     ui_port = cluster.web_ui_url.rsplit(":", 1)[1]
     gate = work / f"gate-{index}"
-    from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
+    from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS, python_daemon_conf
+    from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME
 
-    return Job(script, [cluster.master_url, ui_port, str(gate), variant, JVM_STARTUP_OPTIONS], env), gate
+    # HorovodRunner ships the runtime zip (addPyFile): the executors fetch it into their working directory
+    hook_conf = json.dumps(python_daemon_conf({}, RUNTIME_ZIP_NAME))
+    return Job(script, [cluster.master_url, ui_port, str(gate), variant, JVM_STARTUP_OPTIONS, hook_conf], env), gate
 
 
 def _waiting(job: Job, variant: str) -> float:
@@ -186,6 +245,8 @@ def run_b5(reps: int, budget_s: float, notes: list[str], log) -> dict:
     start, last = time.monotonic(), 0.0
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, work, ignore_errors=True)
+        (work / "standalone" / "conf").mkdir(parents=True)
+        (work / "standalone" / "conf" / "log4j2.properties").write_text(CLUSTER_LOG4J2)
         cluster = cleanup.enter_context(standalone_cluster(workers=2, cores_per_worker=2,
                                                            work_dir=work / "standalone"))
         try:
@@ -219,6 +280,10 @@ def run_b5(reps: int, budget_s: float, notes: list[str], log) -> dict:
             jobs[-1][1].touch()  # release the last holder
             for job, _, _ in jobs:
                 job.finish()
+            for measured in rounds.values():
+                for r in measured:
+                    app = jobs[r["job"]][0].wait_for("B5 APP", timeout_s=1)[1].split()[-1]
+                    r.update(cluster_marks(work / "standalone", app))
         finally:
             for job, _, _ in jobs:
                 if job.proc.poll() is None:
@@ -244,20 +309,29 @@ def run_b5(reps: int, budget_s: float, notes: list[str], log) -> dict:
     return {"rounds": rounds, "series": series, "goal_s": GOAL_S, "contenders": dict(CONTENDERS)}
 
 
-def phases(rounds: list[dict]) -> dict[str, float | None]:
-    """Median seconds of each step of the hand-over, from the holding job's `HorovodRunner.run` returning."""
-    def med(values: list[float]) -> float | None:
-        return statistics.median(values) if values else None
+PHASES = {
+    "launched": "holding application ended: the master launches the waiting job's executors",
+    "registered": "executor JVMs started and registered with the waiting driver",
+    "slots_seen": "waiting driver sees its 4 slots",
+    "assigned": "barrier tasks assigned to the executors",
+    "python": "tasks start Python (each executor's PySpark daemon)",
+    "created": "rank processes created = queueing cost",
+    "entry": "function entered (rank interpreter started, function unpickled)",
+    "stopped": "holding job's SparkContext.stop() returned (not on the path)",
+}
+"""The steps of a hand-over, in order (keys of a round), and their labels on the page."""
 
-    return {
-        "holding job: SparkContext.stop() (cores back to the master)": med([r["stopped"] - r["freed"]
-                                                                          for r in rounds]),
-        "waiting job: its driver sees its slots": med([r["slots_seen"] - r["freed"] for r in rounds
-                                                       if r["slots_seen"] is not None]),
-        "waiting job: rank processes created = queueing cost": med([r["created"] - r["freed"] for r in rounds]),
-        "waiting job: function entered (interpreter started, function unpickled)": med([r["entry"] - r["freed"]
-                                                                                        for r in rounds]),
-    }
+
+def phases(rounds: list[dict]) -> dict[str, float | None]:
+    """
+    Median seconds of each step of the hand-over (:data:`PHASES`), from the holding job's `HorovodRunner.run`
+    returning; ``None`` for a step no round saw (the alternative has no "sees its slots" line).
+    """
+    out: dict[str, float | None] = {}
+    for key in PHASES:
+        values = [r[key] - r["freed"] for r in rounds if r.get(key) is not None]
+        out[key] = statistics.median(values) if values else None
+    return out
 
 
 def main() -> int:
@@ -266,7 +340,8 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     result = run_b5(int(os.environ.get("B5_REPS", "1")), 600.0, [], lambda m: print(m, file=sys.stderr))
     for name, rs in result["rounds"].items():
-        print(name, json.dumps(phases(rs)))
+        for key, value in phases(rs).items():
+            print(f"{name:12} {'-' if value is None else f'{value:+.2f} s'}  {PHASES[key]}")
     return 0
 
 

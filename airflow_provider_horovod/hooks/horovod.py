@@ -27,7 +27,7 @@ from airflow_provider_horovod.hooks.slots import (
 )
 from airflow_provider_horovod.hooks.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, MASTER_CONNECT_TIMEOUT_S, SPARK_LOG4J2, check_reachable, executor_jvm_conf,
-    local_spark_conf, master_addresses, spark_defaults_keys,
+    local_spark_conf, master_addresses, python_daemon_conf, spark_defaults_keys,
 )
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
@@ -232,8 +232,10 @@ class HorovodHook(BaseHook):
                 log4j.write_text(SPARK_LOG4J2.format(level=self.spark_log_level.lower()))
                 options.insert(0, f"-Dlog4j2.configurationFile=file:{log4j}")
             conf["spark.driver.extraJavaOptions"] = " ".join(options)
+        preset = spark_defaults_keys()
         if not local:  # local[np] has no executor JVMs
-            conf = {**executor_jvm_conf(conf, spark_defaults_keys()), **conf}
+            conf = {**executor_jvm_conf(conf, preset), **conf}
+        conf.update(python_daemon_conf(conf, str(zip_path) if local else RUNTIME_ZIP_NAME, preset))
         if not local and (standalone := standalone_master(self.get_connection(self.conn_id))) is not None:
             sized = {**submit_kwargs_conf(self.spark_submit_kwargs), **conf}
             conf = {**standalone_defaults(self.np, standalone[1], sized), **conf}

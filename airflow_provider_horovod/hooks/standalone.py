@@ -30,7 +30,7 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.result import read_job_result
 from airflow_provider_horovod.hooks.slots import check_standalone_fits, standalone_defaults
 from airflow_provider_horovod.hooks.spark_conf import (
-    BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, check_reachable, executor_jvm_conf, master_addresses,
+    BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, check_reachable, executor_jvm_conf, master_addresses, python_daemon_conf,
 )
 from airflow_provider_horovod.hooks.staging import Staging
 from airflow_provider_horovod.runtime import driver as driver_program
@@ -163,6 +163,9 @@ class HorovodStandaloneHook(BaseHook):
         properties = {**standalone_defaults(self.np, self.endpoints.master_ui_url, properties),
                       "spark.driver.extraJavaOptions": JVM_STARTUP_OPTIONS, **executor_jvm_conf(properties),
                       **properties}  # the user's conf wins over each default
+        # the executors find the runtime zip in their working directory: from spark.files, or from the driver's
+        # addPyFile when it fetched the zip from object storage itself (runner.py _ship_runtime)
+        properties.update(python_daemon_conf(properties, RUNTIME_ZIP_NAME))
         check_standalone_fits(master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
                               np=self.np, conf=properties, cluster_mode=True, log=self.log)
         with self.client(RetryPolicy(max_attempts=3)) as client:

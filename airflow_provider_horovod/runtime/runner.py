@@ -238,11 +238,12 @@ class HorovodRunner:
         with LogServer(host) as logs:
             spec = JobSpec(**{**spec.__dict__, "log_address": logs.address, "log_token": logs.token,
                               "executors_share_driver_stderr": sc.master.startswith("local")})
-            wait_for_slots(sc, spec.np, self.slot_wait_timeout_s)  # last: nothing else left once the slots come
+            rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))
+            rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
+            wait_for_slots(sc, spec.np, self.slot_wait_timeout_s)  # ... so, once the slots come, only the job is left
             sc.setJobGroup(group, f"HorovodRunner np={spec.np}", interruptOnCancel=True)
             try:
-                rdd = sc.parallelize(range(spec.np), spec.np).barrier()
-                results = rdd.mapPartitions(functools.partial(barrier_task, spec)).collect()
+                results = rdd.collect()
             except KeyboardInterrupt:
                 sc.cancelJobGroup(group)
                 raise
@@ -262,7 +263,10 @@ class HorovodRunner:
             return
         if sc.applicationId in _shipped_to:
             return
-        path = os.path.join(_runtime_dir(), f"{sc.applicationId}-{RUNTIME_ZIP_NAME}")
+        # one directory per application, the zip under its own name: executors fetch it into their working
+        # directory as RUNTIME_ZIP_NAME, where the hooks' spark.executorEnv.PYTHONPATH expects it (spark_conf.py)
+        path = os.path.join(_runtime_dir(), sc.applicationId, RUNTIME_ZIP_NAME)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(runtime_zip())
         sc.addPyFile(path)

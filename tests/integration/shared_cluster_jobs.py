@@ -49,7 +49,12 @@ def train(tag: str, record: str, gate: str | None = None, gate_timeout_s: float 
         return None
     with open(os.path.join(artifact_dir(), f"{tag}.txt"), "w") as f:
         f.write(tag)
-    return {"tag": tag, "size": hvd.size(), "total": total, "entered": entered, "done": time.time()}
+    import importlib.util
+
+    # where this rank, and the Spark Python worker whose import path it inherits, finds PySpark
+    pyspark_origin = importlib.util.find_spec("pyspark").origin
+    return {"tag": tag, "size": hvd.size(), "total": total, "entered": entered, "done": time.time(),
+            "pyspark": pyspark_origin}
 
 
 def starts(work: Path) -> list[tuple[str, int]]:

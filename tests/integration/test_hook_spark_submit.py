@@ -116,6 +116,29 @@ def test_negative_np_through_spark_submit(spark_env, tmp_path):
     assert result.app_id is None and result.artifact_paths == []
 
 
+def where_pyspark_loads_from():
+    import importlib.util
+
+    import horovod.torch as hvd
+
+    hvd.init()
+    # the rank inherits the import path of the Spark Python worker that started it
+    return importlib.util.find_spec("pyspark").origin
+
+
+def test_the_local_masters_python_workers_load_pyspark_compiled(spark_env, tmp_path):
+    """The daemon module comes from the runtime zip's absolute path (local[np]: the daemon runs beside the driver)."""
+    key = secrets.token_bytes(32)
+    payload = tmp_path / "payload.bin"
+    _write(payload, dumps_payload(where_pyspark_loads_from, key=key))
+    result = HorovodHook(conn_id=None, np=2).run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key,
+                                                     artifact_dir=str(tmp_path / "art"))
+    import cloudpickle
+    import pyspark
+
+    assert cloudpickle.loads(result.return_value) == pyspark.__file__  # site-packages, not python/lib/pyspark.zip
+
+
 def test_kill_leaves_no_driver_executor_or_rank_behind(spark_env, tmp_path):
     key = secrets.token_bytes(32)
     payload = tmp_path / "payload.bin"

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
+from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS, PYTHON_DAEMON_MODULE
 from tests.integration.shared_cluster_jobs import RECORD, job_conf, run_client_job, starts, wait_until
 from tests.standalone import MARKER_ENV, standalone_cluster
 
@@ -89,6 +89,11 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
     commands = [path.read_text(errors="replace").split("\n", 1)[0]
                 for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr")]
     assert commands and all(JVM_STARTUP_OPTIONS in command for command in commands), commands
+    # ... and their Python daemon put Spark's source-only pyspark.zip behind the installed, compiled PySpark
+    assert ".zip" not in done_second.value["pyspark"] and "site-packages" in done_second.value["pyspark"]
+    daemon = f"set to [{PYTHON_DAEMON_MODULE}] in 'spark.python.daemon.module'"
+    assert all(daemon in path.read_text(errors="replace")
+               for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr"))
 
 
 def test_jobs_that_can_never_fit_fail_before_submission(cluster, tmp_path):

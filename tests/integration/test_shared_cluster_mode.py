@@ -93,3 +93,5 @@ def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
     assert "airflow-provider-horovod: waiting for 4 task slots" in driver_log
     assert "4 task slots available after waiting" in driver_log
     assert sorted(starts(tmp_path)) == [(tag, r) for tag in ("first", "second") for r in range(4)]
+    # the executors' Python daemon (from the runtime zip in spark.files) put pyspark.zip behind the installed PySpark
+    assert ".zip" not in values["second"]["pyspark"] and "site-packages" in values["second"]["pyspark"]
