@@ -9,7 +9,6 @@ finished.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from airflow_provider_horovod.clients import (
     SparkRestError,
     StageInfo,
 )
+from airflow_provider_horovod.hooks.poller import Poller
 
 JOB_GROUP_PREFIX = "horovod-"
 """``HorovodRunner`` runs its barrier stage under a Spark job group with this prefix."""
@@ -83,7 +83,7 @@ def describe(snapshot: Snapshot) -> dict[str, str]:
     return facts
 
 
-class ProgressWatcher:
+class ProgressWatcher(Poller):
     """
     Polls a Spark application's REST API in a background thread and logs what changed.
 
@@ -99,28 +99,14 @@ class ProgressWatcher:
 
     def __init__(self, ui_url: str, app_id: str, log: Callable[[str], None], *, poll_interval_s: float = 5.0,
                  timeout_s: float = 30.0) -> None:
+        super().__init__(f"spark-progress-{app_id}", poll_interval_s)
         self._ui_url = ui_url
         self._app_id = app_id
         self._log = log
-        self._poll_interval_s = poll_interval_s
         self._timeout_s = timeout_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._last: dict[str, str] = {}
         self._failures_in_a_row = 0
         self._unavailable_reported = False
-
-    def start(self) -> ProgressWatcher:
-        """Start polling (the first poll is immediate)."""
-        self._thread = threading.Thread(target=self._run, name=f"spark-progress-{self._app_id}", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop polling and wait for the thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
     def poll_once(self, client: SparkRestClient) -> None:
         """One poll: read the API and log the facts that changed."""
@@ -146,7 +132,4 @@ class ProgressWatcher:
     def _run(self) -> None:
         retry = RetryPolicy(max_attempts=1)  # the next poll is the retry
         with SparkRestClient(ui_url=self._ui_url, timeout_s=self._timeout_s, retry=retry) as client:
-            while True:
-                self.poll_once(client)
-                if self._stop.wait(self._poll_interval_s):  # the poll interval; returns at once when stopped
-                    return
+            self._every_interval(lambda: self.poll_once(client))

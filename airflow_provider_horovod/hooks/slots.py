@@ -14,13 +14,13 @@ Client deploy mode needs no watcher: the driver runs in the task and prints its 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlparse
 
 from airflow_provider_horovod.clients import RetryPolicy, SparkRestClient, SparkRestError
 from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.hooks.poller import Poller
 from airflow_provider_horovod.runtime.slots import AppResources, ClusterView, cluster_view, never_fits_message
 
 MASTER_STATE_TIMEOUT_S = 10.0
@@ -157,7 +157,7 @@ def cluster_wait_message(state: Mapping[str, Any], res: AppResources, np: int, *
     return f"application {app_id} is waiting for {np} task slots (np={np}): {has}; {view.describe()}"
 
 
-class ClusterSlotsWatcher:
+class ClusterSlotsWatcher(Poller):
     """
     Cluster deploy mode: poll the master's state page in a background thread and log, on change, what the job
     waits for (:func:`cluster_wait_message`), and once, that the wait is over.
@@ -175,6 +175,7 @@ class ClusterSlotsWatcher:
 
     def __init__(self, *, master_ui_url: str, submission_id: str, app_id: Callable[[], str | None], np: int,
                  conf: Mapping[str, Any], log: Callable[[str], None], poll_interval_s: float = 5.0) -> None:
+        super().__init__(f"spark-slots-{submission_id}", poll_interval_s)
         self._url = master_ui_url
         self._submission_id = submission_id
         self._app_id = app_id
@@ -183,22 +184,7 @@ class ClusterSlotsWatcher:
         conf = {"spark.master": "spark://", **standalone_defaults(np, master_ui_url, conf), **conf}  # as submitted
         self._res = AppResources.from_conf(conf, assume_defaults=False, cluster_mode=True)
         self._log = log
-        self._poll_interval_s = poll_interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._last: str | None = None
-
-    def start(self) -> ClusterSlotsWatcher:
-        """Start polling (the first poll is immediate)."""
-        self._thread = threading.Thread(target=self._run, name=f"spark-slots-{self._submission_id}", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop polling and wait for the thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
     def poll_once(self) -> None:
         """One poll: read the master's state and log what changed."""
@@ -220,7 +206,4 @@ class ClusterSlotsWatcher:
             self._last = message
 
     def _run(self) -> None:
-        while True:
-            self.poll_once()
-            if self._stop.wait(self._poll_interval_s):  # the poll interval; returns at once when stopped
-                return
+        self._every_interval(self.poll_once)
