@@ -24,12 +24,16 @@ import zipfile
 from collections.abc import Sequence
 from importlib.machinery import PathFinder
 
-SPARK_ZIPS = ("pyspark.zip", "py4j-")
-"""Base-name prefixes of the zips Spark puts on the Python path (``py4j-<version>-src.zip``)."""
+SPARK_ZIPS = {"pyspark.zip": "pyspark", "py4j-": "py4j"}
+"""Base-name prefixes of the zips Spark puts on the Python path (``py4j-<version>-src.zip``), and their package."""
 
 
-def _package_of(zip_path: str) -> str:
-    return "pyspark" if os.path.basename(zip_path).startswith("pyspark") else "py4j"
+def _package_of(entry: str) -> str | None:
+    """The package of a Spark source zip on the path (:data:`SPARK_ZIPS`); ``None`` for any other entry."""
+    name = os.path.basename(entry)
+    if not name.endswith(".zip"):
+        return None
+    return next((package for prefix, package in SPARK_ZIPS.items() if name.startswith(prefix)), None)
 
 
 def _same_version(zip_path: str, package: str, installed_dir: str) -> bool:
@@ -50,11 +54,10 @@ def movable(path: Sequence[str]) -> list[str]:
     :param path: an import path (``sys.path``).
     :return: those entries, in ``path``'s order; ``[]`` when there are none.
     """
-    zips = [p for p in path if p.endswith(".zip") and os.path.basename(p).startswith(SPARK_ZIPS)]
+    zips = {p: package for p in path if (package := _package_of(p))}
     rest = [p for p in path if p not in zips]
     found = []
-    for zip_path in zips:
-        package = _package_of(zip_path)
+    for zip_path, package in zips.items():
         spec = PathFinder.find_spec(package, rest)
         locations = list(spec.submodule_search_locations or []) if spec is not None else []
         if locations and os.path.isdir(locations[0]) and _same_version(zip_path, package, locations[0]):

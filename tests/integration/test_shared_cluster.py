@@ -86,14 +86,14 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
     assert "other applications hold every core" in message and f"{done_first.app_id} 'shared-first'" in message
     assert sorted(starts(tmp_path)) == [(tag, r) for tag in ("first", "second") for r in range(4)]
     # the executors started with the hook's JVM options (the first line of an executor's stderr is its command)
-    commands = [path.read_text(errors="replace").split("\n", 1)[0]
-                for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr")]
+    stderrs = [path.read_text(errors="replace")
+               for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr")]
+    commands = [text.split("\n", 1)[0] for text in stderrs]
     assert commands and all(JVM_STARTUP_OPTIONS in command for command in commands), commands
     # ... and their Python daemon put Spark's source-only pyspark.zip behind the installed, compiled PySpark
     assert ".zip" not in done_second.value["pyspark"] and "site-packages" in done_second.value["pyspark"]
     daemon = f"set to [{PYTHON_DAEMON_MODULE}] in 'spark.python.daemon.module'"
-    assert all(daemon in path.read_text(errors="replace")
-               for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr"))
+    assert all(daemon in text for text in stderrs)
 
 
 def test_jobs_that_can_never_fit_fail_before_submission(cluster, tmp_path):
