@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
 
 XCOM_SPARK_UI_URL = "spark_ui_url"
-"""XCom key of the Spark UI URL; the operator pushes it as soon as the driver reports it."""
+"""XCom key of the Spark UI URL, the operator's data (users and downstream tasks read it); the link has its own key."""
 
 
 class SparkUILink(BaseOperatorLink):
@@ -20,33 +20,50 @@ class SparkUILink(BaseOperatorLink):
     "Spark UI" button on the task: the Spark UI of the task's Spark application.
 
     The operator pushes the URL under :data:`XCOM_SPARK_UI_URL` as soon as the application has started (before
-    waiting), so the link works for running and failed tasks too. The driver's live UI lives as long as the
-    application; once it has ended the link points at the application on the Spark History Server when one is
-    configured (the connection's ``history-server-url`` extra or ``[horovod] history_server_url``).
+    waiting). The driver's live UI lives as long as the application; once it has ended the link points at the
+    application on the Spark History Server when one is configured (the connection's ``history-server-url`` extra or
+    ``[horovod] history_server_url``).
 
-    Airflow evaluates the link in the task's process when the try ends or defers, and stores the result under
-    :attr:`xcom_key`; it is read from the operator instance that ran (no XCom request, so no "XCom not found"
-    error in the log when the application never started or has not started yet).
+    Airflow evaluates the link in the task's process when the try ends or defers and writes the result straight to
+    the metadata database under :attr:`xcom_key`, bypassing any custom XCom backend; the UI reads it from there. That
+    key is Airflow's default for the class, ``_link_SparkUILink``: never the data key, which goes through the XCom
+    backend like every other value the operator pushes (one key written both ways would leave a custom backend's
+    reference overwritten by a bare URL). :func:`push_spark_ui_url` writes both keys while the task runs, so the
+    button works before the try ends. Runs from before the link had its own key keep working: their DAG version
+    names ``spark_ui_url`` as the link's key, where the URL still is.
     """
 
     name = "Spark UI"
-
-    @property
-    def xcom_key(self) -> str:
-        return XCOM_SPARK_UI_URL
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         """
         The URL for this try, or ``""`` while there is none (not started yet, deferred before it started, or
         the application never started).
 
-        :param operator: the task; a ``HorovodRunnerOperator`` that ran this try knows its URL.
-        :param ti_key: the task instance; other operators' URLs are read from its XCom.
+        :param operator: the task; a ``HorovodRunnerOperator`` that ran this try knows its URL (no XCom request, so
+            no "XCom not found" error in the log while there is none).
+        :param ti_key: the task instance; for other operators the URL is the data XCom :data:`XCOM_SPARK_UI_URL`
+            (read through the XCom backend), which every version of the operator pushes.
+        :return: the URL, or ``""``.
         """
         known = getattr(operator, "spark_ui_url", _UNKNOWN)
         if known is not _UNKNOWN:
             return known or ""
-        return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
+        return XCom.get_value(ti_key=ti_key, key=XCOM_SPARK_UI_URL) or ""
+
+
+def push_spark_ui_url(ti: Any, url: str) -> None:
+    """
+    Publish the task's Spark UI URL while it runs: the data XCom :data:`XCOM_SPARK_UI_URL` through the XCom backend,
+    and the "Spark UI" link's own key straight to the metadata database, as Airflow writes links when a try ends (so
+    the button works while the job runs, and the end of the try only rewrites the same value).
+
+    :param ti: the running task instance (``context["ti"]``).
+    :param url: the application's Spark UI, or its page on the Spark History Server.
+    """
+    ti.xcom_push(key=XCOM_SPARK_UI_URL, value=url)
+    XCom._set_xcom_in_db(key=SparkUILink().xcom_key, value=url, dag_id=ti.dag_id, task_id=ti.task_id,
+                         run_id=ti.run_id, map_index=ti.map_index)
 
 
 _UNKNOWN = object()

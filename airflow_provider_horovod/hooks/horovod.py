@@ -39,6 +39,27 @@ __all__ = ["BASE_SPARK_CONF", "MASTER_CONNECT_TIMEOUT_S", "SPARK_LOG4J2", "Horov
            "check_reachable", "cleanup_staging", "local_spark_conf", "master_addresses", "read_job_result"]
 
 
+DRIVER_RESULT_GRACE_S = 10.0
+"""How long the hook waits for the Python driver's ``result.json`` once spark-submit has failed: the driver program
+is the JVM's child and, when the JVM exits first (``-XX:+ExitOnOutOfMemoryError``), writes it moments later."""
+
+
+def _wait_for_driver_result(staging: Path, timeout_s: float = DRIVER_RESULT_GRACE_S) -> None:
+    """
+    Wait up to ``timeout_s`` for ``result.json`` in ``staging`` when the driver program started the job
+    (``status.json`` is there) but has not written it yet; return at once otherwise.
+
+    :param staging: the driver's result directory.
+    :param timeout_s: the longest wait, seconds.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while ((staging / "status.json").exists() and not (staging / "result.json").exists()
+           and time.monotonic() < deadline):
+        time.sleep(0.1)
+
+
 def _die_with_parent() -> None:
     """
     In the spark-submit child, before exec: ask Linux to SIGTERM it when the Airflow task process dies.
@@ -192,6 +213,7 @@ class HorovodHook(BaseHook):
         on_app_started: Callable[[str, str | None], None] | None = None,
         on_output: Callable[[str], None] | None = None,
         slot_wait_timeout_s: float | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
+        max_return_value_bytes: int | None = None,
     ) -> JobResult:
         """
         spark-submit the driver program for one payload and wait for it (client deploy mode).
@@ -210,6 +232,8 @@ class HorovodHook(BaseHook):
         :param on_output: called with every line spark-submit prints (driver output, forwarded rank lines).
         :param slot_wait_timeout_s: seconds the driver waits for ``np`` task slots on a busy cluster; ``None``:
             no limit (see :mod:`airflow_provider_horovod.runtime.slots`).
+        :param max_return_value_bytes: the largest pickled return value rank 0 sends back, bytes; a larger one is
+            refused on rank 0 (``None``: ``HorovodRunner``'s default).
         :return: the job's result.
         :raises HorovodJobError: the job failed; the message carries the failing rank's traceback. On a standalone
             master, also before anything is submitted when ``np`` task slots can never be had at the same time.
@@ -251,7 +275,8 @@ class HorovodHook(BaseHook):
         args = ["--payload", payload_path, "--result-dir", str(staging), "--np", str(self.np),
                 "--artifact-dir", artifact_dir, "--driver-log-verbosity", driver_log_verbosity]
         for flag, value in (("--gloo-timeout-s", gloo_timeout_s), ("--start-timeout-s", start_timeout_s),
-                            ("--training-timeout-s", training_timeout_s)):
+                            ("--training-timeout-s", training_timeout_s),
+                            ("--max-return-value-bytes", max_return_value_bytes)):
             if value is not None:
                 args += [flag, str(value)]
         args += ["--slot-wait-timeout-s", "none" if slot_wait_timeout_s is None else str(slot_wait_timeout_s)]
@@ -281,6 +306,8 @@ class HorovodHook(BaseHook):
                 "execution_timeout, or SIGTERM); no training process of this try is left running",
                 app_id=self.app_id,
             ) from submit_error
+        if submit_error is not None:  # the driver's JVM ended: its Python program may still be writing the result
+            _wait_for_driver_result(staging)
         result = read_job_result(staging, app_id=self.app_id, ui_url=self.ui_url, submit_error=submit_error)
         self.app_id, self.ui_url = result.app_id, result.ui_url
         return result

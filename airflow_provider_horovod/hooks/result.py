@@ -36,7 +36,7 @@ class JobResult:
 
 
 def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | None = None,
-                    submit_error: BaseException | None = None) -> JobResult:
+                    submit_error: BaseException | None = None, headline: str | None = None) -> JobResult:
     """
     Read what the driver program wrote into ``staging`` (``result.json``, ``result.pkl``).
 
@@ -45,8 +45,10 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
     :param app_id: the application id if already known (the file's wins).
     :param ui_url: the Spark UI URL if already known (the file's wins).
     :param submit_error: the submission's own error, if any, kept as the cause.
+    :param headline: the cause of a failure from outside the job (the driver was killed through the master), said
+        first; the driver's own account, then only a consequence, follows it, and no rank is blamed.
     :raises HorovodJobError: no result was written (the driver never ran the job) or the job failed; the
-        message is the driver's (for a rank failure: the rank, its exception and traceback).
+        message is the driver's (for a rank failure: the rank, its exception and traceback), after ``headline``.
     """
     from airflow_provider_horovod.hooks.staging import Staging
 
@@ -54,18 +56,19 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
     try:
         outcome = json.loads(staging.read_bytes("result.json") or b"")
     except (OSError, ValueError):
-        raise HorovodJobError(
-            f"the Spark driver ended before running the job (no result was written): {submit_error}",
-            app_id=app_id,
-        ) from submit_error
+        what = "the Spark driver ended before running the job (no result was written)"
+        raise HorovodJobError(f"{headline}; {what}" if headline else f"{what}: {submit_error}",
+                              app_id=app_id) from submit_error
     app_id = outcome.get("app_id") or app_id
     ui_url = outcome.get("ui_url") or ui_url
     if outcome.get("status") != "success":
         message = outcome.get("message") or "the Horovod job failed"
+        if headline:
+            message = f"{headline}\nThe driver's last error, a consequence of the kill: {message}"
         if outcome.get("artifact_paths"):
             message += "\nFiles under the artifact directory: " + ", ".join(outcome["artifact_paths"])
         # The driver's own account is the whole story; spark-submit's exit status would only repeat it.
-        raise HorovodJobError(message, failure=outcome.get("error"), app_id=app_id) from None
+        raise HorovodJobError(message, failure=None if headline else outcome.get("error"), app_id=app_id) from None
     if submit_error is not None:
         raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
                               app_id=app_id) from submit_error

@@ -91,14 +91,20 @@ BASE_SPARK_CONF: dict[str, str] = {
 }
 """Properties set on every submission unless the user's ``conf`` sets them."""
 
-JVM_STARTUP_OPTIONS = "-XX:TieredStopAtLevel=1"
+JVM_STARTUP_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+ExitOnOutOfMemoryError"
 """
-JVM options for the Spark driver and executors of the provider's own applications: compile with the client (C1)
-JIT only. Those JVMs only schedule one barrier stage and relay Python output (the training runs in the rank
-processes), so the optimizing JIT never pays back its compile threads, which compete with the ranks for cores while
-the JVMs start. Measured ad hoc on a 2-core machine, with and without it: a waiting job's executors registered
-4.6 -> 2.8 s after the holding job returned (B5's set-up; its ranks 7.1 -> 5.0 s), and a small client-mode
-spark-submit ended in 10.6 -> 9.0 s. ``docs/how-it-works.md`` says where each option is set and how to turn it off.
+JVM options for the Spark driver and executors of the provider's own applications.
+
+``-XX:TieredStopAtLevel=1``: compile with the client (C1) JIT only. Those JVMs only schedule one barrier stage and
+relay Python output (the training runs in the rank processes), so the optimizing JIT never pays back its compile
+threads, which compete with the ranks for cores while the JVMs start. Measured ad hoc on a 2-core machine, with and
+without it: a waiting job's executors registered 4.6 -> 2.8 s after the holding job returned (B5's set-up; its ranks
+7.1 -> 5.0 s), and a small client-mode spark-submit ended in 10.6 -> 9.0 s.
+
+``-XX:+ExitOnOutOfMemoryError``: a JVM out of memory exits instead of living on with the thread that died: a driver
+whose result thread ran out of memory kept the job, and the Airflow task, waiting for minutes with every rank done.
+
+``docs/how-it-works.md`` says where each option is set and how to turn it off.
 """
 
 

@@ -252,20 +252,54 @@ class HorovodStandaloneHook(BaseHook):
             return None, None
         return data.get("app_id"), data.get("ui_url")
 
+    def killed_from_outside(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
+        """
+        The headline for a driver that was killed through the master rather than failing on its own, else ``None``.
+
+        A driver killed through the REST API (``/v1/submissions/kill``) or the master UI's kill link ends ``KILLED``;
+        an application killed from the master UI ends ``KILLED`` in the master's state (``/json/``), while its
+        driver, whose SparkContext was shut down under it, ends ``FAILED``. Either way the dying driver's last
+        exception (``Py4JNetworkError``, "SparkContext was shut down") is only a consequence.
+
+        :param submission_id: the driver id.
+        :param driver_state: the driver's final state.
+        :param app_id: its Spark application id, when it had started one.
+        :return: e.g. ``Spark driver driver-... was KILLED from outside this task ...``, or ``None``.
+        """
+        app = f" (application {app_id})" if app_id else ""
+        if driver_state == "KILLED":
+            return (f"Spark driver {submission_id}{app} was KILLED from outside this task, through the standalone "
+                    f"master (its REST API's kill or the master UI's kill link); driver state {driver_state}")
+        if not app_id or driver_state == "FINISHED":
+            return None
+        try:
+            with self.client(RetryPolicy(max_attempts=2)) as client:
+                application = client.master_state().application(app_id)
+        except Exception as err:  # noqa: BLE001 - the master cannot tell now: the driver's own account stands
+            self.log.debug("Cannot read the master's state for %s: %s", app_id, err)
+            return None
+        if application is None or application.state != "KILLED":
+            return None
+        return (f"Spark application {app_id} of driver {submission_id} was KILLED from outside this task, through "
+                f"the standalone master (the master UI's kill link or its REST API); application state KILLED, "
+                f"driver state {driver_state}")
+
     @staticmethod
-    def result(staging: Any, status: DriverStatus | None = None):  # -> JobResult
+    def result(staging: Any, status: DriverStatus | None = None, *, headline: str | None = None):  # -> JobResult
         """
         The job's result from the staging directory; the driver's state explains a missing result.
 
         :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.hooks.staging.Staging` or a
             path or URI).
         :param status: the driver's final state, when known.
+        :param headline: what the error says first when the job failed for a reason outside it (a kill:
+            :meth:`killed_from_outside`); the driver's own account follows.
         :raises HorovodJobError: the job failed, or left no result.
         """
         cause = None
         if status is not None and not status.is_successful:
             cause = RuntimeError(f"driver state {status.driver_state}: {status.message or 'no message'}")
-        return read_job_result(staging, submit_error=cause)
+        return read_job_result(staging, submit_error=cause, headline=headline)
 
     def get_conn(self) -> Any:
         """Not used: see :meth:`client`."""

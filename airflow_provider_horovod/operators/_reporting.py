@@ -13,6 +13,7 @@ from typing import Any
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.hooks.progress import ProgressWatcher
 from airflow_provider_horovod.hooks.result import JobResult
+from airflow_provider_horovod.links import push_spark_ui_url
 from airflow_provider_horovod.operators._common import (
     XCOM_ARTIFACT_DIR, XCOM_ARTIFACT_PATHS, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, XCOM_TENSORBOARD_DIR, check_xcom_value,
     history_app_url, history_server_url,
@@ -43,7 +44,7 @@ class JobReporting:
         self._spark_app_id = app_id
         if not ui_url:
             return None
-        ti.xcom_push(key=XCOM_SPARK_UI_URL, value=ui_url)
+        push_spark_ui_url(ti, ui_url)  # the data XCom, and the link's own key so the button works while it runs
         self.spark_ui_url = ui_url
         if not self.poll_interval_s:
             return None
@@ -77,7 +78,8 @@ class JobReporting:
 
         :param ti: the task instance (XCom pushes).
         :param result: what the job brought back.
-        :raises HorovodResultError: the value cannot go to XCom (see :func:`check_xcom_value`).
+        :raises HorovodResultError: the value cannot go to XCom, or rank 0 refused to send it (above
+            ``max_return_value_bytes``; see :func:`check_xcom_value`); ``artifact_paths`` is pushed first.
         """
         import cloudpickle
 

@@ -86,7 +86,11 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         the task fails naming the ranks that never joined. ``None``: no limit.
     :param training_timeout_s: seconds each rank may run in all (``None``: no limit; Airflow's
         ``execution_timeout`` also applies and stops the Spark job).
-    :param max_return_value_bytes: largest serialized return value accepted for XCom, bytes.
+    :param max_return_value_bytes: largest return value accepted for XCom, bytes (default 1 MiB). Checked twice:
+        rank 0 measures its value's cloudpickle and, when that is larger, does not send it (nothing large goes
+        through the executor's and the driver's JVMs), so the task fails as soon as the job has ended, with
+        ``artifact_paths`` pushed and the model files kept; a value that passes is measured again here, serialized
+        as XCom stores it. Write models and tensors under :func:`airflow_provider_horovod.runtime.artifact_dir`.
     :param spark_name: the Spark application name; default ``airflow-horovod-<dag_id>-<task_id>``. (templated)
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``, ``jars``, ...).
     :param poll_interval_s: seconds between polls of the Spark monitoring REST API while the job runs; the
@@ -287,10 +291,11 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         return validate_timeout("slot_wait_timeout_s", value)
 
     def _timeout_args(self) -> list[str]:
-        """Driver-program flags for the timeouts and GPU settings (cluster mode)."""
+        """Driver-program flags for the timeouts, GPU settings and the return value's limit (cluster mode)."""
         slot_wait = self._slot_wait()
         args = ["--gloo-timeout-s", str(self.gloo_timeout_s), "--gpu-visibility", self.gpu_visibility,
-                "--slot-wait-timeout-s", "none" if slot_wait is None else str(slot_wait)]
+                "--slot-wait-timeout-s", "none" if slot_wait is None else str(slot_wait),
+                "--max-return-value-bytes", str(self.max_return_value_bytes)]
         if self.use_gpu:
             args.append("--use-gpu")
         if self.start_timeout_s is not None:

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.artifacts import artifact_dir
     from airflow_provider_horovod.runtime.data import rank_shard
-    from airflow_provider_horovod.runtime.errors import HorovodRuntimeError, LaunchError, PayloadError, RankFailedError
+    from airflow_provider_horovod.runtime.errors import (
+        HorovodRuntimeError,
+        LaunchError,
+        PayloadError,
+        RankFailedError,
+        ReturnValueTooLargeError,
+    )
     from airflow_provider_horovod.runtime.observability import tensorboard_dir
     from airflow_provider_horovod.runtime.runner import HorovodRunner
 
@@ -24,6 +30,7 @@ _EXPORTS = {
     "LaunchError": "airflow_provider_horovod.runtime.errors",
     "PayloadError": "airflow_provider_horovod.runtime.errors",
     "RankFailedError": "airflow_provider_horovod.runtime.errors",
+    "ReturnValueTooLargeError": "airflow_provider_horovod.runtime.errors",
     "artifact_dir": "airflow_provider_horovod.runtime.artifacts",
     "rank_shard": "airflow_provider_horovod.runtime.data",
     "tensorboard_dir": "airflow_provider_horovod.runtime.observability",

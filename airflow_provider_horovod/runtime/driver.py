@@ -3,8 +3,9 @@ The Spark driver program that the Airflow hook submits with ``spark-submit``.
 
 ``spark-submit [...] driver.py --payload FILE --result-dir DIR --np N [--artifact-dir LOC] [--runtime ZIP]
 [--driver-log-verbosity V] [--gloo-timeout-s S] [--start-timeout-s S] [--training-timeout-s S]
-[--slot-wait-timeout-s S|none] [--use-gpu] [--gpu-visibility host|rank]``; the payload's HMAC key comes in the environment
-variable ``HOROVOD_AIRFLOW_PAYLOAD_KEY`` (hex), never on the command line or in Spark properties.
+[--slot-wait-timeout-s S|none] [--use-gpu] [--gpu-visibility host|rank] [--max-return-value-bytes N]``; the payload's
+HMAC key comes in the environment variable ``HOROVOD_AIRFLOW_PAYLOAD_KEY`` (hex), never on the command line or in
+Spark properties.
 
 ``--payload``, ``--result-dir`` and ``--runtime`` may be paths or fsspec URIs (object-store staging in cluster deploy
 mode: the store's credentials come in the environment, e.g. ``AWS_*``). ``--runtime`` names the runtime zip when
@@ -14,7 +15,9 @@ It verifies the payload, runs it through :class:`~airflow_provider_horovod.runti
 writes into ``--result-dir``:
 
 - ``status.json`` as soon as the Spark application exists: ``{"app_id", "ui_url"}``;
-- ``result.pkl``: rank 0's cloudpickled return value (on success);
+- ``result.pkl``: rank 0's cloudpickled return value (on success); a pickled
+  :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` when its pickle was larger than
+  ``--max-return-value-bytes`` (rank 0 did not send it; the reader refuses it);
 - ``result.json``: ``{"status": "success"|"failed", "app_id", "ui_url", "artifact_paths", "error", "message"}``.
 
 Exit status 0 on success, 1 when the job failed (``result.json`` says why), 2 for bad arguments.
@@ -100,6 +103,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--use-gpu", action="store_true", help="give ranks their tasks' Spark-scheduled GPUs")
     p.add_argument("--gpu-visibility", choices=("host", "rank"), default="host",
                    help="host: device hvd.local_rank() is the rank's own GPU; rank: only its own GPUs (device 0)")
+    p.add_argument("--max-return-value-bytes", type=int, default=argparse.SUPPRESS,
+                   help="the largest pickled return value rank 0 sends back; a larger one is refused on rank 0")
     return p.parse_args(argv)
 
 
@@ -111,6 +116,30 @@ WHICH_PYTHON = (
     "Airflow worker's Python major.minor and cloudpickle version (and Horovod, for the executors) on every machine"
 )
 """Where the driver's (and executors') interpreter comes from; appended to version and import errors here."""
+
+
+JVM_GONE_HINT = (
+    "The JVM ends on a java.lang.OutOfMemoryError (the provider's JVMs start with -XX:+ExitOnOutOfMemoryError) or "
+    "when the driver is killed; after an OutOfMemoryError raise spark.driver.memory, or return less from rank 0 "
+    "(its value crosses the driver's JVM memory; max_return_value_bytes)"
+)
+"""What a job whose driver JVM went away is told, after the error its Python driver program saw."""
+
+
+def _jvm_gone(err: BaseException | None) -> bool:
+    """
+    Whether ``err`` (or an exception it was raised from or during) says the driver's JVM is gone: a refused or
+    reset connection to it, or Py4J's network error.
+
+    :param err: what the driver program caught.
+    """
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, ConnectionError) or type(err).__name__ == "Py4JNetworkError":
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def advertised_ui_url(ui_url: str | None, driver_host: str | None) -> str | None:
@@ -170,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{', HMAC ok' if key_hex else ''}); np={args.np}", flush=True)
         extra = {k: v for k, v in (("gloo_timeout_s", args.gloo_timeout_s), ("start_timeout_s", args.start_timeout_s),
                                    ("training_timeout_s", args.training_timeout_s)) if v is not None}
-        if "slot_wait_timeout_s" in vars(args):  # None is a value here: wait without a limit
-            extra["slot_wait_timeout_s"] = args.slot_wait_timeout_s
+        for name in ("slot_wait_timeout_s", "max_return_value_bytes"):  # else HorovodRunner's default
+            if name in vars(args):  # None is a value of the slot wait: wait without a limit
+                extra[name] = vars(args)[name]
         names = [n for n in os.environ.get(RANK_ENV_NAMES, "").split(",") if n]
         runner = HorovodRunner(np=args.np, driver_log_verbosity=args.driver_log_verbosity,
                                artifact_dir=args.artifact_dir, env={n: os.environ[n] for n in names if n in os.environ},
@@ -204,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as err:
         outcome["message"] = f"{type(err).__name__}: {err}"
+        if _jvm_gone(err):
+            outcome["message"] = (f"the Spark driver's JVM ended while the job ran ({outcome['message']}); the "
+                                  f"lines before it say why. {JVM_GONE_HINT}")
         outcome["traceback"] = traceback.format_exc()
         traceback.print_exc()
         return 1

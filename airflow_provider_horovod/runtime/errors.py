@@ -5,7 +5,10 @@ Hierarchy::
     HorovodRuntimeError (RuntimeError)
     ├── PayloadError        the serialized training function is corrupt, tampered with or incompatible
     ├── LaunchError         the job could not be started (bad plan, not enough slots, Spark refused it)
-    └── RankFailedError     a Horovod rank exited non-zero; carries the rank, exit status and output tail
+    ├── RankFailedError     a Horovod rank exited non-zero; carries the rank, exit status and output tail
+    └── ReturnValueTooLargeError  rank 0's return value was above max_return_value_bytes and was not sent
+
+:class:`ReturnValueRefused` is not an error: it is what rank 0 sends instead of a value that is too large.
 """
 
 from __future__ import annotations
@@ -43,6 +46,57 @@ class PayloadError(HorovodRuntimeError):
 
 class LaunchError(HorovodRuntimeError):
     """The Horovod job could not be launched (invalid plan, missing slots, Spark refused the stage)."""
+
+
+class ReturnValueRefused:
+    """
+    What rank 0 sends back instead of a return value whose pickle is larger than the job's limit
+    (``max_return_value_bytes``): a few bytes, so nothing large crosses the executor's and the driver's JVMs. The
+    value itself is dropped on rank 0; the files the ranks wrote stay where they are.
+
+    :param size: the size of the value's cloudpickle, bytes.
+    :param limit: the limit it exceeded, bytes.
+    :param type_name: the qualified name of the value's type, e.g. ``"bytes"`` or ``"numpy.ndarray"``.
+    """
+
+    def __init__(self, size: int, limit: int, type_name: str) -> None:
+        self.size = size
+        self.limit = limit
+        self.type_name = type_name
+
+    def __repr__(self) -> str:
+        return f"ReturnValueRefused(size={self.size}, limit={self.limit}, type_name={self.type_name!r})"
+
+    def describe(self) -> str:
+        """
+        The refusal in a sentence, for logs (rank 0 prints it before it ends).
+
+        :return: e.g. ``"rank 0's return value (a bytes) is 120000009 bytes pickled, above
+            max_return_value_bytes=67108864: it is not sent to the driver"``.
+        """
+        return (f"rank 0's return value (a {self.type_name}) is {self.size} bytes pickled, above "
+                f"max_return_value_bytes={self.limit}: it is not sent to the driver")
+
+
+class ReturnValueTooLargeError(HorovodRuntimeError):
+    """
+    Rank 0 returned a value whose pickle is larger than ``HorovodRunner(max_return_value_bytes=...)``. Rank 0
+    refused it before sending it (a value that size would go through the executor's and the driver's JVM memory);
+    the job itself ended normally and every file the ranks wrote is kept.
+
+    :param refused: what rank 0 sent instead of the value.
+    """
+
+    def __init__(self, refused: ReturnValueRefused) -> None:
+        self.size = refused.size
+        self.limit = refused.limit
+        self.type_name = refused.type_name
+        super().__init__(
+            f"rank 0 returned {refused.size} bytes once pickled (a {refused.type_name}), above "
+            f"max_return_value_bytes={refused.limit}; it was not sent to the driver. Write large results (models, "
+            "tensors, data) under artifact_dir() and return their paths, or raise max_return_value_bytes (the "
+            "value then travels through the executor's and the driver's JVM memory, which must hold a few copies "
+            "of it); the files the ranks wrote are kept")
 
 
 class RankFailedError(HorovodRuntimeError):

@@ -36,6 +36,9 @@ class JobSpec:
         (``CUDA_VISIBLE_DEVICES=""``). See :mod:`~airflow_provider_horovod.runtime.gpus`.
     :param gpu_visibility: ``"host"`` (device ``hvd.local_rank()`` is the rank's own) or ``"rank"`` (only the
         rank's own GPUs, device 0).
+    :param max_return_value_bytes: the largest cloudpickled return value rank 0 sends back, bytes; a larger one is
+        replaced by a :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` on rank 0. ``None``: no
+        limit.
     """
 
     payload: bytes
@@ -51,6 +54,7 @@ class JobSpec:
     training_timeout_s: float | None = None
     use_gpu: bool = False
     gpu_visibility: str = DEFAULT_GPU_VISIBILITY
+    max_return_value_bytes: int | None = None
 
     def forwards(self, slot: Slot) -> bool:
         """

@@ -64,7 +64,8 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     :param not_enough_slots: builds the message for Spark's slot check failure.
     :raises RankFailedError: a rank failed on its own (the root cause among all reports).
     :raises LaunchError: Spark could not give the stage its slots, or lost a task (executor or Python worker
-        died, stage cancelled); bystander ranks are listed.
+        died, stage cancelled); bystander ranks are listed. Its message is never empty: an exception without
+        text is named by its type.
     """
     failures = [RankFailedError.from_dict(f) for f in reports]
     in_exception = RankFailedError.find_in(str(stage_error))
@@ -77,7 +78,9 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     # The first line says why (the task's Python exception; the runtime's own LaunchError as it is), then Spark's
     # account, not Py4J's "An error occurred while calling ...collectAndServe".
     cause = task_exception(str(stage_error))
-    details = spark_reason(str(stage_error))
+    # an exception without text (Py4J's, when the driver JVM is gone or out of memory) is named by its type
+    details = spark_reason(str(stage_error)) or (f"{type(stage_error).__module__}.{type(stage_error).__qualname__}"
+                                                 " (with no message)").removeprefix("builtins.")
     if cause is not None and cause.startswith("LaunchError: "):
         reason = f"{cause.removeprefix('LaunchError: ')}\nSpark's account: {details.splitlines()[0]}"
     elif cause is not None:

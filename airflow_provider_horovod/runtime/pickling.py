@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
+import reprlib
 import sys
 import sysconfig
 import threading
@@ -165,18 +167,52 @@ def shipped_by_value(fn: Callable[..., Any], args: tuple[Any, ...] | list[Any] =
         return list(modules.registered)
 
 
-def _first_unpicklable(label: str, value: Any, depth: int = 1) -> str | None:
+_MAX_DEPTH = 6
+"""How many containers and attributes deep the search for an unpicklable value goes."""
+_MAX_ITEMS = 1000
+"""How many of one container's items (a dict's keys and values apiece) and attributes are tried, each pickled once."""
+
+
+def _first_unpicklable(label: str, value: Any, depth: int = _MAX_DEPTH, path: frozenset[int] = frozenset()) -> str | None:
+    """
+    ``label`` with the path to the innermost value that cannot be pickled, e.g. ``keyword argument 'cfg'['gen']
+    (builtins.generator)``, or ``None`` when ``value`` pickles.
+
+    It goes into a failing dict (its keys and values), list, tuple, set or frozenset and an object's attributes, and
+    only into the first item that fails on its own, so each level pickles what is below it at most once: the work
+    is bounded by ``depth`` times the value's size, and by :data:`_MAX_ITEMS` items a container. ``path`` holds the
+    ids of the values on the way down: one that holds itself (or an outer value) is not entered again.
+    """
     try:
         cloudpickle.dumps(value)
         return None
     except Exception:
         pass
-    if depth > 0 and hasattr(value, "__dict__") and not isinstance(value, type | types.ModuleType):
-        for attr, inner in vars(value).items():
-            found = _first_unpicklable(f"{label}.{attr}", inner, depth - 1)
+    if depth > 0:
+        inner = path | {id(value)}
+        for item_label, item in itertools.islice(_parts(label, value), _MAX_ITEMS):
+            found = None if id(item) in inner else _first_unpicklable(item_label, item, depth - 1, inner)
             if found:
                 return found
     return f"{label} ({type(value).__module__}.{type(value).__qualname__})"
+
+
+def _parts(label: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """What ``value`` holds, each labelled by its place: ``[key]`` (``key <k>`` for a dict's key), ``[i]``, ``{...}``
+    for a set's element, ``.attr``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{label} key {reprlib.repr(key)}", key
+            yield f"{label}[{reprlib.repr(key)}]", item
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield f"{label}[{i}]", item
+    elif isinstance(value, set | frozenset):
+        for item in value:
+            yield f"{label}{{...}}", item
+    if hasattr(value, "__dict__") and not isinstance(value, type | types.ModuleType):
+        for attr, item in vars(value).items():
+            yield f"{label}.{attr}", item
 
 
 def _callable_candidates(fn: Any, depth: int = 0) -> list[tuple[str, Any]]:
@@ -216,12 +252,14 @@ def find_unpicklable(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
     """
     Name the first value that cloudpickle cannot serialize: a value a ``functools.partial`` binds, an attribute of a
     bound method's object or of a callable object, a closure variable or global the function uses (or an attribute
-    of a non-installed module it uses, which ships whole), or an argument (one level of attributes deep).
+    of a non-installed module it uses, which ships whole), or an argument; inside it, the innermost culprit down
+    through dicts (keys and values), lists, tuples, sets and attributes, up to 6 levels deep.
 
     :param fn: the training callable.
     :param args: its positional arguments.
     :param kwargs: its keyword arguments.
-    :return: e.g. ``"keyword argument 'cache'.lock (_thread.lock)"``, or ``None`` if none is found.
+    :return: e.g. ``"keyword argument 'cache'.lock (_thread.lock)"`` or
+        ``"keyword argument 'cfg'['gen'] (builtins.generator)"``, or ``None`` if none is found.
     """
     candidates = _callable_candidates(fn)
     candidates += [(f"positional argument {i}", v) for i, v in enumerate(args)]

@@ -116,6 +116,8 @@ class RankProcess:
         }
         if self._spec.artifact_dir:
             extra[ARTIFACT_DIR_ENV] = self._spec.artifact_dir
+        if self._spec.max_return_value_bytes is not None:
+            extra[protocol.ENV_MAX_RESULT] = str(self._spec.max_return_value_bytes)
         fds = [read_end, progress_write]
         if deferred:
             env_read, self._release = os.pipe()

@@ -12,7 +12,7 @@ from typing import Any
 import cloudpickle
 
 from airflow_provider_horovod.runtime.connect import is_connect_session, run_barrier_connect
-from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
 from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, check_gpu_conf, validate_gpu_visibility
 from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S, JobSpec, barrier_task, run_on_driver
@@ -24,6 +24,9 @@ from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_
 from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S, own_slots, wait_for_slots
 
 DRIVER_LOG_VERBOSITIES = ("log_callback_only", "all")
+DEFAULT_MAX_RETURN_VALUE_BYTES = 64 * 2**20
+"""``HorovodRunner``'s default ``max_return_value_bytes`` (64 MiB of pickle): far above metrics and paths, well below
+what a default 1 GiB driver (and a 512 MiB executor) holds while the value crosses them in a few copies."""
 _shipped_to: set[str] = set()
 
 
@@ -56,6 +59,20 @@ def validate_verbosity(value: object) -> str:
     if value not in DRIVER_LOG_VERBOSITIES:
         raise ValueError(f"driver_log_verbosity must be one of {DRIVER_LOG_VERBOSITIES}, got {value!r}")
     return str(value)
+
+
+def validate_max_return_value_bytes(value: object) -> int | None:
+    """
+    Check ``HorovodRunner``'s ``max_return_value_bytes`` (the same rule as the operator's, which also refuses
+    ``None``).
+
+    :param value: the argument as given.
+    :return: it, as given.
+    :raises ValueError: neither ``None`` nor a positive ``int`` (``bool`` refused); the message names the parameter.
+    """
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise ValueError(f"max_return_value_bytes must be a positive int (bytes) or None, got {value!r}")
+    return value
 
 
 def validate_timeout(name: str, value: object) -> float | None:
@@ -123,6 +140,13 @@ class HorovodRunner:
     :param timeline: record the Horovod Timeline (``HOROVOD_TIMELINE``, written by rank 0) to
         ``<artifact_dir>/horovod_timeline.json``, closed as valid JSON when rank 0 ends; needs ``artifact_dir``.
         See :mod:`~airflow_provider_horovod.runtime.observability`.
+    :param max_return_value_bytes: the largest return value rank 0 sends back, in bytes of its cloudpickle (a
+        positive int; default 64 MiB); ``None``: no limit. Rank 0 measures its value's pickle and, when it is
+        larger, does not send it: :meth:`run` raises
+        :class:`~airflow_provider_horovod.runtime.errors.ReturnValueTooLargeError` as soon as the job has ended,
+        and the files the ranks wrote stay. Databricks' ``HorovodRunner`` has no such limit; there, as here without
+        one, the value travels through the executor's and the driver's JVM memory (a few copies of it), and one too
+        large for them makes the job fail or hang. Return paths and metrics; write models under ``artifact_dir``.
     :raises ValueError: an argument is invalid (raised here, before any Spark work).
     """
 
@@ -141,8 +165,10 @@ class HorovodRunner:
         gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
         slot_wait_timeout_s: float | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
         timeline: bool = False,
+        max_return_value_bytes: int | None = DEFAULT_MAX_RETURN_VALUE_BYTES,
     ) -> None:
         self.np = validate_np(np)
+        self.max_return_value_bytes = validate_max_return_value_bytes(max_return_value_bytes)
         for pname, value in (("start_timeout_s", start_timeout_s), ("training_timeout_s", training_timeout_s),
                              ("slot_wait_timeout_s", slot_wait_timeout_s)):
             validate_timeout(pname, value)
@@ -179,6 +205,8 @@ class HorovodRunner:
         :param main: the training function; it calls ``hvd.init()`` itself.
         :param kwargs: keyword arguments for ``main``.
         :return: what rank 0's ``main`` returned.
+        :raises ReturnValueTooLargeError: that value's pickle was larger than ``max_return_value_bytes``; rank 0
+            did not send it (the message gives both sizes).
         :raises RankFailedError: a rank failed; the message names the rank and carries its traceback.
         :raises LaunchError: the stage could not run (not enough slots, dynamic allocation, ``use_gpu`` without
             GPU scheduling, Spark error).
@@ -192,7 +220,10 @@ class HorovodRunner:
                           "or its arguments travels with every task; pass a path and load it inside main instead",
                           stacklevel=2)
         result = self.run_payload(payload)
-        return None if result is None else cloudpickle.loads(result)
+        value = None if result is None else cloudpickle.loads(result)
+        if isinstance(value, ReturnValueRefused):
+            raise ReturnValueTooLargeError(value)
+        return value
 
     def run_payload(self, payload: bytes) -> bytes | None:
         """
@@ -201,14 +232,17 @@ class HorovodRunner:
         Used by :meth:`run` and by the spark-submit driver program (the operator's path).
 
         :param payload: the payload bytes (:func:`~airflow_provider_horovod.runtime.payload.dumps_payload`).
-        :return: rank 0's cloudpickled return value, or ``None`` when it returned nothing to pickle.
+        :return: rank 0's cloudpickled return value, or ``None`` when it returned nothing to pickle; a pickled
+            :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` when that value's pickle was larger
+            than ``max_return_value_bytes`` (the caller reports it).
         :raises RankFailedError: a rank failed.
         :raises LaunchError: the stage could not run.
         """
         spec = JobSpec(payload=payload, np=abs(self.np), artifact_dir=self.artifact_dir,
                        forward_all=self.driver_log_verbosity == "all", gloo_timeout_s=self.gloo_timeout_s, env=self.env,
                        start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
-                       use_gpu=self.use_gpu, gpu_visibility=self.gpu_visibility)
+                       use_gpu=self.use_gpu, gpu_visibility=self.gpu_visibility,
+                       max_return_value_bytes=self.max_return_value_bytes)
         if self.np < 0:
             return run_on_driver(spec)
         return self._run_barrier(spec)

@@ -7,6 +7,9 @@ variables are set before CUDA starts) and its own process group. Everything it n
 - the Horovod/Gloo variables of its slot (``HOROVOD_RANK``, ``HOROVOD_SIZE``, ...);
 - ``HOROVOD_AIRFLOW_PAYLOAD``: path of the payload file; ``HOROVOD_AIRFLOW_RESULT``: where rank 0 writes
   its cloudpickled return value; ``HOROVOD_AIRFLOW_ERROR``: where a failing rank writes its exception;
+- ``HOROVOD_AIRFLOW_MAX_RESULT_BYTES``: the largest pickle rank 0 writes there; a larger value is dropped and a
+  pickled :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` written instead, so the rank still
+  succeeds and nothing large goes through the executor's and the driver's JVMs (:func:`pickle_result`);
 - ``HOROVOD_AIRFLOW_LIFELINE_FD``: the read end of a pipe whose write end the launcher holds. When the
   launcher dies (task killed, stage aborted, executor lost) the pipe reaches EOF and this process kills its
   whole process group, so no training process outlives its Spark task;
@@ -42,12 +45,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_horovod.runtime.errors import LOAD_ERROR
+from airflow_provider_horovod.runtime.errors import LOAD_ERROR, ReturnValueRefused
 from airflow_provider_horovod.runtime.observability import start_timeline
 from airflow_provider_horovod.runtime.protocol import (
     ENV_CHECK_SIZE,
     ENV_ERROR,
     ENV_LIFELINE,
+    ENV_MAX_RESULT,
     ENV_PAYLOAD,
     ENV_PREIMPORT,
     ENV_PROGRESS,
@@ -160,8 +164,8 @@ def _error(exc_type: str, message: str, tb: str) -> bytes:
                        "failed_at": time.time()}).encode()
 
 
-def _qualname(err: BaseException) -> str:
-    return f"{type(err).__module__}.{type(err).__qualname__}".removeprefix("builtins.")
+def _qualname(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}".removeprefix("builtins.")
 
 
 def _exit_status(code: object) -> int:
@@ -171,6 +175,59 @@ def _exit_status(code: object) -> int:
     if isinstance(code, int) and not isinstance(code, bool):
         return code & 0xFF if code >= 0 else 1
     return 1
+
+
+class _ResultSink:
+    """
+    The file rank 0's value is pickled into: it keeps the pickle while it is within ``limit`` bytes, then only
+    counts it, so a value far above the limit never has a second copy in this process (the pickler streams large
+    objects to the file as they are).
+
+    :param limit: the largest pickle kept, bytes; ``None``: no limit.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.size = 0
+        self._parts: list[bytes] | None = []
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        self.size += n
+        if self._parts is not None and self.limit is not None and self.size > self.limit:
+            self._parts = None  # over the limit: from here on only counted
+        if self._parts is not None:
+            self._parts.append(bytes(data))
+        return n
+
+    def getvalue(self) -> bytes | None:
+        """The pickle, or ``None`` when it was larger than the limit."""
+        return None if self._parts is None else b"".join(self._parts)
+
+
+def pickle_result(value: Any, limit: int | None) -> bytes:
+    """
+    What rank 0 writes as its result: the cloudpickle of ``value`` or, when that is larger than ``limit``, a pickled
+    :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` (the refusal is printed to stderr, which
+    the driver's log shows).
+
+    :param value: rank 0's return value.
+    :param limit: ``HOROVOD_AIRFLOW_MAX_RESULT_BYTES``, bytes; ``None``: no limit.
+    :return: the bytes to write.
+    :raises Exception: ``value`` cannot be pickled (what cloudpickle raised).
+    """
+    import cloudpickle
+
+    sink = _ResultSink(limit)
+    cloudpickle.dump(value, sink)
+    data = sink.getvalue()
+    if data is not None:
+        return data
+    refused = ReturnValueRefused(sink.size, int(limit or 0), _qualname(value))
+    sys.stderr.write(f"airflow-provider-horovod: {refused.describe()}; write large results under artifact_dir() "
+                     "and return their paths\n")
+    sys.stderr.flush()
+    return cloudpickle.dumps(refused)
 
 
 def main() -> int:
@@ -187,8 +244,6 @@ def main() -> int:
     release = os.environ.get(ENV_RELEASE)
     if release is not None and not wait_for_release(int(release), os.environ.get(ENV_PREIMPORT, "")):
         return 1
-    import cloudpickle
-
     from airflow_provider_horovod.runtime.payload import loads_payload
 
     try:
@@ -221,8 +276,9 @@ def main() -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     if rank == 0:
+        limit = os.environ.get(ENV_MAX_RESULT)
         try:
-            data = cloudpickle.dumps(value)
+            data = pickle_result(value, int(limit) if limit else None)
         except Exception as err:
             tb = traceback.format_exc()
             message = (f"rank 0's return value ({type(value).__name__}) cannot be pickled: {err}. "

@@ -49,6 +49,7 @@ def test_cluster_mode_sync_and_deferred(cluster, airflow_home, cluster_dags, tmp
         assert xcom[f"{task}.spark_submission_id"].startswith("driver-")
         assert xcom[f"{task}.spark_app_id"].startswith("app-")
         assert xcom[f"{task}.spark_ui_url"].startswith("http://")
+        assert xcom[f"{task}._link_SparkUILink"] == xcom[f"{task}.spark_ui_url"]  # the "Spark UI" link, deferred too
         paths = xcom[f"{task}.artifact_paths"]
         assert [os.path.basename(p) for p in paths] == [f"{task}.pt"] and all(Path(p).is_file() for p in paths)
     assert "Driver driver-" in log and "is RUNNING" in log and "is FINISHED" in log  # progress states

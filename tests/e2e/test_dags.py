@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cloudpickle
 import pytest
 
 from tests.conftest import REPO, VENV_BIN, airflow_env
@@ -63,7 +64,8 @@ def test_example_dag_trains_and_evaluates(airflow_home, dags_folder):
     assert [p for p in paths if not p.startswith(artifact_dir + "/tensorboard/")] == [
         f"{artifact_dir}/horovod_timeline.json", f"{artifact_dir}/model.pt"]
     assert xcom["train.spark_app_id"].startswith("local-")
-    assert xcom["train.spark_ui_url"].startswith("http://127.0.0.1:")  # what the "Spark UI" link shows
+    assert xcom["train.spark_ui_url"].startswith("http://127.0.0.1:")
+    assert xcom["train._link_SparkUILink"] == xcom["train.spark_ui_url"]  # what the "Spark UI" link shows
     assert xcom["train.return_value"]["ranks"] == 2
     assert xcom["train.return_value"]["model_path"] == f"{artifact_dir}/model.pt"
     # TensorBoard: rank 0's SummaryWriter under tensorboard_dir(), pushed as XCom with the command that shows it
@@ -96,3 +98,14 @@ def test_failures_surface_in_the_task(airflow_home, dags_folder):
     kept = run["xcom"]["unstorable_return.artifact_paths"]
     assert sorted(os.path.basename(p) for p in kept) == ["weights-0.bin", "weights-1.bin"]
     assert all(os.path.isfile(p) for p in kept)  # the model files survive the refused return value
+
+    # rank 0 refused its 50 KB return value before sending it (max_return_value_bytes=2000); the model is kept
+    assert states["oversize_return"] == "failed"
+    size = len(cloudpickle.dumps(b"w" * 50_000))
+    model = f"{run['xcom']['oversize_return.artifact_dir']}/model.pt"
+    assert run["xcom"]["oversize_return.artifact_paths"] == [model] and os.path.isfile(model)
+    assert (f"[rank 0] airflow-provider-horovod: rank 0's return value (a bytes) is {size} bytes pickled, above "
+            "max_return_value_bytes=2000: it is not sent to the driver") in log
+    assert (f"HorovodResultError: rank 0 returned {size} bytes once serialized, above max_return_value_bytes=2000. "
+            f"Write large results under artifact_dir() and return their paths; the model files are kept: {model}"
+            ) in log

@@ -1,16 +1,20 @@
 """
 Durable training tasks on a real standalone cluster under a real Airflow deployment (scheduler, dag-processor,
 triggerer, api-server; LocalExecutor): the Airflow task process is SIGKILLed mid-training and the retry reattaches
-to the running driver; a deferred task marked failed by a user kills its driver from the triggerer; OpenLineage
-events name the model output. One cluster and one deployment for the module.
+to the running driver; a deferred task marked failed by a user kills its driver from the triggerer; a deferred task
+that is cleared, or marked failed and re-run, trains a fresh job instead of adopting the driver being killed; a
+driver or application killed through the master fails the task with a headline that says so; OpenLineage events name
+the model output. One cluster and one deployment for the module.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -120,26 +124,124 @@ def _complete_events(path: Path, job_name: str) -> list[dict] | None:
     return found or None
 
 
+def _wait_for_running_driver(airflow, cluster, dag_id: str, run_id: str, *, deferred: bool) -> dict:
+    """
+    Wait until the try's log says its driver is RUNNING (for a deferred task: the trigger's own line, once deferred:
+    a task marked failed or cleared before the triggerer has started its trigger never gets on_kill, as Airflow
+    drops the trigger unrun); return the driver from the master's state.
+    """
+    _poll(f"{dag_id}'s {'trigger' if deferred else 'task'} to watch the RUNNING driver",
+          lambda: (not deferred or _ti(airflow, dag_id, run_id)["state"] == "deferred")
+          and "is RUNNING" in _log(airflow, dag_id, run_id), timeout_s=300, interval_s=2)
+    [driver] = cluster.master_json()["activedrivers"]
+    return driver
+
+
+def _wait_for_driver_state(airflow, cluster, dag_id: str, run_id: str, driver_id: str, state: str) -> None:
+    def reached() -> bool:
+        return any(d["id"] == driver_id and d["state"] == state for d in _drivers(cluster))
+
+    _poll(f"the master to report driver {driver_id} {state}", reached, timeout_s=120,
+          on_timeout=lambda: f"\nmaster: {cluster.master_json()}\ntask log:\n{_log(airflow, dag_id, run_id)}"
+                             f"{airflow.diagnostics(60)}")
+
+
 def test_marking_a_deferred_task_failed_kills_its_driver_from_the_triggerer(airflow, cluster):
     run_id = airflow.trigger("horovod_deferred_kill")
-    # Wait for the trigger itself to report the RUNNING driver (its line in the try's log), not only for the task to
-    # be deferred: a task marked failed before the triggerer has started its trigger never gets on_kill (Airflow
-    # drops the trigger unrun), and with a fast driver start the test's PATCH could land in that second.
-    _poll("the trigger to watch the RUNNING driver", lambda: _ti(airflow, "horovod_deferred_kill", run_id)["state"]
-          == "deferred" and "is RUNNING" in _log(airflow, "horovod_deferred_kill", run_id),
-          timeout_s=300, interval_s=2)
-    [driver] = cluster.master_json()["activedrivers"]
+    driver = _wait_for_running_driver(airflow, cluster, "horovod_deferred_kill", run_id, deferred=True)
     airflow.api("PATCH", f"/api/v2/dags/horovod_deferred_kill/dagRuns/{run_id}/taskInstances/train",
                 json={"new_state": "failed"})
-
-    def killed() -> bool:
-        state = cluster.master_json()
-        return any(d["id"] == driver["id"] and d["state"] == "KILLED" for d in state.get("completeddrivers", []))
-
-    _poll("the master to report the driver KILLED", killed, timeout_s=120,
-          on_timeout=lambda: f"\nmaster: {cluster.master_json()}\ntask log:\n{_log(airflow, 'horovod_deferred_kill', run_id)}"
-                             f"{airflow.diagnostics(60)}")
+    _wait_for_driver_state(airflow, cluster, "horovod_deferred_kill", run_id, driver["id"], "KILLED")
     assert _ti(airflow, "horovod_deferred_kill", run_id)["state"] == "failed"
+
+
+def _clear(airflow, dag_id: str, run_id: str) -> None:
+    airflow.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances",
+                json={"dry_run": False, "dag_run_id": run_id, "task_ids": ["train"], "only_failed": False,
+                      "reset_dag_runs": True})
+
+
+def _assert_fresh_job_after_clear(airflow, cluster, dag_id: str, run_id: str, first: dict) -> None:
+    """The cleared try's driver was killed; the new try submitted its own, which trained and finished."""
+    assert airflow.wait_for_run(dag_id, run_id, timeout_s=400) == "success", _log(airflow, dag_id, run_id, 2)[-4000:]
+    assert _ti(airflow, dag_id, run_id)["try_number"] == 2
+    retry_log = _log(airflow, dag_id, run_id, try_number=2)
+    assert "Reconnecting to existing job" not in retry_log, retry_log[-4000:]
+    value = airflow.xcom(dag_id, run_id, "train")
+    assert value["steps"] == 5  # the second try's own training (the first one's would run for 600 s)
+    second = airflow.xcom(dag_id, run_id, "train", "spark_submission_id")
+    assert second != first["id"]
+    states = {d["id"]: d["state"] for d in _drivers(cluster)}
+    assert states[first["id"]] == "KILLED" and states[second] == "FINISHED", states
+    assert airflow.xcom(dag_id, run_id, "train", "artifact_dir").endswith("/train/try-2")
+
+
+def test_clearing_a_deferred_task_trains_a_fresh_job_instead_of_adopting_the_driver_being_killed(airflow, cluster):
+    run_id = airflow.trigger("horovod_deferred_clear")
+    first = _wait_for_running_driver(airflow, cluster, "horovod_deferred_clear", run_id, deferred=True)
+    _clear(airflow, "horovod_deferred_clear", run_id)
+    _assert_fresh_job_after_clear(airflow, cluster, "horovod_deferred_clear", run_id, first)
+
+
+def test_clearing_a_running_sync_task_trains_a_fresh_job(airflow, cluster):
+    # The task process is told to stop (SIGTERM, on_kill): it records the kill, then kills its driver
+    run_id = airflow.trigger("horovod_sync_clear")
+    first = _wait_for_running_driver(airflow, cluster, "horovod_sync_clear", run_id, deferred=False)
+    _clear(airflow, "horovod_sync_clear", run_id)
+    _assert_fresh_job_after_clear(airflow, cluster, "horovod_sync_clear", run_id, first)
+
+
+def test_a_deferred_task_marked_failed_then_rerun_trains_a_fresh_job(airflow, cluster):
+    run_id = airflow.trigger("horovod_deferred_fail_rerun")
+    first = _wait_for_running_driver(airflow, cluster, "horovod_deferred_fail_rerun", run_id, deferred=True)
+    airflow.api("PATCH", f"/api/v2/dags/horovod_deferred_fail_rerun/dagRuns/{run_id}/taskInstances/train",
+                json={"new_state": "failed"})
+    _poll("the task to be failed", lambda: _ti(airflow, "horovod_deferred_fail_rerun", run_id)["state"] == "failed",
+          timeout_s=60)
+    _clear(airflow, "horovod_deferred_fail_rerun", run_id)  # at once: the kill may still be under way
+    _assert_fresh_job_after_clear(airflow, cluster, "horovod_deferred_fail_rerun", run_id, first)
+
+
+@pytest.mark.parametrize("dag_id", ["horovod_killed_sync", "horovod_killed_deferred"])
+def test_a_driver_killed_through_the_master_fails_the_task_saying_so(airflow, cluster, dag_id):
+    run_id = airflow.trigger(dag_id)
+    driver = _wait_for_running_driver(airflow, cluster, dag_id, run_id, deferred=dag_id.endswith("deferred"))
+    _wait_for_training(airflow, dag_id, run_id)  # the application runs: its driver dies with an error of its own
+    answer = httpx.post(f"{cluster.rest_url}/v1/submissions/kill/{driver['id']}", timeout=10).json()
+    assert answer["success"], answer
+    assert airflow.wait_for_run(dag_id, run_id, timeout_s=120) == "failed"
+    error = airflow.task_error(dag_id, run_id, "train") or ""
+    headline = error.splitlines()[0] if error else ""
+    assert f"HorovodJobError: Spark driver {driver['id']} (application app-" in headline, error
+    assert "was KILLED from outside this task" in headline, error
+    assert "The driver's last error, a consequence of the kill: " in error, error
+
+
+def _wait_for_training(airflow, dag_id: str, run_id: str) -> str:
+    """
+    Wait until the task log says both ranks run (the barrier stage's progress line); return the application id from
+    the log's ``Spark application ... started`` line (a deferred task's trigger logs it; it pushes no XCom).
+    """
+    log = _poll(f"{dag_id}'s ranks to run", lambda: (text := _log(airflow, dag_id, run_id)) and
+                "2/2 ranks running" in text and text, timeout_s=180, interval_s=1)
+    return re.search(r"Spark application (app-\S+) started", log).group(1)
+
+
+def test_an_application_killed_from_the_master_ui_fails_the_task_saying_so(airflow, cluster):
+    run_id = airflow.trigger("horovod_killed_sync")
+    driver = _wait_for_running_driver(airflow, cluster, "horovod_killed_sync", run_id, deferred=False)
+    app_id = _wait_for_training(airflow, "horovod_killed_sync", run_id)
+    # while it runs, the "Spark UI" button already points at the live UI (the link's own key, written directly)
+    links = airflow.api("GET", f"/api/v2/dags/horovod_killed_sync/dagRuns/{run_id}/taskInstances/train/links").json()
+    assert links["extra_links"]["Spark UI"] == airflow.xcom("horovod_killed_sync", run_id, "train", "spark_ui_url")
+    assert links["extra_links"]["Spark UI"].startswith("http://127.0.0.1:"), links
+    # the master UI's kill link for an application (spark.ui.killEnabled, the default)
+    response = httpx.post(f"{cluster.web_ui_url}/app/kill/", data={"id": app_id, "terminate": "true"}, timeout=10)
+    assert response.status_code in (200, 302, 303), response.text
+    assert airflow.wait_for_run("horovod_killed_sync", run_id, timeout_s=120) == "failed"
+    error = airflow.task_error("horovod_killed_sync", run_id, "train") or ""
+    headline = error.splitlines()[0]
+    assert f"Spark application {app_id} of driver {driver['id']} was KILLED from outside this task" in headline, error
 
 
 def test_a_deferred_task_returns_its_value_and_puts_the_model_on_its_asset_event(airflow, s3_server):  # noqa: F811

@@ -116,6 +116,30 @@ def test_negative_np_through_spark_submit(spark_env, tmp_path):
     assert result.app_id is None and result.artifact_paths == []
 
 
+def return_bytes(nbytes):
+    import horovod.torch as hvd
+
+    hvd.init()
+    return b"x" * nbytes if hvd.rank() == 0 else None
+
+
+def test_a_driver_jvm_out_of_memory_ends_the_job_with_a_reason(spark_env, tmp_path):
+    """A value the limit lets through but the driver's JVM cannot hold: the JVM exits, the job fails, no hang."""
+    import time
+
+    key = secrets.token_bytes(32)
+    payload = tmp_path / "payload.bin"
+    _write(payload, dumps_payload(return_bytes, (400 * 10**6,), key=key))
+    started = time.monotonic()
+    with pytest.raises(HorovodJobError) as info:
+        HorovodHook(conn_id=None, np=2, conf={"spark.driver.memory": "512m"}).run_job(
+            payload_path=str(payload), staging_dir=str(tmp_path), key=key, artifact_dir=str(tmp_path / "art"),
+            max_return_value_bytes=2**31 - 1)
+    assert time.monotonic() - started < 150
+    assert str(info.value).startswith("the Spark driver's JVM ended while the job ran (")
+    assert "java.lang.OutOfMemoryError" in str(info.value)
+
+
 def where_pyspark_loads_from():
     import importlib.util
 

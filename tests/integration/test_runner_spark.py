@@ -7,10 +7,11 @@ import os
 import sys
 import time
 
+import cloudpickle
 import psutil
 import pytest
 
-from airflow_provider_horovod.runtime import HorovodRunner, LaunchError, RankFailedError
+from airflow_provider_horovod.runtime import HorovodRunner, LaunchError, RankFailedError, ReturnValueTooLargeError
 from tests.conftest import SESSION_MARK, session_processes
 
 pytestmark = pytest.mark.spark
@@ -38,6 +39,21 @@ def fail_on_rank_one():
     # rank 0 waits in a collective that rank 1 never joins; it must be stopped, not time out
     hvd.allreduce(torch.tensor([1.0]))
     return "unreachable"
+
+
+def save_model_then_return(nbytes):
+    import os
+
+    import horovod.torch as hvd
+
+    from airflow_provider_horovod.runtime import artifact_dir
+
+    hvd.init()
+    if hvd.rank() == 0:
+        with open(os.path.join(artifact_dir(), "model.pt"), "wb") as f:
+            f.write(b"weights")
+        return b"x" * nbytes
+    return None
 
 
 def _worker_processes() -> list[psutil.Process]:
@@ -135,3 +151,31 @@ def test_artifact_dir_reaches_every_rank(spark, tmp_path):
 def test_too_many_ranks_for_local_master_fails_before_submitting(spark):
     with pytest.raises(LaunchError, match=r"np=3 needs 3 task slots but the master local\[2\] has 2"):
         HorovodRunner(np=3).run(allreduce_rank_and_size, value=0)
+
+
+@pytest.mark.parametrize("np_", [2, -2], ids=["barrier", "on-driver"])
+def test_a_return_value_over_the_limit_is_refused_on_rank_0(request, tmp_path, np_):
+    request.getfixturevalue("spark" if np_ > 0 else "spark_env")
+    started = time.monotonic()
+    with pytest.raises(ReturnValueTooLargeError) as info:
+        HorovodRunner(np=np_, artifact_dir=str(tmp_path), max_return_value_bytes=1000).run(
+            save_model_then_return, nbytes=50_000)
+    assert time.monotonic() - started < 60
+    size = len(cloudpickle.dumps(b"x" * 50_000))
+    assert str(info.value).startswith(f"rank 0 returned {size} bytes once pickled (a bytes), above "
+                                      "max_return_value_bytes=1000; it was not sent to the driver")
+    assert (info.value.size, info.value.limit) == (size, 1000)
+    assert (tmp_path / "model.pt").read_bytes() == b"weights"  # the model stays
+
+
+def test_a_120_mb_return_value_is_refused_at_once_by_default(spark, tmp_path, capfd):
+    """Without a limit it went through the executor's and the driver's JVMs: out of memory, or a stall of minutes."""
+    started = time.monotonic()
+    with pytest.raises(ReturnValueTooLargeError, match=rf"above max_return_value_bytes={64 * 2**20}; it was not "):
+        HorovodRunner(np=2, artifact_dir=str(tmp_path)).run(save_model_then_return, nbytes=120 * 10**6)
+    assert time.monotonic() - started < 60
+    assert (tmp_path / "model.pt").read_bytes() == b"weights"
+    size = len(cloudpickle.dumps(b"x" * 120 * 10**6))
+    assert (f"[rank 0] airflow-provider-horovod: rank 0's return value (a bytes) is {size} bytes pickled, above "
+            f"max_return_value_bytes={64 * 2**20}: it is not sent to the driver") in capfd.readouterr().out
+    assert HorovodRunner(np=2).run(allreduce_rank_and_size, value=1)["total"] == 3.0  # Spark is still fine

@@ -89,7 +89,8 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
     stderrs = [path.read_text(errors="replace")
                for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr")]
     commands = [text.split("\n", 1)[0] for text in stderrs]
-    assert commands and all(JVM_STARTUP_OPTIONS in command for command in commands), commands
+    assert commands and all(f'"{option}"' in command for command in commands  # Spark quotes each argument
+                            for option in JVM_STARTUP_OPTIONS.split()), commands
     # ... and their Python daemon put Spark's source-only pyspark.zip behind the installed, compiled PySpark
     assert ".zip" not in done_second.value["pyspark"] and "site-packages" in done_second.value["pyspark"]
     daemon = f"set to [{PYTHON_DAEMON_MODULE}] in 'spark.python.daemon.module'"

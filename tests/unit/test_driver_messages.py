@@ -25,3 +25,32 @@ def test_a_payload_from_another_python_names_where_spark_takes_the_interpreter_f
     assert "a Spark worker in cluster deploy mode, which a PYSPARK_PYTHON set on the Airflow side does not reach" \
         in message
     assert "conf={'spark.pyspark.python': '/path/to/python'}" in message
+
+
+def test_a_driver_whose_jvm_is_gone_says_so(tmp_path):
+    """The JVM exits when out of memory; its Python program sees a refused connection, and writes its result late."""
+    import time
+
+    from airflow_provider_horovod.hooks.horovod import _wait_for_driver_result
+
+    class Py4JNetworkError(Exception):
+        pass
+
+    try:
+        try:
+            raise Py4JNetworkError("Answer from Java side is empty")
+        except Py4JNetworkError:
+            raise RuntimeError("cleanup failed")  # noqa: B904 - raised during the handling, as Py4J's are
+    except RuntimeError as err:
+        assert driver._jvm_gone(err)
+    assert driver._jvm_gone(ConnectionRefusedError(111, "Connection refused"))
+    assert not driver._jvm_gone(ValueError("a plain error"))
+    started = time.monotonic()
+    _wait_for_driver_result(tmp_path, timeout_s=5)  # no status.json: the driver never started the job
+    (tmp_path / "status.json").write_text("{}")
+    (tmp_path / "result.json").write_text("{}")
+    _wait_for_driver_result(tmp_path, timeout_s=5)  # already written
+    assert time.monotonic() - started < 1
+    (tmp_path / "result.json").unlink()
+    _wait_for_driver_result(tmp_path, timeout_s=0.3)  # started, never wrote it: bounded
+    assert time.monotonic() - started < 2

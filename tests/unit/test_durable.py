@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.operators._durable import NOT_FOUND, DurableClusterJob, cluster_job
+from airflow_provider_horovod.operators._durable import NOT_FOUND, DurableClusterJob, abandoned_by, cluster_job, job_record
 
 JOB = DurableClusterJob()
 
@@ -24,3 +24,36 @@ def test_the_persisted_record_is_checked():
     assert cluster_job(record) == {"submission_id": "driver-1", "staging": "/shared/s", "artifact_dir": "/shared/a"}
     with pytest.raises(HorovodJobError, match="unexpected cluster job record"):
         cluster_job("driver-1")
+
+
+RECORD = job_record(submission_id="driver-1", staging="/shared/s/try-1", artifact_dir="/shared/a/try-1", try_number=1,
+                    deferred=True, cancel_on_kill=True)
+
+
+def test_the_record_names_the_try_that_submitted_and_how_it_waits():
+    assert cluster_job(RECORD) == {"submission_id": "driver-1", "staging": "/shared/s/try-1",
+                                   "artifact_dir": "/shared/a/try-1"}
+    assert (RECORD["try_number"], RECORD["deferred"], RECORD["cancel_on_kill"]) == (1, True, True)
+
+
+def test_an_active_driver_handed_to_the_trigger_by_an_earlier_try_is_not_adopted():
+    # cleared, marked failed or its trigger failed: the trigger's on_kill is killing that driver
+    assert "try 1 handed it to the trigger" in abandoned_by(RECORD, current_try=2, kill_recorded=False)
+
+
+def test_a_recorded_kill_is_never_adopted():
+    sync = {**RECORD, "deferred": False}
+    assert "was killed" in abandoned_by(sync, current_try=2, kill_recorded=True)
+
+
+@pytest.mark.parametrize("record", [
+    {**RECORD, "deferred": False},  # a sync try whose process died without on_kill: a worker crash
+    {**RECORD, "cancel_on_kill": False},  # nobody kills that driver
+    {"submission_id": "driver-1", "staging": "/s", "artifact_dir": "/a"},  # persisted before the fields existed
+])
+def test_a_crashed_try_s_driver_is_adopted(record):
+    assert abandoned_by(record, current_try=2, kill_recorded=False) is None
+
+
+def test_the_same_try_reading_its_own_record_adopts_it():
+    assert abandoned_by(RECORD, current_try=1, kill_recorded=False) is None

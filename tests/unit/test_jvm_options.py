@@ -27,3 +27,9 @@ def test_spark_defaults_keys_reads_the_conf_dir(tmp_path, monkeypatch):
     (tmp_path.parent / "conf").mkdir(exist_ok=True)
     (tmp_path.parent / "conf" / "spark-defaults.conf").write_text("spark.driver.memory 2g\n")
     assert spark_defaults_keys() == {"spark.driver.memory"}
+
+
+def test_the_provider_jvms_exit_when_out_of_memory():
+    """A JVM out of memory must end (the job fails) rather than live on without the thread that died (issue #22)."""
+    assert JVM_STARTUP_OPTIONS.split() == ["-XX:TieredStopAtLevel=1", "-XX:+ExitOnOutOfMemoryError"]
+    assert executor_jvm_conf({})[KEY].split() == JVM_STARTUP_OPTIONS.split()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from airflow_provider_horovod.links import SparkUILink
+from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, SparkUILink
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator, history_app_url, history_server_url
 
 
@@ -19,6 +19,22 @@ def test_the_link_is_what_the_operator_knows_without_an_xcom_request():
     assert SparkUILink().get_link(op, ti_key=None) == ""
     op.spark_ui_url = "http://127.0.0.1:4040"
     assert SparkUILink().get_link(op, ti_key=None) == "http://127.0.0.1:4040"
+
+
+def test_the_link_has_its_own_xcom_key_apart_from_the_operators_data():
+    """Airflow writes the link under its key straight to the database, bypassing a custom XCom backend: the operator's
+    data key (pushed through the backend) must not be that key, or one overwrites the other."""
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    assert SparkUILink().xcom_key == "_link_SparkUILink" != XCOM_SPARK_UI_URL
+    # the API server reads the link with the key stored in the serialized DAG, never calling get_link
+    with DAG("links", schedule=None) as dag:
+        HorovodRunnerOperator(task_id="t", python_callable=_train)
+    serialized = DagSerialization.to_dict(dag)
+    assert serialized["dag"]["tasks"][0]["__var"]["_operator_extra_links"] == {"Spark UI": "_link_SparkUILink"}
+    link = DagSerialization.from_dict(serialized).get_task("t").operator_extra_link_dict["Spark UI"]
+    assert link.xcom_key == "_link_SparkUILink"
 
 
 def test_history_server_url_from_the_connection_then_the_config(monkeypatch):
@@ -45,7 +61,11 @@ def test_after_the_application_ends_the_link_points_at_the_history_server(monkey
     ti = _TI()
     op._link_history(ti)  # the application never started: nothing to link to
     assert ti.pushed == {} and op.spark_ui_url is None
+    # the live link's direct database write needs a running task's supervisor: record the call instead
+    monkeypatch.setattr("airflow_provider_horovod.operators._reporting.push_spark_ui_url",
+                        lambda ti_, url: ti_.xcom_push("spark_ui_url", url))
     op._app_started(ti, "app-1", "http://127.0.0.1:4040")
+    assert ti.pushed["spark_ui_url"] == "http://127.0.0.1:4040"
     assert SparkUILink().get_link(op, ti_key=None) == "http://127.0.0.1:4040"  # live
     op._link_history(ti)
     assert ti.pushed["spark_ui_url"] == "http://hs:18080/history/app-1/"

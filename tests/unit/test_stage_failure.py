@@ -66,3 +66,16 @@ def test_spark_reason_drops_jvm_frames_and_the_py4j_preamble():
     reason = spark_reason(NO_HOROVOD)
     assert not any(line.lstrip().startswith("at ") for line in reason.splitlines())
     assert reason.startswith("org.apache.spark.SparkException")
+
+
+
+class Py4JNetworkError(Exception):
+    """Stands for Py4J's error of that name, which carried no text when the driver JVM had run out of memory."""
+
+
+def test_an_exception_without_text_is_named_by_its_type():
+    with pytest.raises(LaunchError) as info:
+        raise_for_stage_failure(Py4JNetworkError(), [], lambda: "not enough slots")
+    assert str(info.value) == ("the Horovod barrier stage failed: tests.unit.test_stage_failure.Py4JNetworkError "
+                               "(with no message)")
+    assert _raised("") == "the Horovod barrier stage failed: RuntimeError (with no message)"

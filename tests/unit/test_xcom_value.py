@@ -42,7 +42,7 @@ def test_default_artifact_dir_is_unique_per_try(monkeypatch, tmp_path):
     first = default_artifact_dir({"ti": ti})
     ti.try_number = 2
     second = default_artifact_dir({"ti": ti})
-    assert first == str(tmp_path / "d" / "manual__2026-01-01T00_00_00_00_00" / "train" / "try-1")
+    assert first == str(tmp_path / "d" / "manual__2026-01-01T00~3A00~3A00~2B00~3A00" / "train" / "try-1")
     assert second.endswith("try-2") and first != second
     ti.map_index = 3
     assert default_artifact_dir({"ti": ti}).endswith("/train/map-3/try-2")

@@ -87,6 +87,7 @@ class ClientMode(DeployMode):
                 gloo_timeout_s=op.gloo_timeout_s, start_timeout_s=op.start_timeout_s,
                 training_timeout_s=op.training_timeout_s, use_gpu=op.use_gpu, gpu_visibility=op.gpu_visibility,
                 on_app_started=on_app_started, slot_wait_timeout_s=op._slot_wait(),
+                max_return_value_bytes=op.max_return_value_bytes,
             )
         finally:
             for watcher in watchers:

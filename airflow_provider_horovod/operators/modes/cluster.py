@@ -7,7 +7,9 @@ says which driver state means what).
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.hooks.result import read_job_result
@@ -17,7 +19,9 @@ from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.operators._common import (
     XCOM_ARTIFACT_DIR, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, XCOM_SUBMISSION_ID, default_staging_dir,
 )
-from airflow_provider_horovod.operators._durable import NOT_FOUND, DurableClusterJob, cluster_job
+from airflow_provider_horovod.operators._durable import (
+    ABANDONED, KILL_MARKER, NOT_FOUND, REATTACHABLE_STATES, DurableClusterJob, abandoned_by, cluster_job, job_record,
+)
 from airflow_provider_horovod.operators.modes.base import DeployMode
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger, validate_event
 
@@ -43,6 +47,10 @@ class ClusterMode(DurableClusterJob, DeployMode):
         DeployMode.__init__(self, operator)
         self._job_value: Any = None
         self._has_value = False
+        self._staging: str | None = None
+        """The staging record of the driver this try submitted or adopted (where ``on_kill`` records its kill)."""
+        self._killing = False
+        """Set by :meth:`on_kill`: a KILLED driver is this task's own doing, not a kill from outside."""
 
     def submit_job(self, context: Context) -> dict[str, str]:
         """
@@ -61,22 +69,36 @@ class ClusterMode(DurableClusterJob, DeployMode):
             driver_log_verbosity=op.driver_log_verbosity, extra_args=op._timeout_args(),
         )
         context["ti"].xcom_push(key=XCOM_SUBMISSION_ID, value=submission_id)
-        return {"submission_id": submission_id, "staging": staging.record, "artifact_dir": artifact_dir}
+        return job_record(submission_id=submission_id, staging=staging.record, artifact_dir=artifact_dir,
+                          try_number=context["ti"].try_number, deferred=bool(op.deferrable),
+                          cancel_on_kill=bool(op.cancel_on_kill))
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         """
-        The driver's standalone state (``NOT_FOUND`` when the master does not know it).
+        The driver's standalone state (``NOT_FOUND`` when the master does not know it), or ``ABANDONED`` for an
+        active driver that an earlier try gave up (its kill is under way:
+        :func:`~airflow_provider_horovod.operators._durable.abandoned_by`).
 
         :param external_id: the record from :meth:`submit_job`.
         :param context: the task's Airflow context.
         :raises HorovodJobError: the record is not one this operator stores.
         """
-        status = self.operator.cluster_hook.status(cluster_job(external_id)["submission_id"])
-        return status.driver_state or NOT_FOUND
+        job = cluster_job(external_id)
+        state = self.operator.cluster_hook.status(job["submission_id"]).driver_state or NOT_FOUND
+        if state not in REATTACHABLE_STATES:
+            return state
+        reason = abandoned_by(external_id, current_try=context["ti"].try_number,
+                              kill_recorded=Staging(job["staging"]).read_bytes(KILL_MARKER) is not None)
+        if reason is None:
+            return state
+        self.operator.log.warning("Driver %s is %s, but %s: not reconnecting to it; submitting a new job",
+                                  job["submission_id"], state, reason)
+        return ABANDONED
 
     def _adopt(self, job: dict[str, str], context: Context) -> None:
         """Make ``job`` this try's: its driver is the one ``on_kill`` kills, its artifact directory the one reported."""
         self.operator._submission_id = job["submission_id"]
+        self._staging = job["staging"]
         ti = context["ti"]
         ti.xcom_push(key=XCOM_SUBMISSION_ID, value=job["submission_id"])
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=job["artifact_dir"])  # the job's, not this try's
@@ -106,7 +128,8 @@ class ClusterMode(DurableClusterJob, DeployMode):
             )
         staging = Staging(job["staging"])
         status = self._wait_for_driver(context["ti"], job["submission_id"], staging)
-        self._job_value = op._finish(context["ti"], HorovodStandaloneHook.result(staging, status))
+        headline = self._kill_headline(job["submission_id"], status.driver_state, op._spark_app_id)
+        self._job_value = op._finish(context["ti"], HorovodStandaloneHook.result(staging, status, headline=headline))
         self._has_value = True
         return self._job_value
 
@@ -152,7 +175,10 @@ class ClusterMode(DurableClusterJob, DeployMode):
         self._adopt(job, context)
         self.operator.log.info("Driver %s of an earlier try already finished: reading its result", job["submission_id"])
         status = self.operator.cluster_hook.status(job["submission_id"])
-        return self.operator._finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status))
+        headline = self._kill_headline(job["submission_id"], status.driver_state,
+                                       HorovodStandaloneHook.app_started(Staging(job["staging"]))[0])
+        return self.operator._finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status,
+                                                                                 headline=headline))
 
     def complete(self, context: Context, event: dict[str, Any]) -> Any:
         """
@@ -173,11 +199,27 @@ class ClusterMode(DurableClusterJob, DeployMode):
                 ti.xcom_push(key=XCOM_SPARK_UI_URL, value=event["ui_url"])
                 op.spark_ui_url = event["ui_url"]
             op._link_history(ti)
-        cause = None
+        cause = headline = None
         if event["status"] != "success":
             cause = RuntimeError(f"driver state {event['driver_state']}: {event['message'] or 'no message'}")
+            headline = self._kill_headline(event["submission_id"], event["driver_state"], event["app_id"])
         return op._finish(ti, read_job_result(Staging(event["staging"]), app_id=event["app_id"],
-                                              ui_url=event["ui_url"], submit_error=cause))
+                                              ui_url=event["ui_url"], submit_error=cause, headline=headline))
+
+    def _kill_headline(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
+        """
+        The first line of the error when the driver or its application was killed, else ``None``.
+
+        :param submission_id: the driver id.
+        :param driver_state: its final state.
+        :param app_id: its Spark application id, when it had started one.
+        """
+        if driver_state == "FINISHED":
+            return None
+        if self._killing:
+            return (f"Spark driver {submission_id} was killed by this task (on_kill: the task was stopped, "
+                    f"cleared or marked failed); driver state {driver_state}")
+        return self.operator.cluster_hook.killed_from_outside(submission_id, driver_state, app_id)
 
     def kill_after_trigger_failure(self, context: Context) -> None:
         """
@@ -191,7 +233,19 @@ class ClusterMode(DurableClusterJob, DeployMode):
             self.operator.cluster_hook.kill(submission_id)
 
     def on_kill(self) -> None:
-        """Kill the driver this try submitted or adopted, if any."""
+        """
+        Kill the driver this try submitted or adopted, if any, after recording the kill in its staging directory
+        (:data:`~airflow_provider_horovod.operators._durable.KILL_MARKER`): the next try then submits a fresh job
+        instead of reconnecting to the driver this kill takes down.
+        """
         op = self.operator
-        if getattr(op, "_submission_id", None) and "cluster_hook" in op.__dict__:
-            op.cluster_hook.kill(op._submission_id)
+        if not (getattr(op, "_submission_id", None) and "cluster_hook" in op.__dict__):
+            return
+        self._killing = True
+        if self._staging is not None:
+            try:
+                Staging(self._staging).write_bytes(KILL_MARKER, json.dumps(
+                    {"submission_id": op._submission_id, "killed_at": time.time()}).encode())
+            except Exception as err:  # noqa: BLE001 - the kill itself matters more than its record
+                op.log.warning("Cannot record the kill of driver %s in %s: %s", op._submission_id, self._staging, err)
+        op.cluster_hook.kill(op._submission_id)

@@ -75,7 +75,8 @@ class ConnectMode(DeployMode):
             runner_kwargs={"driver_log_verbosity": op.driver_log_verbosity, "env": op._job_env(),
                            "gloo_timeout_s": op.gloo_timeout_s, "start_timeout_s": op.start_timeout_s,
                            "training_timeout_s": op.training_timeout_s, "use_gpu": op.use_gpu,
-                           "gpu_visibility": op.gpu_visibility, "slot_wait_timeout_s": op._slot_wait()},
+                           "gpu_visibility": op.gpu_visibility, "slot_wait_timeout_s": op._slot_wait(),
+                           "max_return_value_bytes": op.max_return_value_bytes},
         )
 
     def get_job_result(self, external_id: Any, context: Context) -> Any:

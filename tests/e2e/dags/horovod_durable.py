@@ -15,8 +15,8 @@ CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": s
         "spark.cores.max": "2"}
 
 
-def train_for(seconds: int, data_path: str):
-    """Allreduce once a second for ``seconds``; rank 0 writes a model and returns metrics."""
+def train_for(seconds: int | str, data_path: str):
+    """Allreduce once a second for ``seconds`` (a rendered template too); rank 0 writes a model and returns metrics."""
     import os
     import time
 
@@ -25,6 +25,7 @@ def train_for(seconds: int, data_path: str):
 
     from airflow_provider_horovod.runtime import artifact_dir
 
+    seconds = int(seconds)
     hvd.init()
     print("training started", flush=True)
     for _ in range(seconds):
@@ -59,3 +60,22 @@ with DAG(dag_id="horovod_deferred_asset", schedule=None, start_date=pendulum.dat
                           outlets=[Asset("deferred_model")],
                           # staged on S3 (moto): the triggerer reads the driver's status.json with the connection
                           staging_dir="s3://minio@staging/{{ run_id }}/try-{{ ti.try_number }}")
+
+# Fault #22.4: a durable task that is cleared (or marked failed, then re-run) trains a fresh job.
+for _dag_id, _deferrable in (("horovod_deferred_clear", True), ("horovod_deferred_fail_rerun", True),
+                             ("horovod_sync_clear", False)):
+    with DAG(dag_id=_dag_id, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,
+             default_args={"retries": 0}):
+        HorovodRunnerOperator(task_id="train", python_callable=train_for,
+                              op_kwargs={"seconds": "{{ 600 if ti.try_number == 1 else 5 }}", "data_path": "/data/x"},
+                              np=2, conn_id="spark_cluster", deploy_mode="cluster", deferrable=_deferrable, conf=CONF,
+                              poll_interval_s=1)
+
+# Fault #22.3: a driver (or its application) killed through the master, sync and deferred: the error says so.
+for _dag_id, _deferrable in (("horovod_killed_sync", False), ("horovod_killed_deferred", True)):
+    with DAG(dag_id=_dag_id, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,
+             default_args={"retries": 0}):
+        HorovodRunnerOperator(task_id="train", python_callable=train_for,
+                              op_kwargs={"seconds": 600, "data_path": "/data/unused"}, np=2,
+                              conn_id="spark_cluster", deploy_mode="cluster", deferrable=_deferrable, conf=CONF,
+                              poll_interval_s=1)

@@ -40,6 +40,19 @@ def return_a_model():
     return TrainedModel(path)
 
 
+def save_model_return_bytes():
+    import horovod.torch as hvd
+
+    from airflow_provider_horovod.runtime import artifact_dir
+
+    hvd.init()
+    if hvd.rank() != 0:
+        return None
+    with open(os.path.join(artifact_dir(), "model.pt"), "wb") as f:
+        f.write(b"\x00" * 16)
+    return b"w" * 50_000  # the model's bytes: above the task's max_return_value_bytes
+
+
 def rank_and_size(tag):
     import horovod.torch as hvd
 
@@ -51,4 +64,6 @@ with DAG(dag_id="horovod_failures", schedule=None, start_date=pendulum.datetime(
          catchup=False, default_args={"retries": 0}):
     HorovodRunnerOperator(task_id="rank_fails", python_callable=fail_on_rank_one, np=2)
     HorovodRunnerOperator(task_id="unstorable_return", python_callable=return_a_model, np=2)
+    HorovodRunnerOperator(task_id="oversize_return", python_callable=save_model_return_bytes, np=2,
+                          max_return_value_bytes=2000)
     HorovodRunnerOperator(task_id="on_driver", python_callable=rank_and_size, op_kwargs={"tag": "{{ ds }}"}, np=-2)
