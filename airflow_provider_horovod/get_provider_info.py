@@ -27,7 +27,6 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Horovod",
                 "python-modules": [
                     "airflow_provider_horovod.hooks.horovod",
-                    "airflow_provider_horovod.hooks.progress",
                     "airflow_provider_horovod.hooks.standalone",
                     "airflow_provider_horovod.hooks.connect",
                 ],

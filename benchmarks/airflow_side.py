@@ -129,7 +129,7 @@ def spark_confs(staging: str) -> dict[str, str]:
     """The Spark properties the operator's embedded local master uses (taken from the hook when it has them)."""
     try:
         from airflow_provider_horovod.hooks.horovod import BASE_SPARK_CONF, SPARK_LOG4J2, local_spark_conf
-        from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
+        from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS
 
         conf = {**BASE_SPARK_CONF, **local_spark_conf(2)}
         log4j = SPARK_LOG4J2.format(level="warn")

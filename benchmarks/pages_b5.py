@@ -121,21 +121,21 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
             "\"task slots available\" line as it arrives. One machine, so the clocks agree. The waiting job "
             "alternates between the contenders; executors at Spark's standalone default (one per worker, "
             "`spark.cores.max=4`); driver and executor JVMs with the options the provider's hooks give the "
-            f"applications they submit (`{jvm_options()}`, `hooks/spark_conf.py`), and their Python daemon "
+            f"applications they submit (`{jvm_options()}`, `utils/spark_conf.py`), and their Python daemon "
             f"(`spark.python.daemon.module={daemon_module()}`).", B5_END]
     return out
 
 
 def jvm_options() -> str:
     """The JVM options B5's applications get (the hooks' own), as the harness passes them."""
-    from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS
+    from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS
 
     return JVM_STARTUP_OPTIONS
 
 
 def daemon_module() -> str:
     """The Python daemon module B5's applications get (the hooks' own)."""
-    from airflow_provider_horovod.hooks.spark_conf import PYTHON_DAEMON_MODULE
+    from airflow_provider_horovod.utils.spark_conf import PYTHON_DAEMON_MODULE
 
     return PYTHON_DAEMON_MODULE
 

@@ -59,10 +59,10 @@ builder = (SparkSession.builder.master(master).appName(f"b5-{variant}")
            .config("spark.cores.max", "4").config("spark.executor.memory", "512m")
            .config("spark.master.ui.port", ui_port)
            .config("spark.executorEnv.PYTHONUNBUFFERED", "1")
-           # the JVM options the provider's hooks give the applications they submit (hooks/spark_conf.py)
+           # the JVM options the provider's hooks give the applications they submit (utils/spark_conf.py)
            .config("spark.driver.extraJavaOptions", jvm_options)
            .config("spark.executor.extraJavaOptions", jvm_options))
-for key, value in json.loads(hook_conf).items():  # the hooks' Python daemon (hooks/spark_conf.py)
+for key, value in json.loads(hook_conf).items():  # the hooks' Python daemon (utils/spark_conf.py)
     builder = builder.config(key, value)
 if variant == "spark-retry":
     import airflow_provider_horovod.runtime.runner as runner_module
@@ -210,7 +210,7 @@ def _start(cluster, script: Path, work: Path, variant: str, index: int) -> tuple
     env = {**cluster.env, **bench_environ()}
     ui_port = cluster.web_ui_url.rsplit(":", 1)[1]
     gate = work / f"gate-{index}"
-    from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS, python_daemon_conf
+    from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS, python_daemon_conf
     from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME
 
     # HorovodRunner ships the runtime zip (addPyFile): the executors fetch it into their working directory

@@ -15,7 +15,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.hooks.result import JobResult
+from airflow_provider_horovod.utils.job_result import JobResult
 
 
 class HorovodConnectHook(BaseHook):

@@ -21,11 +21,11 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.result import JobResult, cleanup_staging, read_job_result
-from airflow_provider_horovod.hooks.slots import (
+from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging, read_job_result
+from airflow_provider_horovod.utils.standalone_slots import (
     check_standalone_fits, standalone_defaults, standalone_master, submit_kwargs_conf,
 )
-from airflow_provider_horovod.hooks.spark_conf import (
+from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, MASTER_CONNECT_TIMEOUT_S, SPARK_LOG4J2, check_reachable, executor_jvm_conf,
     local_spark_conf, master_addresses, python_daemon_conf, spark_defaults_keys,
 )
@@ -34,7 +34,7 @@ from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
 
-# The names of hooks/spark_conf.py and hooks/result.py are re-exported: they lived here before.
+# The names of utils/spark_conf.py and utils/job_result.py are re-exported: they lived here before.
 __all__ = ["BASE_SPARK_CONF", "MASTER_CONNECT_TIMEOUT_S", "SPARK_LOG4J2", "HorovodHook", "JobResult",
            "check_reachable", "cleanup_staging", "local_spark_conf", "master_addresses", "read_job_result"]
 
@@ -126,7 +126,7 @@ class HorovodHook(BaseHook):
         ``spark.driver.extraJavaOptions``.
 
     The driver's and (on a cluster) the executors' JVMs start with
-    :data:`~airflow_provider_horovod.hooks.spark_conf.JVM_STARTUP_OPTIONS` unless ``conf`` (or, for executors,
+    :data:`~airflow_provider_horovod.utils.spark_conf.JVM_STARTUP_OPTIONS` unless ``conf`` (or, for executors,
     the local ``spark-defaults.conf``) sets their ``extraJavaOptions``.
     """
 

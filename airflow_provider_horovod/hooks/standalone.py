@@ -2,7 +2,7 @@
 ``HorovodStandaloneHook``: cluster deploy mode on a Spark standalone master, through its REST submission server.
 
 The driver program runs on a worker, so everything it needs travels through a **staging directory**
-(:mod:`airflow_provider_horovod.hooks.staging`) on a filesystem the workers share or on object storage: the
+(:mod:`airflow_provider_horovod.utils.staging`) on a filesystem the workers share or on object storage: the
 payload, the runtime zip (executors and the driver need neither Airflow nor this provider), a copy of the driver
 program, and the files the driver writes back (``status.json`` as soon as the application exists, then
 ``result.json`` / ``result.pkl``).
@@ -27,12 +27,12 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.result import read_job_result
-from airflow_provider_horovod.hooks.slots import check_standalone_fits, standalone_defaults
-from airflow_provider_horovod.hooks.spark_conf import (
+from airflow_provider_horovod.utils.job_result import read_job_result
+from airflow_provider_horovod.utils.standalone_slots import check_standalone_fits, standalone_defaults
+from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, check_reachable, executor_jvm_conf, master_addresses, python_daemon_conf,
 )
-from airflow_provider_horovod.hooks.staging import Staging
+from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
@@ -111,7 +111,7 @@ class HorovodStandaloneHook(BaseHook):
         """
         Stage the job and create the driver on the cluster.
 
-        :param staging: this try's staging directory: a :class:`~airflow_provider_horovod.hooks.staging.Staging`,
+        :param staging: this try's staging directory: a :class:`~airflow_provider_horovod.utils.staging.Staging`,
             or a path on the shared filesystem (created, owner-only).
         :param payload: the signed payload.
         :param key: its HMAC key; sent as the driver's environment only.
@@ -224,7 +224,7 @@ class HorovodStandaloneHook(BaseHook):
         ``durable=True`` a retry whose earlier driver is still active reattaches to it instead and never gets here;
         see :mod:`airflow_provider_horovod.operators._durable`.)
 
-        :param staging: this try's staging directory (a :class:`~airflow_provider_horovod.hooks.staging.Staging`
+        :param staging: this try's staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging`
             or a path).
         :return: the driver ids that were still active and were killed.
         """
@@ -243,7 +243,7 @@ class HorovodStandaloneHook(BaseHook):
         """
         ``(app_id, ui_url)`` once the driver has written ``status.json``, else ``(None, None)``.
 
-        :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.hooks.staging.Staging` or a
+        :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging` or a
             path or URI).
         """
         try:
@@ -289,7 +289,7 @@ class HorovodStandaloneHook(BaseHook):
         """
         The job's result from the staging directory; the driver's state explains a missing result.
 
-        :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.hooks.staging.Staging` or a
+        :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging` or a
             path or URI).
         :param status: the driver's final state, when known.
         :param headline: what the error says first when the job failed for a reason outside it (a kill:

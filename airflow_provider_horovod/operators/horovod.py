@@ -20,7 +20,7 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.connect import HorovodConnectHook
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
-from airflow_provider_horovod.hooks.storage import credentials_env, storage_location
+from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_flag
 from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.operators._common import (

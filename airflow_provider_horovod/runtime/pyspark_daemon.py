@@ -11,7 +11,7 @@ fresh executors (on a shared cluster, every job) waits for that before any rank 
 This module moves each of those zips behind the interpreter's own copy of the same package, when it has one whose
 ``version.py`` is byte-for-byte the zip's, and then runs :func:`pyspark.daemon.manager` unchanged. Without such a
 copy (or on any error) the path stays as Spark made it. The hooks select it with ``spark.python.daemon.module``
-(:func:`airflow_provider_horovod.hooks.spark_conf.python_daemon_conf`); it reaches the executors in the runtime zip.
+(:func:`airflow_provider_horovod.utils.spark_conf.python_daemon_conf`); it reaches the executors in the runtime zip.
 
 Imports nothing of PySpark before the path is set, and only the standard library.
 """

@@ -24,7 +24,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
     :param submission_id: the driver id (``driver-...``).
     :param rest_url: the master's REST submission server, e.g. ``http://master:6066``.
     :param staging: the job's staging directory, where the driver writes ``status.json``: a shared-filesystem
-        path or an object-store location (:attr:`airflow_provider_horovod.hooks.staging.Staging.record`, with
+        path or an object-store location (:attr:`airflow_provider_horovod.utils.staging.Staging.record`, with
         its connection id; the connection is read in the triggerer).
     :param poll_interval_s: seconds between polls.
     :param cancel_on_kill: kill the driver when the task is killed while deferred (Airflow 3.3 ``on_kill``).
@@ -60,7 +60,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         """``(app_id, ui_url)`` from the driver's ``status.json`` (read off the event loop), else ``(None, None)``."""
         from asgiref.sync import sync_to_async
 
-        from airflow_provider_horovod.hooks.staging import Staging
+        from airflow_provider_horovod.utils.staging import Staging
         from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 
         try:
@@ -83,7 +83,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         One poll of the application's monitoring REST API: log the barrier stage's facts that changed, as the
         operator's progress lines do in sync mode. Best effort: an API that does not answer is skipped.
         """
-        from airflow_provider_horovod.hooks.progress import Snapshot, describe
+        from airflow_provider_horovod.utils.progress import Snapshot, describe
 
         try:
             async with AsyncSparkRestClient(ui_url=ui_url, timeout_s=self.timeout_s,

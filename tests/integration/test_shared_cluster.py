@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS, PYTHON_DAEMON_MODULE
+from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS, PYTHON_DAEMON_MODULE
 from tests.integration.shared_cluster_jobs import RECORD, job_conf, run_client_job, starts, wait_until
 from tests.standalone import MARKER_ENV, standalone_cluster
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.result import read_job_result
+from airflow_provider_horovod.utils.job_result import read_job_result
 
 KILLED = "Spark driver driver-1 (application app-1) was KILLED from outside this task"
 DYING = "Py4JNetworkError: Answer from Java side is empty"

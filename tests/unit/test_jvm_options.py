@@ -1,8 +1,8 @@
-"""The JVM options the hooks give the drivers and executors they start (hooks/spark_conf.py)."""
+"""The JVM options the hooks give the drivers and executors they start (utils/spark_conf.py)."""
 
 from __future__ import annotations
 
-from airflow_provider_horovod.hooks.spark_conf import JVM_STARTUP_OPTIONS, executor_jvm_conf, spark_defaults_keys
+from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS, executor_jvm_conf, spark_defaults_keys
 
 KEY = "spark.executor.extraJavaOptions"
 

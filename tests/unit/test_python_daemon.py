@@ -1,6 +1,6 @@
 """
 The Python daemon the hooks start (runtime/pyspark_daemon.py): Spark's source zips move behind an installed copy of
-the same version, and only then; and the properties that select it (hooks/spark_conf.py python_daemon_conf).
+the same version, and only then; and the properties that select it (utils/spark_conf.py python_daemon_conf).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import sys
 import zipfile
 
-from airflow_provider_horovod.hooks.spark_conf import PYTHON_DAEMON_MODULE, python_daemon_conf
+from airflow_provider_horovod.utils.spark_conf import PYTHON_DAEMON_MODULE, python_daemon_conf
 from airflow_provider_horovod.runtime.pyspark_daemon import behind, movable
 from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
 

@@ -192,7 +192,7 @@ def test_read_master_state_accepts_only_this_masters_page():
 
 
 def test_cluster_mode_watcher_lines():
-    from airflow_provider_horovod.hooks.slots import cluster_wait_message
+    from airflow_provider_horovod.utils.standalone_slots import cluster_wait_message
 
     r = AppResources.from_conf({"spark.master": MASTER, "spark.executor.cores": "1", "spark.cores.max": "4",
                                 "spark.driver.memory": "512m"}, assume_defaults=False, cluster_mode=True)
@@ -221,7 +221,7 @@ def test_cluster_mode_watcher_lines():
 def test_standalone_master_of_a_connection():
     from airflow.models.connection import Connection
 
-    from airflow_provider_horovod.hooks.slots import standalone_master, submit_kwargs_conf
+    from airflow_provider_horovod.utils.standalone_slots import standalone_master, submit_kwargs_conf
 
     conn = Connection(conn_id="c", conn_type="spark", host="spark://m1", port=7077, extra=json.dumps({"ui-port": 8090}))
     assert standalone_master(conn) == ("spark://m1:7077", "http://m1:8090")
@@ -259,7 +259,7 @@ def test_slot_wait_timeout_arguments():
 
 
 def test_standalone_defaults_size_the_application_to_the_job():
-    from airflow_provider_horovod.hooks.slots import standalone_defaults
+    from airflow_provider_horovod.utils.standalone_slots import standalone_defaults
 
     ui = "http://m1:8090"
     assert standalone_defaults(4, ui, {}) == {"spark.cores.max": "4", "spark.master.ui.port": "8090"}

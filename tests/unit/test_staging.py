@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.staging import Staging, fs_options, with_conn_id
+from airflow_provider_horovod.utils.staging import Staging, fs_options, with_conn_id
 from tests.s3_server import s3_server  # noqa: F401  (fixture)
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_provider_horovod.hooks.storage import credentials_env, storage_location
+from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
 
 def test_plain_locations_pass_through():

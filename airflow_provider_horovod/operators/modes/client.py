@@ -9,13 +9,13 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod.hooks.result import JobResult, cleanup_staging
+from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging
 from airflow_provider_horovod.operators.modes.base import DeployMode
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_horovod.hooks.progress import ProgressWatcher
+    from airflow_provider_horovod.utils.progress import ProgressWatcher
 
 GONE = "GONE"
 """The status of a job whose driver lived in a task process (client mode, Spark Connect): it ended with it."""

@@ -12,9 +12,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod.hooks.result import read_job_result
-from airflow_provider_horovod.hooks.slots import ClusterSlotsWatcher
-from airflow_provider_horovod.hooks.staging import Staging
+from airflow_provider_horovod.utils.job_result import read_job_result
+from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
+from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.operators._common import (
     XCOM_ARTIFACT_DIR, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, XCOM_SUBMISSION_ID, default_staging_dir,

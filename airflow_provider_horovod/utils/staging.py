@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.storage import credentials_env, storage_location
+from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 from airflow_provider_horovod.runtime.artifacts import _is_remote
 
 SIGNED_URL_EXPIRY_S = 7 * 24 * 3600
@@ -43,7 +43,7 @@ def with_conn_id(uri: str, conn_id: str | None) -> str:
 
 def fs_options(env: dict[str, str]) -> dict[str, Any]:
     """
-    s3fs options for the credentials of :func:`~airflow_provider_horovod.hooks.storage.credentials_env`.
+    s3fs options for the credentials of :func:`~airflow_provider_horovod.utils.storage.credentials_env`.
 
     :param env: ``AWS_*`` variables (may be empty: the options are empty and botocore's own lookup applies).
     """

@@ -41,7 +41,7 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
     Read what the driver program wrote into ``staging`` (``result.json``, ``result.pkl``).
 
     :param staging: the result directory the driver was given: a local or shared-filesystem path, or a
-        :class:`~airflow_provider_horovod.hooks.staging.Staging` (object storage too).
+        :class:`~airflow_provider_horovod.utils.staging.Staging` (object storage too).
     :param app_id: the application id if already known (the file's wins).
     :param ui_url: the Spark UI URL if already known (the file's wins).
     :param submit_error: the submission's own error, if any, kept as the cause.
@@ -50,7 +50,7 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
     :raises HorovodJobError: no result was written (the driver never ran the job) or the job failed; the
         message is the driver's (for a rank failure: the rank, its exception and traceback), after ``headline``.
     """
-    from airflow_provider_horovod.hooks.staging import Staging
+    from airflow_provider_horovod.utils.staging import Staging
 
     staging = Staging.of(staging)
     try:

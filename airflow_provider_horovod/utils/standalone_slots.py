@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 from airflow_provider_horovod.clients import RetryPolicy, SparkRestClient, SparkRestError
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.poller import Poller
+from airflow_provider_horovod.utils.poller import Poller
 from airflow_provider_horovod.runtime.slots import AppResources, ClusterView, cluster_view, never_fits_message
 
 MASTER_STATE_TIMEOUT_S = 10.0

@@ -20,7 +20,7 @@ from airflow_provider_horovod.clients import (
     SparkRestError,
     StageInfo,
 )
-from airflow_provider_horovod.hooks.poller import Poller
+from airflow_provider_horovod.utils.poller import Poller
 
 JOB_GROUP_PREFIX = "horovod-"
 """``HorovodRunner`` runs its barrier stage under a Spark job group with this prefix."""
