@@ -126,10 +126,11 @@ EXIT = "DAG run finish, CLI exit"
 
 
 def spark_confs(staging: str) -> dict[str, str]:
-    """The Spark properties the operator's embedded local master uses (taken from the hook when it has them)."""
+    """The Spark properties the operator's embedded local master uses (taken from utils/spark_conf.py when it has them)."""
     try:
-        from airflow_provider_horovod.hooks.horovod import BASE_SPARK_CONF, SPARK_LOG4J2, local_spark_conf
-        from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS
+        from airflow_provider_horovod.utils.spark_conf import (
+            BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, SPARK_LOG4J2, local_spark_conf,
+        )
 
         conf = {**BASE_SPARK_CONF, **local_spark_conf(2)}
         log4j = SPARK_LOG4J2.format(level="warn")

@@ -210,8 +210,8 @@ def _start(cluster, script: Path, work: Path, variant: str, index: int) -> tuple
     env = {**cluster.env, **bench_environ()}
     ui_port = cluster.web_ui_url.rsplit(":", 1)[1]
     gate = work / f"gate-{index}"
-    from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS, python_daemon_conf
     from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME
+    from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS, python_daemon_conf
 
     # HorovodRunner ships the runtime zip (addPyFile): the executors fetch it into their working directory
     hook_conf = json.dumps(python_daemon_conf({}, RUNTIME_ZIP_NAME))

@@ -17,12 +17,12 @@ from __future__ import annotations
 from pydantic import Field
 
 from airflow_provider_horovod.clients._spark_model import (
-    Bool, EpochMs, Int, Ints, Resources, SparkModel, Str, StrMap, Strs, parse_list,
+    Bool, EpochMs, Int, Ints, Resources, SparkModel, Str, StrMap, Strs,
 )
 
 __all__ = [
     "JOB_TERMINAL_STATES", "STAGE_TERMINAL_STATES", "ApplicationAttempt", "ApplicationInfo", "ExecutorInfo",
-    "JobInfo", "StageInfo", "parse_list",
+    "JobInfo", "StageInfo",
 ]
 
 JOB_TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED"})

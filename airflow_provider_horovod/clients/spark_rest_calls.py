@@ -18,6 +18,7 @@ import tenacity
 
 from airflow_provider_horovod.clients import spark_app_models as app
 from airflow_provider_horovod.clients import spark_master_models as master
+from airflow_provider_horovod.clients._spark_model import parse_list
 from airflow_provider_horovod.clients.spark_rest_errors import (
     SparkRestError, SparkRestPayloadError, SparkRestUnavailableError, SparkSubmissionError,
 )
@@ -228,7 +229,7 @@ class Endpoints:
 
     def applications(self) -> Call[list[app.ApplicationInfo]]:
         return Call("GET", self._ui("/applications"),
-                    lambda d: app.parse_list(app.ApplicationInfo, d, "applications"))
+                    lambda d: parse_list(app.ApplicationInfo, d, "applications"))
 
     def application(self, app_id: str) -> Call[app.ApplicationInfo]:
         return Call("GET", self._ui(f"/applications/{_seg(app_id)}"), app.ApplicationInfo.from_json)
@@ -236,17 +237,17 @@ class Endpoints:
     def jobs(self, app_id: str, status: str | None = None) -> Call[list[app.JobInfo]]:
         query = f"?status={_seg(status.lower())}" if status else ""
         return Call("GET", self._ui(f"/applications/{_seg(app_id)}/jobs{query}"),
-                    lambda d: app.parse_list(app.JobInfo, d, "jobs"))
+                    lambda d: parse_list(app.JobInfo, d, "jobs"))
 
     def stages(self, app_id: str, status: str | None = None) -> Call[list[app.StageInfo]]:
         query = f"?status={_seg(status.lower())}" if status else ""
         return Call("GET", self._ui(f"/applications/{_seg(app_id)}/stages{query}"),
-                    lambda d: app.parse_list(app.StageInfo, d, "stages"))
+                    lambda d: parse_list(app.StageInfo, d, "stages"))
 
     def executors(self, app_id: str, include_dead: bool = False) -> Call[list[app.ExecutorInfo]]:
         path = "allexecutors" if include_dead else "executors"
         return Call("GET", self._ui(f"/applications/{_seg(app_id)}/{path}"),
-                    lambda d: app.parse_list(app.ExecutorInfo, d, path))
+                    lambda d: parse_list(app.ExecutorInfo, d, path))
 
     def master_state(self) -> Call[master.MasterState]:
         return Call("GET", _join(self.master_ui_url, "master_ui_url", "/json/"), master.MasterState.from_json)

@@ -21,22 +21,20 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging, read_job_result
+from airflow_provider_horovod.runtime import driver as driver_program
+from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
+from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
+from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
+from airflow_provider_horovod.utils.job_result import JobResult, read_job_result
+from airflow_provider_horovod.utils.spark_conf import (
+    BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, SPARK_LOG4J2, check_reachable, executor_jvm_conf, local_spark_conf,
+    master_addresses, python_daemon_conf, spark_defaults_keys,
+)
 from airflow_provider_horovod.utils.standalone_slots import (
     check_standalone_fits, standalone_defaults, standalone_master, submit_kwargs_conf,
 )
-from airflow_provider_horovod.utils.spark_conf import (
-    BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, MASTER_CONNECT_TIMEOUT_S, SPARK_LOG4J2, check_reachable, executor_jvm_conf,
-    local_spark_conf, master_addresses, python_daemon_conf, spark_defaults_keys,
-)
-from airflow_provider_horovod.runtime import driver as driver_program
-from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
-from airflow_provider_horovod.runtime.runner import RUNTIME_ZIP_NAME, runtime_zip
-from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
 
-# The names of utils/spark_conf.py and utils/job_result.py are re-exported: they lived here before.
-__all__ = ["BASE_SPARK_CONF", "MASTER_CONNECT_TIMEOUT_S", "SPARK_LOG4J2", "HorovodHook", "JobResult",
-           "check_reachable", "cleanup_staging", "local_spark_conf", "master_addresses", "read_job_result"]
+__all__ = ["HorovodHook"]
 
 
 DRIVER_RESULT_GRACE_S = 10.0

@@ -1,8 +1,7 @@
 """
 What ``HorovodRunnerOperator`` and its deploy modes share: XCom keys, where artifacts and staging go, deploy-mode
-and history-server settings, and the check of rank 0's return value before it goes to XCom.
-
-Every name here is re-exported by :mod:`airflow_provider_horovod.operators.horovod`, where users import them.
+and history-server settings, and the check of rank 0's return value before it goes to XCom. The XCom key of the
+Spark UI link, ``XCOM_SPARK_UI_URL``, is the extra link's: :mod:`airflow_provider_horovod.links`.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_horovod.exceptions import HorovodResultError
-from airflow_provider_horovod.links import XCOM_SPARK_UI_URL  # noqa: F401 - for the deploy modes, with the other keys
 
 XCOM_RETURN_VALUE = "return_value"
 """XCom key of rank 0's return value."""

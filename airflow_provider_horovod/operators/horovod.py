@@ -20,37 +20,31 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.connect import HorovodConnectHook
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
-from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_flag
 from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.operators._common import (
-    ARTIFACT_ROOT_ENV, DEFAULT_MAX_RETURN_BYTES, DEPLOY_MODES, RESERVED_SPARK_SUBMIT_KWARGS, XCOM_ARTIFACT_DIR,
-    XCOM_ARTIFACT_PATHS, XCOM_RETURN_VALUE, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, XCOM_SUBMISSION_ID,
-    XCOM_TENSORBOARD_DIR, _default_deferrable, check_result_and_conf, check_spark_arguments, check_xcom_value, default_artifact_dir, default_artifact_root, default_staging_dir,
-    history_app_url, history_server_url, validate_deploy_mode,
+    DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, _default_deferrable, check_result_and_conf, check_spark_arguments,
+    default_artifact_dir, validate_deploy_mode,
 )
 from airflow_provider_horovod.operators._durable import DurableClusterJob
 from airflow_provider_horovod.operators._reporting import JobReporting
-from airflow_provider_horovod.operators.modes import ClusterMode, DeployMode, deploy_mode_for
-from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode
+from airflow_provider_horovod.operators.modes import deploy_mode_for
+from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode, DeployMode
+from airflow_provider_horovod.operators.modes.cluster import ClusterMode
 from airflow_provider_horovod.runtime.errors import PayloadError
 from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, validate_gpu_visibility
-from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S
+from airflow_provider_horovod.runtime.jobspec import DEFAULT_START_TIMEOUT_S
 from airflow_provider_horovod.runtime.observability import ENV_TIMELINE
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
 from airflow_provider_horovod.runtime.runner import validate_np, validate_timeout, validate_verbosity
 from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
+from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = [  # the helpers and keys of operators/_common.py are re-exported: they lived here before
-    "ARTIFACT_ROOT_ENV", "DEFAULT_MAX_RETURN_BYTES", "DEPLOY_MODES", "RESERVED_SPARK_SUBMIT_KWARGS", "XCOM_ARTIFACT_DIR",
-    "XCOM_ARTIFACT_PATHS", "XCOM_RETURN_VALUE", "XCOM_SPARK_APP_ID", "XCOM_SPARK_UI_URL", "XCOM_SUBMISSION_ID",
-    "XCOM_TENSORBOARD_DIR", "HorovodRunnerOperator", "check_xcom_value", "default_artifact_dir", "default_artifact_root", "default_staging_dir",
-    "history_app_url", "history_server_url", "validate_deploy_mode",
-]
+__all__ = ["HorovodRunnerOperator"]
 
 
 class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixin, ResumableJobMixin,

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.launch import JobSpec, barrier_task
+from airflow_provider_horovod.runtime.jobspec import JobSpec
+from airflow_provider_horovod.runtime.launch import barrier_task
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME

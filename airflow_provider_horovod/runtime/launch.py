@@ -4,7 +4,7 @@ driver (``np < 0``, :func:`run_on_driver`).
 
 Both paths share :class:`~.rank_process.RankProcess` (one child process per rank). The rendezvous store is in
 :mod:`~.rendezvous`, a task's checks before it starts its rank in :mod:`~.checks`, the job itself in
-:mod:`~.jobspec`; the names they took from this module are re-exported here.
+:mod:`~.jobspec`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from airflow_provider_horovod.runtime.checks import (  # noqa: F401 - re-exported
+from airflow_provider_horovod.runtime.checks import (
     _check_host_name,
     _host_of,
     _preflight,
@@ -28,20 +28,11 @@ from airflow_provider_horovod.runtime.checks import (  # noqa: F401 - re-exporte
 )
 from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
 from airflow_provider_horovod.runtime.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
-from airflow_provider_horovod.runtime.jobspec import DEFAULT_START_TIMEOUT_S, JobSpec  # noqa: F401 - re-exported
+from airflow_provider_horovod.runtime.jobspec import JobSpec
 from airflow_provider_horovod.runtime.logs import LogClient
 from airflow_provider_horovod.runtime.plan import Slot, build_plan, gloo_env, local_plan
-from airflow_provider_horovod.runtime.rank_process import (  # noqa: F401 - re-exported
-    FAILURE_GRACE_S,
-    OUTPUT_TAIL_LINES,
-    RankProcess,
-    Sink,
-    _stderr_sink,
-)
-from airflow_provider_horovod.runtime.rendezvous import (  # noqa: F401 - re-exported
-    DONE_REPORT_ATTEMPTS,
-    DONE_SCOPE,
-    RanksDone,
+from airflow_provider_horovod.runtime.rank_process import FAILURE_GRACE_S, RankProcess, _stderr_sink
+from airflow_provider_horovod.runtime.rendezvous import (
     _report_done,
     _start_rendezvous,
     _stop_rendezvous,

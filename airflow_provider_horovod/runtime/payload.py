@@ -25,12 +25,7 @@ from typing import Any
 import cloudpickle
 
 from airflow_provider_horovod.runtime.errors import PayloadError
-from airflow_provider_horovod.runtime.pickling import (  # noqa: F401 - re-exported
-    _dumps,
-    find_unpicklable,
-    pickle_by_value,
-    shipped_by_value,
-)
+from airflow_provider_horovod.runtime.pickling import _dumps, find_unpicklable, pickle_by_value
 
 MAGIC = b"AIRFLOW-HOROVOD-PAYLOAD/1\n"
 LARGE_PAYLOAD_BYTES = 50 * 1024 * 1024

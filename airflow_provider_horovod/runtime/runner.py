@@ -13,11 +13,12 @@ import cloudpickle
 
 from airflow_provider_horovod.runtime.connect import is_connect_session, run_barrier_connect
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
-from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, check_gpu_conf, validate_gpu_visibility
-from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S, JobSpec, barrier_task, run_on_driver
+from airflow_provider_horovod.runtime.jobspec import DEFAULT_START_TIMEOUT_S, JobSpec
+from airflow_provider_horovod.runtime.launch import barrier_task, run_on_driver
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
+from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
 from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip

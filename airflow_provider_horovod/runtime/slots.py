@@ -40,9 +40,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_horovod.runtime.app_resources import AppResources, memory_mib  # noqa: F401 - re-exported
-from airflow_provider_horovod.runtime.cluster_view import (  # noqa: F401 - re-exported
-    MAX_HOLDERS,
+from airflow_provider_horovod.runtime.app_resources import AppResources
+from airflow_provider_horovod.runtime.cluster_view import (
     ClusterView,
     cluster_view,
     never_fits_message,

@@ -60,8 +60,8 @@ class HorovodSparkJobTrigger(BaseTrigger):
         """``(app_id, ui_url)`` from the driver's ``status.json`` (read off the event loop), else ``(None, None)``."""
         from asgiref.sync import sync_to_async
 
-        from airflow_provider_horovod.utils.staging import Staging
         from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+        from airflow_provider_horovod.utils.staging import Staging
 
         try:
             if self._staging is None:

@@ -22,8 +22,8 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 from airflow_provider_horovod.runtime.artifacts import _is_remote
+from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
 SIGNED_URL_EXPIRY_S = 7 * 24 * 3600
 """Lifetime of the driver program's presigned URL, seconds: S3's maximum, so a driver queued for days still starts."""

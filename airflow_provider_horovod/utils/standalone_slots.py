@@ -20,8 +20,9 @@ from urllib.parse import urlparse
 
 from airflow_provider_horovod.clients import RetryPolicy, SparkRestClient, SparkRestError
 from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.runtime.app_resources import AppResources
+from airflow_provider_horovod.runtime.cluster_view import ClusterView, cluster_view, never_fits_message
 from airflow_provider_horovod.utils.poller import Poller
-from airflow_provider_horovod.runtime.slots import AppResources, ClusterView, cluster_view, never_fits_message
 
 MASTER_STATE_TIMEOUT_S = 10.0
 """Timeout of one read of the master's state page from the Airflow side, seconds."""

@@ -40,8 +40,8 @@ def _terminal(hook, submission_id: str) -> object:
 
 
 def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
-    from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
     from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+    from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
 
     gate = tmp_path / "gate"
     hook = HorovodStandaloneHook(conn_id=CONN_ID, np=4, conf=CONF, name="shared-cluster-mode")

@@ -7,7 +7,7 @@ import sys
 import io
 import zipfile
 
-from airflow_provider_horovod.runtime.runner import runtime_zip
+from airflow_provider_horovod.runtime.shipping import runtime_zip
 
 CHECK = (
     "import sys; import airflow_provider_horovod.runtime as r; "

@@ -17,9 +17,9 @@ from airflow_provider_horovod.runtime.payload import (
     dumps_payload,
     loads_payload,
     read_header,
-    shipped_by_value,
     verify_payload,
 )
+from airflow_provider_horovod.runtime.pickling import shipped_by_value
 
 KEY = b"k" * 32
 

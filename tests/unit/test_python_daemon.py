@@ -10,9 +10,9 @@ import subprocess
 import sys
 import zipfile
 
-from airflow_provider_horovod.utils.spark_conf import PYTHON_DAEMON_MODULE, python_daemon_conf
 from airflow_provider_horovod.runtime.pyspark_daemon import behind, movable
 from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
+from airflow_provider_horovod.utils.spark_conf import PYTHON_DAEMON_MODULE, python_daemon_conf
 
 MODULE = "spark.python.daemon.module"
 PATH = "spark.executorEnv.PYTHONPATH"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_horovod.runtime.slots import (
-    AppResources, cluster_view, master_ui_urls, memory_mib, never_fits_message, read_master_state, waiting_message,
-)
+from airflow_provider_horovod.runtime.app_resources import AppResources, memory_mib
+from airflow_provider_horovod.runtime.cluster_view import cluster_view, never_fits_message, waiting_message
+from airflow_provider_horovod.runtime.slots import master_ui_urls, read_master_state
 
 DATA = Path(__file__).resolve().parent / "data" / "spark_rest"
 MASTER = "spark://127.0.0.1:7077"

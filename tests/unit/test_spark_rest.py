@@ -29,7 +29,7 @@ from airflow_provider_horovod.clients import (
     SparkRestClient, SparkRestError, SparkRestPayloadError, SparkRestUnavailableError, SparkSubmissionError,
     StageInfo, SubmissionResponse,
 )
-from airflow_provider_horovod.clients.spark_app_models import parse_list
+from airflow_provider_horovod.clients._spark_model import parse_list
 
 DATA = Path(__file__).resolve().parent / "data" / "spark_rest"
 UI, MASTER, REST = "http://spark-ui.test:4040", "http://spark-master.test:8080", "http://spark-master.test:6066"

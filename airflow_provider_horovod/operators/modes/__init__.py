@@ -19,7 +19,7 @@ from airflow_provider_horovod.operators.modes.client import ClientMode
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode
 from airflow_provider_horovod.operators.modes.connect import ConnectMode
 
-__all__ = ["ClientMode", "ClusterMode", "ConnectMode", "DeployMode", "deploy_mode_for", "resolve_deploy_mode"]
+__all__ = ["MODES", "deploy_mode_for", "resolve_deploy_mode"]
 
 MODES: dict[str, type[DeployMode]] = {"client": ClientMode, "cluster": ClusterMode, "connect": ConnectMode}
 

@@ -9,8 +9,8 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging
 from airflow_provider_horovod.operators.modes.base import DeployMode
+from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -12,18 +12,19 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod.utils.job_result import read_job_result
-from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
-from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+from airflow_provider_horovod.links import XCOM_SPARK_UI_URL
 from airflow_provider_horovod.operators._common import (
-    XCOM_ARTIFACT_DIR, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, XCOM_SUBMISSION_ID, default_staging_dir,
+    XCOM_ARTIFACT_DIR, XCOM_SPARK_APP_ID, XCOM_SUBMISSION_ID, default_staging_dir,
 )
 from airflow_provider_horovod.operators._durable import (
     ABANDONED, KILL_MARKER, NOT_FOUND, REATTACHABLE_STATES, DurableClusterJob, abandoned_by, cluster_job, job_record,
 )
 from airflow_provider_horovod.operators.modes.base import DeployMode
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger, validate_event
+from airflow_provider_horovod.utils.job_result import read_job_result
+from airflow_provider_horovod.utils.staging import Staging
+from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.utils.job_result import JobResult
 from airflow_provider_horovod.operators.modes.base import DeployMode
 from airflow_provider_horovod.operators.modes.client import GONE
+from airflow_provider_horovod.utils.job_result import JobResult
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
