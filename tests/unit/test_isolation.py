@@ -8,6 +8,9 @@ import io
 import zipfile
 
 from airflow_provider_horovod.runtime.shipping import runtime_zip
+from tests.package_imports import imports
+
+RUNTIME = "airflow_provider_horovod.runtime"
 
 CHECK = (
     "import sys; import airflow_provider_horovod.runtime as r; "
@@ -21,6 +24,21 @@ CHECK = (
 def test_runtime_imports_no_airflow():
     proc = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _in_runtime(module: str) -> bool:
+    return module == RUNTIME or module.startswith(RUNTIME + ".")
+
+
+def test_runtime_source_imports_no_airflow_and_nothing_outside_it():
+    """Every import statement under runtime/, those in functions too: no Airflow, and of this package only the
+    runtime (the executors and a cluster-mode driver get the runtime zip alone)."""
+    found = [imp for imp in imports() if _in_runtime(imp.importer)]
+    assert len(found) > 100  # it did read the runtime
+    bad = [f"{imp.importer} line {imp.line}: {imp.target}" for imp in found
+           if imp.target == "airflow" or imp.target.startswith("airflow.")
+           or (imp.target.startswith("airflow_provider_horovod.") and not _in_runtime(imp.target))]
+    assert not bad, "the runtime imports from outside it:\n" + "\n".join(bad)
 
 
 def test_runtime_zip_holds_only_the_runtime(tmp_path):

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
-
 
 class DeployMode:
     """
@@ -24,7 +22,8 @@ class DeployMode:
     Creating one does no I/O. The operator stores ``(key, payload, artifact_dir)`` in ``operator._prepared``
     before :meth:`submit_job`.
 
-    :param operator: the operator this try runs (its arguments, hooks, log and reporting steps).
+    :param operator: the ``HorovodRunnerOperator`` this try runs (its arguments, hooks, log and reporting steps).
+        Typed ``Any``, as in the subclasses: the operator's module imports this one, so this one does not import it.
     """
 
     name = ""
@@ -32,7 +31,7 @@ class DeployMode:
     resumable = False
     """Whether a retry can reattach to the job (then the operator runs ``execute_resumable``)."""
 
-    def __init__(self, operator: HorovodRunnerOperator) -> None:
+    def __init__(self, operator: Any) -> None:
         self.operator = operator
 
     def check(self, *, storage_conn_id: str | None) -> None:
