@@ -26,7 +26,7 @@ from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.operators._common import (
     ARTIFACT_ROOT_ENV, DEFAULT_MAX_RETURN_BYTES, DEPLOY_MODES, RESERVED_SPARK_SUBMIT_KWARGS, XCOM_ARTIFACT_DIR,
     XCOM_ARTIFACT_PATHS, XCOM_RETURN_VALUE, XCOM_SPARK_APP_ID, XCOM_SPARK_UI_URL, XCOM_SUBMISSION_ID,
-    XCOM_TENSORBOARD_DIR, _default_deferrable, check_result_and_conf, check_spark_arguments, check_xcom_value, default_artifact_dir, default_artifact_root, default_staging_dir,
+    XCOM_TENSORBOARD_DIR, _default_deferrable, check_spark_arguments, check_xcom_value, default_artifact_dir, default_artifact_root, default_staging_dir,
     history_app_url, history_server_url, validate_deploy_mode,
 )
 from airflow_provider_horovod.operators._durable import DurableClusterJob
@@ -34,13 +34,11 @@ from airflow_provider_horovod.operators._reporting import JobReporting
 from airflow_provider_horovod.operators.modes import ClusterMode, DeployMode, deploy_mode_for
 from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode
 from airflow_provider_horovod.runtime.errors import PayloadError
-from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, validate_gpu_visibility
-from airflow_provider_horovod.runtime.launch import DEFAULT_START_TIMEOUT_S
-from airflow_provider_horovod.runtime.observability import ENV_TIMELINE
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
-from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
-from airflow_provider_horovod.runtime.runner import validate_np, validate_timeout, validate_verbosity
-from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
+from airflow_provider_horovod.runtime.settings import (
+    DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_SLOT_WAIT_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, JobSettings,
+    check_barrier_conf, validate_timeout,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -195,20 +193,31 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})
-        self.np = validate_np(np)
-        self.driver_log_verbosity = validate_verbosity(driver_log_verbosity)
         check_spark_arguments(conf=conf, env_vars=env_vars, spark_submit_kwargs=spark_submit_kwargs)
-        if isinstance(gloo_timeout_s, bool) or not isinstance(gloo_timeout_s, int) or gloo_timeout_s <= 0:
-            raise ValueError(f"gloo_timeout_s must be a positive int (seconds), got {gloo_timeout_s!r}")
-        self.start_timeout_s = validate_timeout("start_timeout_s", start_timeout_s)
-        self.training_timeout_s = validate_timeout("training_timeout_s", training_timeout_s)
-        check_result_and_conf(max_return_value_bytes=max_return_value_bytes, conf=conf)
+        check_barrier_conf(conf)
+        # every knob the runtime shares is checked by JobSettings, as in HorovodRunner and the hooks; a templated
+        # slot_wait_timeout_s is checked once rendered (job_settings)
+        settings = JobSettings(
+            np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
+            start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
+            slot_wait_timeout_s=None if isinstance(slot_wait_timeout_s, str) else slot_wait_timeout_s,
+            use_gpu=use_gpu, gpu_visibility=gpu_visibility, timeline=timeline,
+            max_return_value_bytes=max_return_value_bytes)
+        self.np = settings.np
+        self.driver_log_verbosity = settings.driver_log_verbosity
+        self.gloo_timeout_s = settings.gloo_timeout_s
+        self.start_timeout_s = settings.start_timeout_s
+        self.training_timeout_s = settings.training_timeout_s
+        self.slot_wait_timeout_s = slot_wait_timeout_s if isinstance(slot_wait_timeout_s, str) \
+            else settings.slot_wait_timeout_s
+        self.use_gpu = settings.use_gpu
+        self.gpu_visibility = settings.gpu_visibility
+        self.timeline = settings.timeline
+        self.max_return_value_bytes = settings.max_return_value_bytes
         self.conn_id = conn_id
         self.conf = dict(conf or {})
         self.env_vars = dict(env_vars or {})
         self.artifact_dir = artifact_dir
-        self.gloo_timeout_s = gloo_timeout_s
-        self.max_return_value_bytes = max_return_value_bytes
         self.spark_name = spark_name
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.poll_interval_s = validate_timeout("poll_interval_s", poll_interval_s)
@@ -216,15 +225,6 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         self.deferrable = deferrable
         self.cancel_on_kill = cancel_on_kill
         self.staging_dir = staging_dir
-        if not isinstance(use_gpu, bool):
-            raise ValueError(f"use_gpu must be True or False, got {use_gpu!r}")
-        self.use_gpu = use_gpu
-        self.gpu_visibility = validate_gpu_visibility(gpu_visibility)
-        self.slot_wait_timeout_s = slot_wait_timeout_s if isinstance(slot_wait_timeout_s, str) \
-            else validate_timeout("slot_wait_timeout_s", slot_wait_timeout_s)  # a template is checked once rendered
-        if not isinstance(timeline, bool):
-            raise ValueError(f"timeline must be True or False, got {timeline!r}")
-        self.timeline = timeline
         self._mode: DeployMode | None = None
         """The deploy mode this try runs in, chosen once in :meth:`execute`."""
         self._submission_id: str | None = None
@@ -257,9 +257,8 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         return HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name, np=self.np)
 
     def _job_env(self) -> dict[str, str]:
-        """``env_vars`` plus what the job adds for the driver and ranks: artifact_dir's credentials, the timeline."""
-        timeline = {ENV_TIMELINE: "1"} if self.timeline else {}
-        return {**getattr(self, "_storage_env", {}), **timeline, **self.env_vars}
+        """``env_vars`` plus what the job adds for the driver and ranks: artifact_dir's credentials."""
+        return {**getattr(self, "_storage_env", {}), **self.env_vars}
 
     def _payload(self) -> tuple[bytes, bytes]:
         """``(key, payload)``: the callable and its arguments, signed with a key made for this try."""
@@ -274,11 +273,11 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
                              len(payload) / 2**20)
         return key, payload
 
-    def _slot_wait(self) -> float | None:
+    def job_settings(self) -> JobSettings:
         """
-        ``slot_wait_timeout_s`` once rendered: a number of seconds, or ``None``.
+        The job's knobs for this try, with ``slot_wait_timeout_s`` rendered: what the deploy mode hands its hook.
 
-        :raises ValueError: the rendered template is not a positive number, ``None`` or ``"none"``.
+        :raises ValueError: the rendered ``slot_wait_timeout_s`` is not a positive number, ``None`` or ``"none"``.
         """
         value = self.slot_wait_timeout_s
         if isinstance(value, str):
@@ -288,21 +287,11 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
             except ValueError:
                 raise ValueError(f"slot_wait_timeout_s must be a positive number of seconds or None, got {text!r} "
                                  "after rendering") from None
-        return validate_timeout("slot_wait_timeout_s", value)
-
-    def _timeout_args(self) -> list[str]:
-        """Driver-program flags for the timeouts, GPU settings and the return value's limit (cluster mode)."""
-        slot_wait = self._slot_wait()
-        args = ["--gloo-timeout-s", str(self.gloo_timeout_s), "--gpu-visibility", self.gpu_visibility,
-                "--slot-wait-timeout-s", "none" if slot_wait is None else str(slot_wait),
-                "--max-return-value-bytes", str(self.max_return_value_bytes)]
-        if self.use_gpu:
-            args.append("--use-gpu")
-        if self.start_timeout_s is not None:
-            args += ["--start-timeout-s", str(self.start_timeout_s)]
-        if self.training_timeout_s is not None:
-            args += ["--training-timeout-s", str(self.training_timeout_s)]
-        return args
+        return JobSettings(
+            np=self.np, driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
+            start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
+            slot_wait_timeout_s=value, use_gpu=self.use_gpu, gpu_visibility=self.gpu_visibility,
+            timeline=self.timeline, max_return_value_bytes=self.max_return_value_bytes)
 
     def execute(self, context: Context) -> Any:
         """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""

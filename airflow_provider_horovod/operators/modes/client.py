@@ -83,11 +83,7 @@ class ClientMode(DeployMode):
         try:
             self._result = op.hook.run_job(
                 payload_path=os.path.join(external_id, "payload.bin"), staging_dir=external_id, key=key,
-                artifact_dir=artifact_dir, driver_log_verbosity=op.driver_log_verbosity,
-                gloo_timeout_s=op.gloo_timeout_s, start_timeout_s=op.start_timeout_s,
-                training_timeout_s=op.training_timeout_s, use_gpu=op.use_gpu, gpu_visibility=op.gpu_visibility,
-                on_app_started=on_app_started, slot_wait_timeout_s=op._slot_wait(),
-                max_return_value_bytes=op.max_return_value_bytes,
+                artifact_dir=artifact_dir, settings=op.job_settings(), on_app_started=on_app_started,
             )
         finally:
             for watcher in watchers:

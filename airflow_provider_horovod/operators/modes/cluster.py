@@ -66,7 +66,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         op.cluster_hook.kill_earlier_tries(staging)
         submission_id = op.cluster_hook.submit(
             staging=staging, payload=payload, key=key, artifact_dir=artifact_dir,
-            driver_log_verbosity=op.driver_log_verbosity, extra_args=op._timeout_args(),
+            settings=op.job_settings(),
         )
         context["ti"].xcom_push(key=XCOM_SUBMISSION_ID, value=submission_id)
         return job_record(submission_id=submission_id, staging=staging.record, artifact_dir=artifact_dir,

@@ -65,18 +65,13 @@ class ConnectMode(DeployMode):
 
         :param external_id: unused (``None``).
         :param context: the task's Airflow context.
-        :raises RankFailedError: a rank failed.
-        :raises LaunchError: the stage could not run.
+        :raises HorovodJobError: a rank failed (naming it), or the stage could not run.
         """
         op = self.operator
         _key, payload, artifact_dir = op._prepared
         self._result = op.connect_hook.run(
             payload=payload, artifact_dir=artifact_dir, name=f"{op.dag_id}.{op.task_id}",
-            runner_kwargs={"driver_log_verbosity": op.driver_log_verbosity, "env": op._job_env(),
-                           "gloo_timeout_s": op.gloo_timeout_s, "start_timeout_s": op.start_timeout_s,
-                           "training_timeout_s": op.training_timeout_s, "use_gpu": op.use_gpu,
-                           "gpu_visibility": op.gpu_visibility, "slot_wait_timeout_s": op._slot_wait(),
-                           "max_return_value_bytes": op.max_return_value_bytes},
+            settings=op.job_settings(), env=op._job_env(),
         )
 
     def get_job_result(self, external_id: Any, context: Context) -> Any:
