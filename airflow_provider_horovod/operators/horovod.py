@@ -30,9 +30,12 @@ from airflow_provider_horovod.operators._common import (
     history_app_url, history_server_url, validate_deploy_mode,
 )
 from airflow_provider_horovod.operators._durable import DurableClusterJob
-from airflow_provider_horovod.operators._reporting import JobReporting
-from airflow_provider_horovod.operators.modes import ClusterMode, DeployMode, deploy_mode_for
-from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode
+from airflow_provider_horovod.operators._reporting import JobReporter
+from airflow_provider_horovod.operators.modes import resolve_deploy_mode
+from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode, DeployMode, JobRequest
+from airflow_provider_horovod.operators.modes.client import ClientMode
+from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
+from airflow_provider_horovod.operators.modes.connect import ConnectMode
 from airflow_provider_horovod.runtime.errors import PayloadError
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.settings import (
@@ -51,8 +54,7 @@ __all__ = [  # the helpers and keys of operators/_common.py are re-exported: the
 ]
 
 
-class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixin, ResumableJobMixin,
-                            BaseOperator):
+class HorovodRunnerOperator(DelegatesToDeployMode, OpenLineageMixin, ResumableJobMixin, BaseOperator):
     """
     Run a Horovod training function on Spark, the way Databricks' ``HorovodRunner`` does in a notebook.
 
@@ -227,10 +229,32 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         self.staging_dir = staging_dir
         self._mode: DeployMode | None = None
         """The deploy mode this try runs in, chosen once in :meth:`execute`."""
-        self._submission_id: str | None = None
-        self._spark_app_id: str | None = None
-        self.spark_ui_url: str | None = None
+        self._reporter: JobReporter | None = None
+        """This try's reporting steps, made with its deploy mode."""
+
+    @property
+    def spark_ui_url(self) -> str | None:
         """What the "Spark UI" link shows for the try this instance runs (the live UI, then the history server)."""
+        return None if self._reporter is None else self._reporter.spark_ui_url
+
+    def _new_reporter(self) -> JobReporter:
+        self._reporter = JobReporter(log=self.log, conn_id=self.conn_id, poll_interval_s=self.poll_interval_s,
+                                     max_return_value_bytes=self.max_return_value_bytes, outlets=self.outlets)
+        return self._reporter
+
+    def _deploy_mode(self, request: JobRequest) -> DeployMode:
+        """The deploy mode this try runs in, with its hook and reporter (reads the connection; no other I/O)."""
+        name = resolve_deploy_mode(conn_id=self.conn_id, deploy_mode=self.deploy_mode, np=self.np)
+        reporter = self._new_reporter()
+        if name == "client":
+            return ClientMode(request, self.hook, reporter, deferrable=self.deferrable)
+        if name == "connect":
+            return ConnectMode(request, self.connect_hook, reporter)
+        return ClusterMode(request, self.cluster_hook, reporter, self._cluster_options())
+
+    def _cluster_options(self) -> ClusterOptions:
+        return ClusterOptions(defer=self.defer, deferrable=self.deferrable, cancel_on_kill=self.cancel_on_kill,
+                              poll_interval_s=self.poll_interval_s, staging_dir=self.staging_dir, conf=self.conf)
 
     @cached_property
     def hook(self) -> HorovodHook:
@@ -302,12 +326,14 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         artifact_dir, storage_conn_id = storage_location(self.artifact_dir or default_artifact_dir(context))
         self._storage_env = credentials_env(storage_conn_id) if storage_conn_id else {}
         key, payload = self._payload()
-        mode = self._mode = deploy_mode_for(self)
-        mode.check(storage_conn_id=storage_conn_id)
+        request = JobRequest(key=key, payload=payload, artifact_dir=artifact_dir, settings=self.job_settings(),
+                             env=self._job_env(), label=f"{self.dag_id}.{self.task_id}",
+                             has_storage_credentials=bool(self._storage_env))
+        mode = self._mode = self._deploy_mode(request)
+        mode.check()
         self.log.info("Horovod job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s", self.np, mode.name,
                       len(payload), artifact_dir)
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
-        self._prepared = (key, payload, artifact_dir)
         if mode.resumable:
             return self.execute_resumable(context)  # submit_job, poll_until_complete, get_job_result below
         if self.durable and self._durable_explicit:
@@ -320,12 +346,12 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger (cluster mode): validate its event, read the result, push XComs, or raise."""
-        return ClusterMode(self).complete(context, event)
+        return ClusterMode(None, self.cluster_hook, self._new_reporter()).complete(context, event)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """When the trigger failed or timed out (``__fail__``), kill the driver before failing the task."""
         if next_method == "__fail__" and self.cancel_on_kill:
-            ClusterMode(self).kill_after_trigger_failure(context)
+            ClusterMode(None, self.cluster_hook, self._new_reporter()).kill_after_trigger_failure(context)
         return super().resume_execution(next_method, next_kwargs, context)
 
     def on_kill(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from types import SimpleNamespace
 
 import cloudpickle
 import pytest
@@ -76,25 +75,14 @@ def test_the_limit_reaches_the_driver_in_every_deploy_mode(tmp_path, monkeypatch
     base = ["--payload", "p", "--result-dir", "d"]
     assert _settings(_parse([*base, *args])[1]).max_return_value_bytes == 2000
     assert _settings(_parse([*base, "--np", "2"])[1]).max_return_value_bytes == 64 * 2**20  # HorovodRunner's
-    # Spark Connect: HorovodRunner's arguments
-    from airflow_provider_horovod.operators.modes.connect import ConnectMode
+    # Spark Connect and client mode: the operator's request carries the settings to the hook
+    from airflow_provider_horovod.operators.modes.base import JobRequest
 
-    seen = {}
-    op.__dict__["connect_hook"] = SimpleNamespace(run=lambda **kw: seen.update(kw))
-    op._prepared, op._storage_env = (b"k", b"payload", "/art"), {}
-    ConnectMode(op).poll_until_complete(None, {})
-    assert seen["settings"].max_return_value_bytes == 2000
-    assert HorovodRunner.from_settings(seen["settings"]).settings.max_return_value_bytes == 2000
-    # client mode: the operator hands it to the hook, which puts it on spark-submit's driver arguments
+    request = JobRequest(key=b"k", payload=b"payload", artifact_dir="/art", settings=op.job_settings())
+    assert request.settings.max_return_value_bytes == 2000
+    assert HorovodRunner.from_settings(request.settings).settings.max_return_value_bytes == 2000
+    calls = {"settings": request.settings}
     from airflow_provider_horovod.hooks import horovod as hook_module
-    from airflow_provider_horovod.operators.modes.client import ClientMode
-
-    calls = {}
-    op.__dict__["hook"] = SimpleNamespace(run_job=lambda **kw: calls.update(kw))
-    op._link_history = lambda ti: None
-    (tmp_path / "staging").mkdir()
-    ClientMode(op).poll_until_complete(str(tmp_path / "staging"), {"ti": None})
-    assert calls["settings"].max_return_value_bytes == 2000
 
     class Submitted(Exception):
         pass
