@@ -15,6 +15,8 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
+from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.job_result import JobResult
 
 
@@ -37,29 +39,39 @@ class HorovodConnectHook(BaseHook):
         self._session: Any = None
         self._tag: str | None = None
 
-    def run(self, *, payload: bytes, artifact_dir: str, runner_kwargs: dict[str, Any], name: str) -> JobResult:
+    def run(self, *, payload: bytes, artifact_dir: str, name: str, settings: JobSettings | None = None,
+            env: dict[str, str] | None = None) -> JobResult:
         """
         Open a Connect session, run the payload, list the artifacts, close the session.
 
         :param payload: the payload (checked on each rank; it never leaves this worker unsigned-checked).
         :param artifact_dir: path/URI the ranks write their model files under.
-        :param runner_kwargs: more :class:`HorovodRunner` arguments (verbosity, timeouts, env).
         :param name: recorded as the session's user context.
-        :raises RankFailedError: a rank failed.
-        :raises LaunchError: the stage could not run.
+        :param settings: the job's knobs (default ``JobSettings(np=np)``).
+        :param env: environment variables for every rank.
+        :raises HorovodJobError: a rank failed (``failure`` names it, with its traceback), the stage could not run,
+            or the payload was refused: the same error as in the other deploy modes.
         """
         from pyspark.sql import SparkSession
 
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
+        from airflow_provider_horovod.runtime.errors import HorovodRuntimeError, RankFailedError
         from airflow_provider_horovod.runtime.runner import HorovodRunner
+
+        settings = JobSettings.for_np(settings, self.np)
 
         url = SparkConnectHook(conn_id=self.conn_id).get_connection_url()
         self.log.info("Spark Connect session to %s (%s)", url.split(";")[0], name)
         ensure_dir(artifact_dir)
         self._session = SparkSession.builder.remote(url).getOrCreate()
         try:
-            result = HorovodRunner(np=self.np, artifact_dir=artifact_dir, spark=self._session,
-                                   **runner_kwargs).run_payload(payload)
+            result = HorovodRunner.from_settings(settings, artifact_dir=artifact_dir, env=env,
+                                                 spark=self._session).run_payload(payload)
+        except RankFailedError as err:
+            raise HorovodJobError(str(err), failure=err.to_dict(),
+                                  app_id=None) from None  # the rank's own traceback is in the message
+        except HorovodRuntimeError as err:
+            raise HorovodJobError(f"{type(err).__name__}: {err}") from err
         finally:
             self._session.stop()
             self._session = None

@@ -24,7 +24,7 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
-from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.job_result import JobResult, read_job_result
 from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, SPARK_LOG4J2, check_reachable, executor_jvm_conf, local_spark_conf,
@@ -202,16 +202,9 @@ class HorovodHook(BaseHook):
         staging_dir: str,
         key: bytes,
         artifact_dir: str,
-        driver_log_verbosity: str = "log_callback_only",
-        gloo_timeout_s: int | None = None,
-        start_timeout_s: float | None = None,
-        training_timeout_s: float | None = None,
-        use_gpu: bool = False,
-        gpu_visibility: str | None = None,
+        settings: JobSettings | None = None,
         on_app_started: Callable[[str, str | None], None] | None = None,
         on_output: Callable[[str], None] | None = None,
-        slot_wait_timeout_s: float | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
-        max_return_value_bytes: int | None = None,
     ) -> JobResult:
         """
         spark-submit the driver program for one payload and wait for it (client deploy mode).
@@ -220,22 +213,16 @@ class HorovodHook(BaseHook):
         :param staging_dir: a private directory for the runtime zip and the driver's result files.
         :param key: the payload's HMAC key; it reaches the driver through its environment only.
         :param artifact_dir: path/URI the ranks write their model files under.
-        :param driver_log_verbosity: ``"log_callback_only"`` or ``"all"``.
-        :param gloo_timeout_s: Gloo timeout for every rank, seconds (``None``: the runtime default).
-        :param start_timeout_s: seconds each rank may take to finish ``hvd.init()`` (``None``: runtime default).
-        :param training_timeout_s: seconds each rank may run in all (``None``: no limit).
-        :param use_gpu: give ranks their tasks' Spark-scheduled GPUs (see ``HorovodRunner``).
-        :param gpu_visibility: ``"host"`` or ``"rank"`` (``None``: the runtime default).
+        :param settings: the job's knobs (verbosity, timeouts, slot wait, GPUs, timeline, return-value limit), sent
+            to the driver program as its flags; default ``JobSettings(np=np)``.
         :param on_app_started: called with ``(app_id, ui_url)`` as soon as the driver reports them.
         :param on_output: called with every line spark-submit prints (driver output, forwarded rank lines).
-        :param slot_wait_timeout_s: seconds the driver waits for ``np`` task slots on a busy cluster; ``None``:
-            no limit (see :mod:`airflow_provider_horovod.runtime.slots`).
-        :param max_return_value_bytes: the largest pickled return value rank 0 sends back, bytes; a larger one is
-            refused on rank 0 (``None``: ``HorovodRunner``'s default).
         :return: the job's result.
+        :raises ValueError: ``settings.np`` is not this hook's ``np``.
         :raises HorovodJobError: the job failed; the message carries the failing rank's traceback. On a standalone
             master, also before anything is submitted when ``np`` task slots can never be had at the same time.
         """
+        settings = JobSettings.for_np(settings, self.np)
         local = self.uses_local_master
         if not local:  # a wrong address fails here, not after Spark's own retries (over a minute)
             conn = self.get_connection(self.conn_id)
@@ -270,18 +257,8 @@ class HorovodHook(BaseHook):
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
         if local and "SPARK_LOCAL_IP" not in {**os.environ, **self.env_vars}:
             env["SPARK_LOCAL_IP"] = "127.0.0.1"  # Spark would bind to the machine's outside address
-        args = ["--payload", payload_path, "--result-dir", str(staging), "--np", str(self.np),
-                "--artifact-dir", artifact_dir, "--driver-log-verbosity", driver_log_verbosity]
-        for flag, value in (("--gloo-timeout-s", gloo_timeout_s), ("--start-timeout-s", start_timeout_s),
-                            ("--training-timeout-s", training_timeout_s),
-                            ("--max-return-value-bytes", max_return_value_bytes)):
-            if value is not None:
-                args += [flag, str(value)]
-        args += ["--slot-wait-timeout-s", "none" if slot_wait_timeout_s is None else str(slot_wait_timeout_s)]
-        if use_gpu:
-            args.append("--use-gpu")
-        if gpu_visibility is not None:
-            args += ["--gpu-visibility", gpu_visibility]
+        args = ["--payload", payload_path, "--result-dir", str(staging), "--artifact-dir", artifact_dir,
+                *settings.to_args()]
         self._submit = _SparkSubmit(
             local_master=f"local[{abs(self.np)}]" if local else None,
             on_line=self._watch(on_app_started, on_output),

@@ -29,6 +29,7 @@ from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRes
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime import driver as driver_program
 from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.utils.job_result import read_job_result
 from airflow_provider_horovod.utils.spark_conf import (
@@ -107,7 +108,7 @@ class HorovodStandaloneHook(BaseHook):
                                retry=retry or RetryPolicy())
 
     def submit(self, *, staging: Any, payload: bytes, key: bytes, artifact_dir: str,
-               driver_log_verbosity: str, extra_args: list[str] | None = None) -> str:
+               settings: JobSettings | None = None) -> str:
         """
         Stage the job and create the driver on the cluster.
 
@@ -116,21 +117,21 @@ class HorovodStandaloneHook(BaseHook):
         :param payload: the signed payload.
         :param key: its HMAC key; sent as the driver's environment only.
         :param artifact_dir: path/URI the ranks write model files under.
-        :param driver_log_verbosity: ``"log_callback_only"`` or ``"all"``.
-        :param extra_args: more driver-program flags (timeouts).
+        :param settings: the job's knobs, sent to the driver program as its flags; default ``JobSettings(np=np)``.
         :return: the submission (driver) id, ``driver-...``.
         :raises HorovodJobError: the master refused the submission, or ``np`` task slots can never be had at the
             same time on this cluster next to the driver's own cores (checked before creating the driver), or an
             object-store staging location cannot be written or presigned.
         """
+        settings = JobSettings.for_np(settings, self.np)
         self.check_master_reachable()
         staging = Staging.of(staging)
         staging.create()
         staging.write_bytes(PAYLOAD_FILE, payload)
         staging.write_bytes(RUNTIME_ZIP_NAME, runtime_zip())
         staging.write_bytes(DRIVER_FILE, Path(driver_program.__file__).read_bytes())
-        args = ["--payload", staging.path(PAYLOAD_FILE), "--result-dir", staging.uri, "--np", str(self.np),
-                "--artifact-dir", artifact_dir, "--driver-log-verbosity", driver_log_verbosity, *(extra_args or [])]
+        args = ["--payload", staging.path(PAYLOAD_FILE), "--result-dir", staging.uri, "--artifact-dir", artifact_dir,
+                *settings.to_args()]
         properties = {
             **BASE_SPARK_CONF,
             "spark.master": self.endpoints.master_url,

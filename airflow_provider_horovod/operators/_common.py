@@ -276,19 +276,3 @@ def check_spark_arguments(*, conf: Any, env_vars: Any, spark_submit_kwargs: Any)
                          f"SparkSubmitHook argument; reserved: {sorted(RESERVED_SPARK_SUBMIT_KWARGS)}); give Spark "
                          "properties in conf=, environment variables in env_vars=, and install extra modules on "
                          "the executors")
-
-
-def check_result_and_conf(*, max_return_value_bytes: Any, conf: Mapping[str, Any] | None) -> None:
-    """
-    Check the XCom size limit and that ``conf`` allows a barrier stage (when the DAG is parsed).
-
-    :param max_return_value_bytes: the largest serialized return value accepted, bytes (a positive int).
-    :param conf: Spark properties, or ``None``.
-    :raises ValueError: the limit is not a positive int, or ``conf`` turns on dynamic allocation (SPARK-24942).
-    """
-    if isinstance(max_return_value_bytes, bool) or not isinstance(max_return_value_bytes, int) \
-            or max_return_value_bytes <= 0:
-        raise ValueError(f"max_return_value_bytes must be a positive int, got {max_return_value_bytes!r}")
-    if conf and str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
-        raise ValueError("conf: spark.dynamicAllocation.enabled=true cannot be used; Spark refuses barrier "
-                         "stages with dynamic allocation (SPARK-24942). Allowed: false or unset")

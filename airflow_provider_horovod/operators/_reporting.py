@@ -2,12 +2,14 @@
 How ``HorovodRunnerOperator`` reports a job, whatever its deploy mode: the Spark application's id and UI link as
 soon as it starts (with progress polling), the History Server link once it has ended, and the result's XComs.
 
-:class:`JobReporting` is mixed into the operator; the deploy modes (:mod:`airflow_provider_horovod.operators.modes`)
-call it.
+:class:`JobReporter` is made by the operator for each try and handed to its deploy mode
+(:mod:`airflow_provider_horovod.operators.modes`), which calls it; it knows nothing of the operator but the values it
+was given, and keeps what the "Spark UI" link shows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_provider_horovod.hooks.horovod import HorovodHook
@@ -21,16 +23,33 @@ from airflow_provider_horovod.utils.job_result import JobResult
 from airflow_provider_horovod.utils.progress import ProgressWatcher
 
 
-class JobReporting:
+class JobReporter:
     """
-    The operator's reporting steps (a mixin: it uses the operator's ``log``, ``conn_id``, ``poll_interval_s``,
-    ``max_return_value_bytes`` and ``outlets``).
+    A try's reporting steps: the application's id and UI link, the History Server link, the result's XComs.
+
+    :param log: the task's logger.
+    :param conn_id: the Spark connection (its ``history-server-url`` extra), or ``None``.
+    :param poll_interval_s: seconds between progress polls of the Spark REST API; ``None``: no polling.
+    :param max_return_value_bytes: the largest serialized return value XCom takes, bytes.
+    :param outlets: the task's outlets (the model's asset events).
+    :param publish_link: writes the live Spark UI URL for the "Spark UI" button while the task runs
+        (:func:`~airflow_provider_horovod.links.push_spark_ui_url`, which needs the running task's supervisor).
     """
 
-    _spark_app_id: str | None
-    spark_ui_url: str | None
+    def __init__(self, *, log: Any, conn_id: str | None, poll_interval_s: float | None, max_return_value_bytes: int,
+                 outlets: Sequence[Any] = (), publish_link: Callable[[Any, str], None] = push_spark_ui_url) -> None:
+        self.log = log
+        self.publish_link = publish_link
+        self.conn_id = conn_id
+        self.poll_interval_s = poll_interval_s
+        self.max_return_value_bytes = max_return_value_bytes
+        self.outlets = list(outlets or [])
+        self.spark_app_id: str | None = None
+        """The try's Spark application, once known."""
+        self.spark_ui_url: str | None = None
+        """What the "Spark UI" link shows for the try (the live UI, then the History Server)."""
 
-    def _app_started(self, ti: Any, app_id: str, ui_url: str | None) -> ProgressWatcher | None:
+    def app_started(self, ti: Any, app_id: str, ui_url: str | None) -> ProgressWatcher | None:
         """
         Log and push the application id and UI URL; start progress polling when possible.
 
@@ -41,23 +60,23 @@ class JobReporting:
         """
         self.log.info("Spark application %s started%s", app_id, f"; Spark UI: {ui_url}" if ui_url else "")
         ti.xcom_push(key=XCOM_SPARK_APP_ID, value=app_id)
-        self._spark_app_id = app_id
+        self.spark_app_id = app_id
         if not ui_url:
             return None
-        push_spark_ui_url(ti, ui_url)  # the data XCom, and the link's own key so the button works while it runs
+        self.publish_link(ti, ui_url)  # the data XCom, and the link's own key so the button works while it runs
         self.spark_ui_url = ui_url
         if not self.poll_interval_s:
             return None
         return ProgressWatcher(ui_url, app_id, self.log.info, poll_interval_s=self.poll_interval_s).start()
 
-    def _link_history(self, ti: Any) -> None:
+    def link_history(self, ti: Any) -> None:
         """
         Once the application has ended: point the "Spark UI" link (XCom ``spark_ui_url``) at the application on
         the Spark History Server, when one is configured (see :func:`history_server_url`); the live UI is gone.
 
         :param ti: the task instance (XCom push).
         """
-        if not self._spark_app_id:
+        if not self.spark_app_id:
             return
         extra = None
         if self.conn_id is not None:
@@ -68,11 +87,11 @@ class JobReporting:
         base = history_server_url(extra)
         if not base:
             return
-        self.spark_ui_url = history_app_url(base, self._spark_app_id)
+        self.spark_ui_url = history_app_url(base, self.spark_app_id)
         ti.xcom_push(key=XCOM_SPARK_UI_URL, value=self.spark_ui_url)
         self.log.info("The Spark UI link now points at the Spark History Server: %s", self.spark_ui_url)
 
-    def _finish(self, ti: Any, result: JobResult) -> Any:
+    def finish(self, ti: Any, result: JobResult) -> Any:
         """
         Push the result's XComs and return rank 0's value after checking XCom can store it.
 

@@ -23,22 +23,22 @@ from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_flag
 from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.operators._common import (
-    DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, _default_deferrable, check_result_and_conf, check_spark_arguments,
-    default_artifact_dir, validate_deploy_mode,
+    DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, _default_deferrable, check_spark_arguments, default_artifact_dir,
+    validate_deploy_mode,
 )
 from airflow_provider_horovod.operators._durable import DurableClusterJob
-from airflow_provider_horovod.operators._reporting import JobReporting
-from airflow_provider_horovod.operators.modes import deploy_mode_for
-from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode, DeployMode
-from airflow_provider_horovod.operators.modes.cluster import ClusterMode
+from airflow_provider_horovod.operators._reporting import JobReporter
+from airflow_provider_horovod.operators.modes import resolve_deploy_mode
+from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode, DeployMode, JobRequest
+from airflow_provider_horovod.operators.modes.client import ClientMode
+from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
+from airflow_provider_horovod.operators.modes.connect import ConnectMode
 from airflow_provider_horovod.runtime.errors import PayloadError
-from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, validate_gpu_visibility
-from airflow_provider_horovod.runtime.jobspec import DEFAULT_START_TIMEOUT_S
-from airflow_provider_horovod.runtime.observability import ENV_TIMELINE
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
-from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
-from airflow_provider_horovod.runtime.runner import validate_np, validate_timeout, validate_verbosity
-from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S
+from airflow_provider_horovod.runtime.settings import (
+    DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_SLOT_WAIT_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, JobSettings,
+    check_barrier_conf, validate_timeout,
+)
 from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
 if TYPE_CHECKING:
@@ -47,8 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["HorovodRunnerOperator"]
 
 
-class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixin, ResumableJobMixin,
-                            BaseOperator):
+class HorovodRunnerOperator(DelegatesToDeployMode, OpenLineageMixin, ResumableJobMixin, BaseOperator):
     """
     Run a Horovod training function on Spark, the way Databricks' ``HorovodRunner`` does in a notebook.
 
@@ -189,20 +188,31 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})
-        self.np = validate_np(np)
-        self.driver_log_verbosity = validate_verbosity(driver_log_verbosity)
         check_spark_arguments(conf=conf, env_vars=env_vars, spark_submit_kwargs=spark_submit_kwargs)
-        if isinstance(gloo_timeout_s, bool) or not isinstance(gloo_timeout_s, int) or gloo_timeout_s <= 0:
-            raise ValueError(f"gloo_timeout_s must be a positive int (seconds), got {gloo_timeout_s!r}")
-        self.start_timeout_s = validate_timeout("start_timeout_s", start_timeout_s)
-        self.training_timeout_s = validate_timeout("training_timeout_s", training_timeout_s)
-        check_result_and_conf(max_return_value_bytes=max_return_value_bytes, conf=conf)
+        check_barrier_conf(conf)
+        # every knob the runtime shares is checked by JobSettings, as in HorovodRunner and the hooks; a templated
+        # slot_wait_timeout_s is checked once rendered (job_settings)
+        settings = JobSettings(
+            np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
+            start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
+            slot_wait_timeout_s=None if isinstance(slot_wait_timeout_s, str) else slot_wait_timeout_s,
+            use_gpu=use_gpu, gpu_visibility=gpu_visibility, timeline=timeline,
+            max_return_value_bytes=max_return_value_bytes)
+        self.np = settings.np
+        self.driver_log_verbosity = settings.driver_log_verbosity
+        self.gloo_timeout_s = settings.gloo_timeout_s
+        self.start_timeout_s = settings.start_timeout_s
+        self.training_timeout_s = settings.training_timeout_s
+        self.slot_wait_timeout_s = slot_wait_timeout_s if isinstance(slot_wait_timeout_s, str) \
+            else settings.slot_wait_timeout_s
+        self.use_gpu = settings.use_gpu
+        self.gpu_visibility = settings.gpu_visibility
+        self.timeline = settings.timeline
+        self.max_return_value_bytes = settings.max_return_value_bytes
         self.conn_id = conn_id
         self.conf = dict(conf or {})
         self.env_vars = dict(env_vars or {})
         self.artifact_dir = artifact_dir
-        self.gloo_timeout_s = gloo_timeout_s
-        self.max_return_value_bytes = max_return_value_bytes
         self.spark_name = spark_name
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.poll_interval_s = validate_timeout("poll_interval_s", poll_interval_s)
@@ -210,21 +220,34 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         self.deferrable = deferrable
         self.cancel_on_kill = cancel_on_kill
         self.staging_dir = staging_dir
-        if not isinstance(use_gpu, bool):
-            raise ValueError(f"use_gpu must be True or False, got {use_gpu!r}")
-        self.use_gpu = use_gpu
-        self.gpu_visibility = validate_gpu_visibility(gpu_visibility)
-        self.slot_wait_timeout_s = slot_wait_timeout_s if isinstance(slot_wait_timeout_s, str) \
-            else validate_timeout("slot_wait_timeout_s", slot_wait_timeout_s)  # a template is checked once rendered
-        if not isinstance(timeline, bool):
-            raise ValueError(f"timeline must be True or False, got {timeline!r}")
-        self.timeline = timeline
         self._mode: DeployMode | None = None
         """The deploy mode this try runs in, chosen once in :meth:`execute`."""
-        self._submission_id: str | None = None
-        self._spark_app_id: str | None = None
-        self.spark_ui_url: str | None = None
+        self._reporter: JobReporter | None = None
+        """This try's reporting steps, made with its deploy mode."""
+
+    @property
+    def spark_ui_url(self) -> str | None:
         """What the "Spark UI" link shows for the try this instance runs (the live UI, then the history server)."""
+        return None if self._reporter is None else self._reporter.spark_ui_url
+
+    def _new_reporter(self) -> JobReporter:
+        self._reporter = JobReporter(log=self.log, conn_id=self.conn_id, poll_interval_s=self.poll_interval_s,
+                                     max_return_value_bytes=self.max_return_value_bytes, outlets=self.outlets)
+        return self._reporter
+
+    def _deploy_mode(self, request: JobRequest) -> DeployMode:
+        """The deploy mode this try runs in, with its hook and reporter (reads the connection; no other I/O)."""
+        name = resolve_deploy_mode(conn_id=self.conn_id, deploy_mode=self.deploy_mode, np=self.np)
+        reporter = self._new_reporter()
+        if name == "client":
+            return ClientMode(request, self.hook, reporter, deferrable=self.deferrable)
+        if name == "connect":
+            return ConnectMode(request, self.connect_hook, reporter)
+        return ClusterMode(request, self.cluster_hook, reporter, self._cluster_options())
+
+    def _cluster_options(self) -> ClusterOptions:
+        return ClusterOptions(defer=self.defer, deferrable=self.deferrable, cancel_on_kill=self.cancel_on_kill,
+                              poll_interval_s=self.poll_interval_s, staging_dir=self.staging_dir, conf=self.conf)
 
     @cached_property
     def hook(self) -> HorovodHook:
@@ -251,9 +274,8 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         return HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name, np=self.np)
 
     def _job_env(self) -> dict[str, str]:
-        """``env_vars`` plus what the job adds for the driver and ranks: artifact_dir's credentials, the timeline."""
-        timeline = {ENV_TIMELINE: "1"} if self.timeline else {}
-        return {**getattr(self, "_storage_env", {}), **timeline, **self.env_vars}
+        """``env_vars`` plus what the job adds for the driver and ranks: artifact_dir's credentials."""
+        return {**getattr(self, "_storage_env", {}), **self.env_vars}
 
     def _payload(self) -> tuple[bytes, bytes]:
         """``(key, payload)``: the callable and its arguments, signed with a key made for this try."""
@@ -268,11 +290,11 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
                              len(payload) / 2**20)
         return key, payload
 
-    def _slot_wait(self) -> float | None:
+    def job_settings(self) -> JobSettings:
         """
-        ``slot_wait_timeout_s`` once rendered: a number of seconds, or ``None``.
+        The job's knobs for this try, with ``slot_wait_timeout_s`` rendered: what the deploy mode hands its hook.
 
-        :raises ValueError: the rendered template is not a positive number, ``None`` or ``"none"``.
+        :raises ValueError: the rendered ``slot_wait_timeout_s`` is not a positive number, ``None`` or ``"none"``.
         """
         value = self.slot_wait_timeout_s
         if isinstance(value, str):
@@ -282,21 +304,11 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
             except ValueError:
                 raise ValueError(f"slot_wait_timeout_s must be a positive number of seconds or None, got {text!r} "
                                  "after rendering") from None
-        return validate_timeout("slot_wait_timeout_s", value)
-
-    def _timeout_args(self) -> list[str]:
-        """Driver-program flags for the timeouts, GPU settings and the return value's limit (cluster mode)."""
-        slot_wait = self._slot_wait()
-        args = ["--gloo-timeout-s", str(self.gloo_timeout_s), "--gpu-visibility", self.gpu_visibility,
-                "--slot-wait-timeout-s", "none" if slot_wait is None else str(slot_wait),
-                "--max-return-value-bytes", str(self.max_return_value_bytes)]
-        if self.use_gpu:
-            args.append("--use-gpu")
-        if self.start_timeout_s is not None:
-            args += ["--start-timeout-s", str(self.start_timeout_s)]
-        if self.training_timeout_s is not None:
-            args += ["--training-timeout-s", str(self.training_timeout_s)]
-        return args
+        return JobSettings(
+            np=self.np, driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
+            start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
+            slot_wait_timeout_s=value, use_gpu=self.use_gpu, gpu_visibility=self.gpu_visibility,
+            timeline=self.timeline, max_return_value_bytes=self.max_return_value_bytes)
 
     def execute(self, context: Context) -> Any:
         """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
@@ -307,12 +319,14 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
         artifact_dir, storage_conn_id = storage_location(self.artifact_dir or default_artifact_dir(context))
         self._storage_env = credentials_env(storage_conn_id) if storage_conn_id else {}
         key, payload = self._payload()
-        mode = self._mode = deploy_mode_for(self)
-        mode.check(storage_conn_id=storage_conn_id)
+        request = JobRequest(key=key, payload=payload, artifact_dir=artifact_dir, settings=self.job_settings(),
+                             env=self._job_env(), label=f"{self.dag_id}.{self.task_id}",
+                             has_storage_credentials=bool(self._storage_env))
+        mode = self._mode = self._deploy_mode(request)
+        mode.check()
         self.log.info("Horovod job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s", self.np, mode.name,
                       len(payload), artifact_dir)
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
-        self._prepared = (key, payload, artifact_dir)
         if mode.resumable:
             return self.execute_resumable(context)  # submit_job, poll_until_complete, get_job_result below
         if self.durable and self._durable_explicit:
@@ -325,12 +339,12 @@ class HorovodRunnerOperator(JobReporting, DelegatesToDeployMode, OpenLineageMixi
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger (cluster mode): validate its event, read the result, push XComs, or raise."""
-        return ClusterMode(self).complete(context, event)
+        return ClusterMode(None, self.cluster_hook, self._new_reporter()).complete(context, event)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """When the trigger failed or timed out (``__fail__``), kill the driver before failing the task."""
         if next_method == "__fail__" and self.cancel_on_kill:
-            ClusterMode(self).kill_after_trigger_failure(context)
+            ClusterMode(None, self.cluster_hook, self._new_reporter()).kill_after_trigger_failure(context)
         return super().resume_execution(next_method, next_kwargs, context)
 
     def on_kill(self) -> None:

@@ -23,6 +23,7 @@ from airflow_provider_horovod.runtime.launch import barrier_task
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME
+from airflow_provider_horovod.runtime.settings import check_barrier_conf
 
 CHUNK_BYTES = 1 << 20
 """Rank 0's result travels in rows of at most this many bytes (Connect caps Arrow batches at a few MiB)."""
@@ -64,9 +65,12 @@ def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes) -> bytes 
     :raises RankFailedError: a rank failed (root cause).
     :raises LaunchError: the stage could not run.
     """
-    if str(spark.conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
-        raise LaunchError("Spark barrier stages cannot run with dynamic allocation (SPARK-24942): set "
-                          "spark.dynamicAllocation.enabled=false for this application")
+    try:
+        check_barrier_conf({"spark.dynamicAllocation.enabled": spark.conf.get("spark.dynamicAllocation.enabled",
+                                                                              "false")},
+                           source="the Spark Connect session's conf")
+    except ValueError as err:
+        raise LaunchError(str(err)) from None
     with tempfile.TemporaryDirectory(prefix="horovod-connect-") as tmp:
         path = os.path.join(tmp, RUNTIME_ZIP_NAME)
         with open(path, "wb") as f:

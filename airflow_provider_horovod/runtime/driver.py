@@ -1,9 +1,9 @@
 """
 The Spark driver program that the Airflow hook submits with ``spark-submit``.
 
-``spark-submit [...] driver.py --payload FILE --result-dir DIR --np N [--artifact-dir LOC] [--runtime ZIP]
-[--driver-log-verbosity V] [--gloo-timeout-s S] [--start-timeout-s S] [--training-timeout-s S]
-[--slot-wait-timeout-s S|none] [--use-gpu] [--gpu-visibility host|rank] [--max-return-value-bytes N]``; the payload's
+``spark-submit [...] driver.py --payload FILE --result-dir DIR [--artifact-dir LOC] [--runtime ZIP] SETTINGS``,
+where ``SETTINGS`` are the job's knobs as :meth:`~airflow_provider_horovod.runtime.settings.JobSettings.to_args`
+writes them (``--np N --driver-log-verbosity V --gloo-timeout-s S ... [--use-gpu] [--timeline]``); the payload's
 HMAC key comes in the environment variable ``HOROVOD_AIRFLOW_PAYLOAD_KEY`` (hex), never on the command line or in
 Spark properties.
 
@@ -82,30 +82,36 @@ def _fetch_runtime(location: str) -> None:
     sys.path.insert(0, local)
 
 
-def _seconds_or_none(value: str) -> float | None:
-    """A number of seconds, or ``none`` for no limit (``--slot-wait-timeout-s``)."""
-    return None if value.strip().lower() == "none" else float(value)
-
-
-def _parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="airflow-provider-horovod-driver")
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """
+    The flags this program needs before the runtime is importable; the rest are the job's settings, read by
+    :meth:`~airflow_provider_horovod.runtime.settings.JobSettings.from_args` once it is.
+    """
+    p = argparse.ArgumentParser(prog="airflow-provider-horovod-driver", allow_abbrev=False)
     p.add_argument("--payload", required=True)
     p.add_argument("--result-dir", required=True)
-    p.add_argument("--np", type=int, required=True)
     p.add_argument("--artifact-dir")
     p.add_argument("--runtime", help="the runtime zip to fetch and ship to the executors (path or URI)")
-    p.add_argument("--driver-log-verbosity", default="log_callback_only")
-    p.add_argument("--gloo-timeout-s", type=int)
-    p.add_argument("--start-timeout-s", type=float)
-    p.add_argument("--training-timeout-s", type=float)
-    p.add_argument("--slot-wait-timeout-s", type=_seconds_or_none, default=argparse.SUPPRESS,
-                   help="seconds to wait for the barrier stage's task slots; 'none': no limit")
-    p.add_argument("--use-gpu", action="store_true", help="give ranks their tasks' Spark-scheduled GPUs")
-    p.add_argument("--gpu-visibility", choices=("host", "rank"), default="host",
-                   help="host: device hvd.local_rank() is the rank's own GPU; rank: only its own GPUs (device 0)")
-    p.add_argument("--max-return-value-bytes", type=int, default=argparse.SUPPRESS,
-                   help="the largest pickled return value rank 0 sends back; a larger one is refused on rank 0")
-    return p.parse_args(argv)
+    return p.parse_known_args(argv)
+
+
+def _settings(rest: list[str]):  # -> JobSettings
+    """
+    The job's settings from the remaining flags.
+
+    :raises ValueError: a flag this program does not know, a value it cannot read, or a setting out of range.
+    """
+    from airflow_provider_horovod.runtime.settings import JobSettings
+
+    p = argparse.ArgumentParser(prog="airflow-provider-horovod-driver", allow_abbrev=False, exit_on_error=False)
+    JobSettings.add_arguments(p)
+    try:
+        namespace, unknown = p.parse_known_args(rest)
+    except argparse.ArgumentError as err:
+        raise ValueError(f"driver program flags: {err}") from None
+    if unknown:
+        raise ValueError(f"driver program flags: unrecognized {unknown}")
+    return JobSettings.from_args(namespace)
 
 
 WHICH_PYTHON = (
@@ -172,7 +178,7 @@ def advertised_ui_url(ui_url: str | None, driver_host: str | None) -> str | None
 
 def main(argv: list[str] | None = None) -> int:
     """Run the job described by the command line; see the module docstring."""
-    args = _parse(sys.argv[1:] if argv is None else argv)
+    args, rest = _parse(sys.argv[1:] if argv is None else argv)
     result_dir = args.result_dir
     outcome: dict = {"status": "failed", "app_id": None, "ui_url": None, "artifact_paths": [], "error": None,
                      "message": None}
@@ -194,21 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         key_hex = os.environ.pop(KEY_ENV, None)
         payload = _read_bytes(args.payload)
+        settings = _settings(rest)
         verify_payload(payload, key=bytes.fromhex(key_hex) if key_hex else None)
         print(f"airflow-provider-horovod: payload verified ({len(payload)} bytes"
-              f"{', HMAC ok' if key_hex else ''}); np={args.np}", flush=True)
-        extra = {k: v for k, v in (("gloo_timeout_s", args.gloo_timeout_s), ("start_timeout_s", args.start_timeout_s),
-                                   ("training_timeout_s", args.training_timeout_s)) if v is not None}
-        for name in ("slot_wait_timeout_s", "max_return_value_bytes"):  # else HorovodRunner's default
-            if name in vars(args):  # None is a value of the slot wait: wait without a limit
-                extra[name] = vars(args)[name]
+              f"{', HMAC ok' if key_hex else ''}); np={settings.np}", flush=True)
         names = [n for n in os.environ.get(RANK_ENV_NAMES, "").split(",") if n]
-        runner = HorovodRunner(np=args.np, driver_log_verbosity=args.driver_log_verbosity,
-                               artifact_dir=args.artifact_dir, env={n: os.environ[n] for n in names if n in os.environ},
-                               use_gpu=args.use_gpu, gpu_visibility=args.gpu_visibility, **extra)
+        runner = HorovodRunner.from_settings(settings, artifact_dir=args.artifact_dir,
+                                             env={n: os.environ[n] for n in names if n in os.environ})
         if args.artifact_dir:
             ensure_dir(args.artifact_dir)
-        if args.np > 0:
+        if settings.np > 0:
             from pyspark.sql import SparkSession
 
             spark = SparkSession.builder.getOrCreate()

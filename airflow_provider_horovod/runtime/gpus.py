@@ -26,13 +26,12 @@ from collections.abc import Mapping, Sequence
 
 from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.plan import Slot
+from airflow_provider_horovod.runtime.settings import DEFAULT_GPU_VISIBILITY, validate_gpu_visibility
 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 GPU_RESOURCE = "gpu"
 """Spark's resource name for GPUs."""
 TASK_GPU_CONF = "spark.task.resource.gpu.amount"
-GPU_VISIBILITIES = ("host", "rank")
-DEFAULT_GPU_VISIBILITY = "host"
 
 _INDEX = re.compile(r"0|[1-9][0-9]*")
 _HOW_TO_SCHEDULE = (
@@ -40,17 +39,6 @@ _HOW_TO_SCHEDULE = (
     "and give executors a discovery script (spark.executor.resource.gpu.discoveryScript, or "
     "spark.worker.resource.gpu.amount / spark.worker.resource.gpu.discoveryScript on a standalone cluster)"
 )
-
-
-def validate_gpu_visibility(value: object) -> str:
-    """
-    Check ``gpu_visibility``.
-
-    :raises ValueError: not one of ``"host"`` or ``"rank"``.
-    """
-    if value not in GPU_VISIBILITIES:
-        raise ValueError(f"gpu_visibility must be one of {GPU_VISIBILITIES}, got {value!r}")
-    return str(value)
 
 
 def check_gpu_conf(conf: Mapping[str, str]) -> float:

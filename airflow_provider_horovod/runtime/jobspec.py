@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY
-from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S, Slot
-
-DEFAULT_START_TIMEOUT_S = 600.0
-"""Default ``start_timeout_s`` (Horovod's own ``start_timeout`` default)."""
+from airflow_provider_horovod.runtime.plan import Slot
+from airflow_provider_horovod.runtime.settings import (
+    DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_START_TIMEOUT_S,
+)
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-DEFAULT_GLOO_TIMEOUT_S = 300
+from airflow_provider_horovod.runtime.settings import DEFAULT_GLOO_TIMEOUT_S
+
 IFACE_ENV = "HOROVOD_AIRFLOW_IFACE"
 """Overrides the interface choice: comma-separated names; each host uses the first one it has."""
-"""Gloo rendezvous/collective timeout given to every rank (Horovod's own default is 30 s)."""
 
 _SCRUBBED_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_", "PMIX_")
 

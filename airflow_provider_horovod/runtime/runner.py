@@ -13,83 +13,21 @@ import cloudpickle
 
 from airflow_provider_horovod.runtime.connect import is_connect_session, run_barrier_connect
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
-from airflow_provider_horovod.runtime.gpus import DEFAULT_GPU_VISIBILITY, check_gpu_conf, validate_gpu_visibility
-from airflow_provider_horovod.runtime.jobspec import DEFAULT_START_TIMEOUT_S, JobSpec
+from airflow_provider_horovod.runtime.gpus import check_gpu_conf
+from airflow_provider_horovod.runtime.jobspec import JobSpec
 from airflow_provider_horovod.runtime.launch import barrier_task, run_on_driver
 from airflow_provider_horovod.runtime.logs import LogServer
 from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
 from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
-from airflow_provider_horovod.runtime.plan import DEFAULT_GLOO_TIMEOUT_S
+from airflow_provider_horovod.runtime.settings import (
+    DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_MAX_RETURN_VALUE_BYTES, DEFAULT_SLOT_WAIT_TIMEOUT_S,
+    DEFAULT_START_TIMEOUT_S, JobSettings, check_barrier_conf,
+)
 from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
-from airflow_provider_horovod.runtime.slots import DEFAULT_SLOT_WAIT_TIMEOUT_S, own_slots, wait_for_slots
+from airflow_provider_horovod.runtime.slots import own_slots, wait_for_slots
 
-DRIVER_LOG_VERBOSITIES = ("log_callback_only", "all")
-DEFAULT_MAX_RETURN_VALUE_BYTES = 64 * 2**20
-"""``HorovodRunner``'s default ``max_return_value_bytes`` (64 MiB of pickle): far above metrics and paths, well below
-what a default 1 GiB driver (and a 512 MiB executor) holds while the value crosses them in a few copies."""
 _shipped_to: set[str] = set()
-
-
-def validate_np(np: object) -> int:
-    """
-    Check the ``np`` argument.
-
-    :param np: number of processes: ``> 0`` runs a Spark barrier stage of ``np`` tasks; ``< 0`` runs ``-np``
-        processes on the driver.
-    :return: ``np`` as given.
-    :raises ValueError: ``np`` is 0 or not an ``int`` (``bool`` included).
-    """
-    if isinstance(np, bool) or not isinstance(np, int):
-        raise ValueError(f"np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
-                         f"driver), got {np!r} of type {type(np).__name__}")
-    if np == 0:
-        raise ValueError("np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
-                         "driver); np=0 ('all task slots') is not supported because Spark's slot count is unreliable")
-    return np
-
-
-def validate_verbosity(value: object) -> str:
-    """
-    Check ``driver_log_verbosity``.
-
-    :param value: the argument as given.
-    :return: it, as a string.
-    :raises ValueError: not one of ``"log_callback_only"`` (rank 0's output only) or ``"all"``.
-    """
-    if value not in DRIVER_LOG_VERBOSITIES:
-        raise ValueError(f"driver_log_verbosity must be one of {DRIVER_LOG_VERBOSITIES}, got {value!r}")
-    return str(value)
-
-
-def validate_max_return_value_bytes(value: object) -> int | None:
-    """
-    Check ``HorovodRunner``'s ``max_return_value_bytes`` (the same rule as the operator's, which also refuses
-    ``None``).
-
-    :param value: the argument as given.
-    :return: it, as given.
-    :raises ValueError: neither ``None`` nor a positive ``int`` (``bool`` refused); the message names the parameter.
-    """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-        raise ValueError(f"max_return_value_bytes must be a positive int (bytes) or None, got {value!r}")
-    return value
-
-
-def validate_timeout(name: str, value: object) -> float | None:
-    """
-    Check an optional timeout in seconds.
-
-    :param name: the parameter's name, for the message (e.g. ``"start_timeout_s"``).
-    :param value: the argument as given.
-    :return: the seconds as a float, or ``None``.
-    :raises ValueError: not ``None`` and not a positive number; the message names ``name``.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
-    return float(value)
 
 
 def _local_master_slots(master: str) -> int | None:
@@ -142,13 +80,14 @@ class HorovodRunner:
         ``<artifact_dir>/horovod_timeline.json``, closed as valid JSON when rank 0 ends; needs ``artifact_dir``.
         See :mod:`~airflow_provider_horovod.runtime.observability`.
     :param max_return_value_bytes: the largest return value rank 0 sends back, in bytes of its cloudpickle (a
-        positive int; default 64 MiB); ``None``: no limit. Rank 0 measures its value's pickle and, when it is
+        positive int; default 64 MiB, far above metrics and paths, well below what a default 1 GiB driver and a
+        512 MiB executor hold while the value crosses them in a few copies). Rank measures its value's pickle and, when it is
         larger, does not send it: :meth:`run` raises
         :class:`~airflow_provider_horovod.runtime.errors.ReturnValueTooLargeError` as soon as the job has ended,
-        and the files the ranks wrote stay. Databricks' ``HorovodRunner`` has no such limit; there, as here without
-        one, the value travels through the executor's and the driver's JVM memory (a few copies of it), and one too
+        and the files the ranks wrote stay. Databricks' ``HorovodRunner`` has no such limit; there the value travels through the executor's and the driver's JVM memory (a few copies of it), and one too
         large for them makes the job fail or hang. Return paths and metrics; write models under ``artifact_dir``.
-    :raises ValueError: an argument is invalid (raised here, before any Spark work).
+    :raises ValueError: an argument is invalid (raised here, before any Spark work), with the same message as the
+        operator's and the decorator's (:class:`~airflow_provider_horovod.runtime.settings.JobSettings`).
     """
 
     def __init__(
@@ -166,35 +105,37 @@ class HorovodRunner:
         gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
         slot_wait_timeout_s: float | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
         timeline: bool = False,
-        max_return_value_bytes: int | None = DEFAULT_MAX_RETURN_VALUE_BYTES,
+        max_return_value_bytes: int = DEFAULT_MAX_RETURN_VALUE_BYTES,
     ) -> None:
-        self.np = validate_np(np)
-        self.max_return_value_bytes = validate_max_return_value_bytes(max_return_value_bytes)
-        for pname, value in (("start_timeout_s", start_timeout_s), ("training_timeout_s", training_timeout_s),
-                             ("slot_wait_timeout_s", slot_wait_timeout_s)):
-            validate_timeout(pname, value)
-        self.slot_wait_timeout_s = slot_wait_timeout_s
-        self.spark = spark
-        self.start_timeout_s = start_timeout_s
-        self.training_timeout_s = training_timeout_s
-        self.driver_log_verbosity = validate_verbosity(driver_log_verbosity)
-        if not isinstance(gloo_timeout_s, int) or gloo_timeout_s <= 0:
-            raise ValueError(f"gloo_timeout_s must be a positive int (seconds), got {gloo_timeout_s!r}")
-        self.artifact_dir = artifact_dir
-        self.gloo_timeout_s = gloo_timeout_s
-        self.env = {str(k): str(v) for k, v in (env or {}).items()}
-        if not isinstance(use_gpu, bool):
-            raise ValueError(f"use_gpu must be a bool, got {use_gpu!r}")
-        self.use_gpu = use_gpu
-        self.gpu_visibility = validate_gpu_visibility(gpu_visibility)
-        if not isinstance(timeline, bool):
-            raise ValueError(f"timeline must be True or False, got {timeline!r}")
+        self.settings = JobSettings(
+            np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
+            start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
+            slot_wait_timeout_s=slot_wait_timeout_s, use_gpu=use_gpu, gpu_visibility=gpu_visibility,
+            timeline=timeline, max_return_value_bytes=max_return_value_bytes)
+        """The job's knobs, checked."""
         if timeline and not artifact_dir:
             raise ValueError("timeline=True needs artifact_dir: the Horovod Timeline is written there as "
                              f"{TIMELINE_FILE_NAME}")
+        self.np = self.settings.np
+        self.spark = spark
+        self.artifact_dir = artifact_dir
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
         if timeline:
             self.env.setdefault(ENV_TIMELINE, "1")
-        self.timeline = timeline
+
+    @classmethod
+    def from_settings(cls, settings: JobSettings, *, artifact_dir: str | None = None, env: dict[str, str] | None = None,
+                      spark: Any = None) -> HorovodRunner:
+        """
+        A runner for settings already checked (the driver program's and the hooks' path).
+
+        :param settings: the job's knobs.
+        :param artifact_dir: as for the constructor.
+        :param env: as for the constructor.
+        :param spark: as for the constructor.
+        :raises ValueError: ``settings.timeline`` without ``artifact_dir``.
+        """
+        return cls(**settings.runner_kwargs(), artifact_dir=artifact_dir, env=env, spark=spark)
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """
@@ -239,11 +180,12 @@ class HorovodRunner:
         :raises RankFailedError: a rank failed.
         :raises LaunchError: the stage could not run.
         """
-        spec = JobSpec(payload=payload, np=abs(self.np), artifact_dir=self.artifact_dir,
-                       forward_all=self.driver_log_verbosity == "all", gloo_timeout_s=self.gloo_timeout_s, env=self.env,
-                       start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
-                       use_gpu=self.use_gpu, gpu_visibility=self.gpu_visibility,
-                       max_return_value_bytes=self.max_return_value_bytes)
+        s = self.settings
+        spec = JobSpec(payload=payload, np=abs(s.np), artifact_dir=self.artifact_dir,
+                       forward_all=s.driver_log_verbosity == "all", gloo_timeout_s=s.gloo_timeout_s, env=self.env,
+                       start_timeout_s=s.start_timeout_s, training_timeout_s=s.training_timeout_s,
+                       use_gpu=s.use_gpu, gpu_visibility=s.gpu_visibility,
+                       max_return_value_bytes=s.max_return_value_bytes)
         if self.np < 0:
             return run_on_driver(spec)
         return self._run_barrier(spec)
@@ -256,9 +198,10 @@ class HorovodRunner:
             return run_barrier_connect(spark, spec, runtime_zip())
         sc = spark.sparkContext
         conf = sc.getConf()
-        if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
-            raise LaunchError("Spark barrier stages cannot run with dynamic allocation (SPARK-24942): set "
-                              "spark.dynamicAllocation.enabled=false for this application")
+        try:
+            check_barrier_conf(dict(conf.getAll()), source="this application's Spark conf")
+        except ValueError as err:
+            raise LaunchError(str(err)) from None
         if spec.use_gpu:
             check_gpu_conf(dict(conf.getAll()))
         slots = _local_master_slots(sc.master)
@@ -275,7 +218,7 @@ class HorovodRunner:
                               "executors_share_driver_stderr": sc.master.startswith("local")})
             rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))
             rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
-            wait_for_slots(sc, spec.np, self.slot_wait_timeout_s)  # ... so, once the slots come, only the job is left
+            wait_for_slots(sc, spec.np, self.settings.slot_wait_timeout_s)  # ... so, once the slots come, only the job is left
             sc.setJobGroup(group, f"HorovodRunner np={spec.np}", interruptOnCancel=True)
             try:
                 results = rdd.collect()

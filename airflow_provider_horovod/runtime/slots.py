@@ -48,9 +48,8 @@ from airflow_provider_horovod.runtime.cluster_view import (
     waiting_message,
 )
 from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.settings import DEFAULT_SLOT_WAIT_TIMEOUT_S
 
-DEFAULT_SLOT_WAIT_TIMEOUT_S = 3600.0
-"""How long a barrier job waits for its task slots by default, seconds (``None``: forever)."""
 POLL_INTERVAL_S = 0.1
 """Seconds between two reads of the application's own slot count (a local call into the driver's JVM)."""
 MASTER_POLL_INTERVAL_S = 2.0

@@ -117,7 +117,7 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
     def submit(try_dir: str) -> str:
         key = secrets.token_bytes(32)
         return hook.submit(staging=staging_root / try_dir, payload=dumps_payload(long_training, key=key), key=key,
-                           artifact_dir=str(tmp_path / "art" / try_dir), driver_log_verbosity="log_callback_only")
+                           artifact_dir=str(tmp_path / "art" / try_dir))
 
     first = submit("try-1")
     assert _wait_state(hook, first, {"RUNNING"}) == "RUNNING"
@@ -220,7 +220,7 @@ def test_durable_retry_reads_a_finished_driver_and_resubmits_a_failed_one(cluste
     hook = _op.cluster_hook
     key = secrets.token_bytes(32)
     killed = hook.submit(staging=tmp_path / "killed", payload=dumps_payload(long_training, key=key), key=key,
-                         artifact_dir=str(tmp_path / "killed-art"), driver_log_verbosity="log_callback_only")
+                         artifact_dir=str(tmp_path / "killed-art"))
     assert _wait_state(hook, killed, {"RUNNING"}) == "RUNNING"
     hook.kill(killed)
     assert _wait_state(hook, killed, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"

@@ -104,6 +104,7 @@ def run_client_job(conn_id: str, np: int, tag: str, work: Path, *, lines: list[s
     import cloudpickle
 
     from airflow_provider_horovod.hooks.horovod import HorovodHook
+    from airflow_provider_horovod.runtime.settings import JobSettings
 
     staging = work / "staging" / tag
     path, key = payload_file(staging, tag, work, gate)
@@ -111,7 +112,7 @@ def run_client_job(conn_id: str, np: int, tag: str, work: Path, *, lines: list[s
                        name=f"shared-{tag}")
     result = hook.run_job(payload_path=str(path), staging_dir=str(staging), key=key,
                           artifact_dir=str(work / "artifacts" / tag), on_output=lines.append,
-                          slot_wait_timeout_s=slot_wait_timeout_s)
+                          settings=JobSettings(np=hook.np, slot_wait_timeout_s=slot_wait_timeout_s))
     result.value = cloudpickle.loads(result.return_value) if result.return_value else None
     return result
 

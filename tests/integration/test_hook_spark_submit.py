@@ -12,6 +12,7 @@ import pytest
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.runtime.payload import dumps_payload
+from airflow_provider_horovod.runtime.settings import JobSettings
 
 pytestmark = pytest.mark.spark
 
@@ -134,7 +135,7 @@ def test_a_driver_jvm_out_of_memory_ends_the_job_with_a_reason(spark_env, tmp_pa
     with pytest.raises(HorovodJobError) as info:
         HorovodHook(conn_id=None, np=2, conf={"spark.driver.memory": "512m"}).run_job(
             payload_path=str(payload), staging_dir=str(tmp_path), key=key, artifact_dir=str(tmp_path / "art"),
-            max_return_value_bytes=2**31 - 1)
+            settings=JobSettings(np=2, max_return_value_bytes=2**31 - 1))
     assert time.monotonic() - started < 150
     assert str(info.value).startswith("the Spark driver's JVM ended while the job ran (")
     assert "java.lang.OutOfMemoryError" in str(info.value)

@@ -120,7 +120,7 @@ def test_jobs_that_can_never_fit_fail_before_submission(cluster, tmp_path):
     path, key = payload_file(tmp_path / "cluster-staging", "cluster", tmp_path, None)
     with pytest.raises(HorovodJobError) as cluster_mode:
         hook.submit(staging=tmp_path / "cluster-staging", payload=path.read_bytes(), key=key,
-                    artifact_dir=str(tmp_path / "art"), driver_log_verbosity="log_callback_only")
+                    artifact_dir=str(tmp_path / "art"))
     message = str(cluster_mode.value)
     assert "np=4 needs 4 task slots at the same time" in message
     assert ("2 workers alive with 4 cores in all; in cluster deploy mode the driver takes spark.driver.cores=1 "

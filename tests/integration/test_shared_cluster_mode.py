@@ -42,6 +42,7 @@ def _terminal(hook, submission_id: str) -> object:
 def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
     from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
     from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
+    from airflow_provider_horovod.runtime.settings import JobSettings
 
     gate = tmp_path / "gate"
     hook = HorovodStandaloneHook(conn_id=CONN_ID, np=4, conf=CONF, name="shared-cluster-mode")
@@ -50,8 +51,8 @@ def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
     def submit(tag: str, with_gate: bool) -> str:
         path, key = payload_file(staging[tag], tag, tmp_path, gate if with_gate else None)
         return hook.submit(staging=staging[tag], payload=path.read_bytes(), key=key,
-                           artifact_dir=str(tmp_path / "artifacts" / tag), driver_log_verbosity="log_callback_only",
-                           extra_args=["--slot-wait-timeout-s", "600"])
+                           artifact_dir=str(tmp_path / "artifacts" / tag),
+                           settings=JobSettings(np=hook.np, slot_wait_timeout_s=600))
 
     lines: list[str] = []
     context = lambda: "\n".join(lines[-20:]) + "\n" + cluster.log_tail(20)  # noqa: E731

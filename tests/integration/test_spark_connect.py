@@ -39,7 +39,21 @@ def fail_on_rank_one():
     hvd.allreduce(torch.ones(1))
 
 out = {}
-if sys.argv[2] == "ok":
+if sys.argv[2] == "hook_fail":  # the operator's path: HorovodConnectHook, errors as in every deploy mode
+    import os
+    from urllib.parse import urlparse
+    from airflow_provider_horovod.exceptions import HorovodJobError
+    from airflow_provider_horovod.hooks.connect import HorovodConnectHook
+    from airflow_provider_horovod.runtime.payload import dumps_payload
+    url = urlparse(sys.argv[1].replace("sc://", "http://"))
+    os.environ["AIRFLOW_CONN_HOROVOD_CONNECT"] = json.dumps({"conn_type": "spark_connect", "host": url.hostname,
+                                                              "port": url.port})
+    try:
+        HorovodConnectHook(conn_id="horovod_connect", np=2).run(payload=dumps_payload(fail_on_rank_one),
+                                                                artifact_dir=sys.argv[3], name="test")
+    except HorovodJobError as err:
+        out = {"type": type(err).__name__, "rank": err.rank, "message": str(err)}
+elif sys.argv[2] == "ok":
     result = HorovodRunner(np=2, spark=spark).run(allreduce, value="c")
     out = {"blob_len": len(result.pop("blob")), **result}
 else:
@@ -59,7 +73,7 @@ def connect_url(tmp_path_factory):
 
 
 def _client(tmp_path, url: str, mode: str) -> tuple[dict, str]:
-    return run_client_script(CLIENT, tmp_path / "client.py", [url, mode], timeout_s=300)
+    return run_client_script(CLIENT, tmp_path / "client.py", [url, mode, str(tmp_path / "art")], timeout_s=300)
 
 
 def test_np2_over_spark_connect(connect_url, tmp_path):
@@ -71,6 +85,12 @@ def test_np2_over_spark_connect(connect_url, tmp_path):
 def test_failing_rank_over_spark_connect(connect_url, tmp_path):
     result, _ = _client(tmp_path, connect_url, "fail")
     assert result["rank"] == 1 and "bad shard over Connect" in result["message"]
+
+
+def test_a_failing_rank_through_the_connect_hook_is_a_horovod_job_error_naming_it(connect_url, tmp_path):
+    result, _ = _client(tmp_path, connect_url, "hook_fail")
+    assert result["type"] == "HorovodJobError" and result["rank"] == 1, result
+    assert "bad shard over Connect" in result["message"] and "rank 1" in result["message"], result
 
 
 def test_operator_with_a_spark_connect_connection(connect_url, airflow_home, tmp_path):

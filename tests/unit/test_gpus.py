@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_horovod.runtime.driver import _parse
+from airflow_provider_horovod.runtime.driver import _parse, _settings
 from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.gpus import (
     check_gpu_conf,
     device_env,
     driver_owned_gpus,
     owned_gpus,
-    validate_gpu_visibility,
     visible_devices,
 )
 from airflow_provider_horovod.runtime.plan import build_plan, choose_interface, local_plan
 from airflow_provider_horovod.runtime.runner import HorovodRunner
+from airflow_provider_horovod.runtime.settings import validate_gpu_visibility
 
 # partitions 0 and 2 on host A, 1 and 3 on host B (ranks: p0=0, p2=1 on A; p1=2, p3=3 on B)
 PLAN = build_plan(["A", "B", "A", "B"])
@@ -124,21 +124,21 @@ def test_visibility_and_use_gpu_validation():
     assert validate_gpu_visibility("rank") == "rank"
     with pytest.raises(ValueError, match="gpu_visibility must be one of"):
         HorovodRunner(np=2, gpu_visibility="all")
-    with pytest.raises(ValueError, match="use_gpu must be a bool"):
+    with pytest.raises(ValueError, match="use_gpu must be True or False"):
         HorovodRunner(np=2, use_gpu="yes")
-    runner = HorovodRunner(np=2, use_gpu=True, gpu_visibility="rank")
-    assert (runner.use_gpu, runner.gpu_visibility) == (True, "rank")
-    assert (HorovodRunner(np=2).use_gpu, HorovodRunner(np=2).gpu_visibility) == (False, "host")
+    settings = HorovodRunner(np=2, use_gpu=True, gpu_visibility="rank").settings
+    assert (settings.use_gpu, settings.gpu_visibility) == (True, "rank")
+    assert (HorovodRunner(np=2).settings.use_gpu, HorovodRunner(np=2).settings.gpu_visibility) == (False, "host")
 
 
 def test_driver_cli_flags():
     base = ["--payload", "p", "--result-dir", "d", "--np", "2"]
-    args = _parse(base)
+    args = _settings(_parse(base)[1])
     assert (args.use_gpu, args.gpu_visibility) == (False, "host")
-    args = _parse([*base, "--use-gpu", "--gpu-visibility", "rank"])
+    args = _settings(_parse([*base, "--use-gpu", "--gpu-visibility", "rank"])[1])
     assert (args.use_gpu, args.gpu_visibility) == (True, "rank")
-    with pytest.raises(SystemExit):
-        _parse([*base, "--gpu-visibility", "all"])
+    with pytest.raises(ValueError, match="gpu_visibility must be one of"):
+        _settings(_parse([*base, "--gpu-visibility", "all"])[1])
 
 
 def test_choose_interface_override_takes_the_first_name_this_host_has():

@@ -18,7 +18,7 @@ def test_the_link_is_what_the_operator_knows_without_an_xcom_request():
     # ti_key is never used while the operator knows (get_link would otherwise ask the API server for the XCom,
     # which logs "XCom not found" at error level for a task whose application has not started)
     assert SparkUILink().get_link(op, ti_key=None) == ""
-    op.spark_ui_url = "http://127.0.0.1:4040"
+    op._new_reporter().spark_ui_url = "http://127.0.0.1:4040"  # what the try's reporter learnt
     assert SparkUILink().get_link(op, ti_key=None) == "http://127.0.0.1:4040"
 
 
@@ -59,16 +59,17 @@ def test_after_the_application_ends_the_link_points_at_the_history_server(monkey
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_HS", json.dumps({
         "conn_type": "spark", "host": "spark://m", "port": 7077, "extra": {"history-server-url": "http://hs:18080"}}))
     op = HorovodRunnerOperator(task_id="t", python_callable=_train, conn_id="spark_hs", poll_interval_s=None)
-    ti = _TI()
-    op._link_history(ti)  # the application never started: nothing to link to
-    assert ti.pushed == {} and op.spark_ui_url is None
+    assert op.spark_ui_url is None  # before the try: no link
     # the live link's direct database write needs a running task's supervisor: record the call instead
-    monkeypatch.setattr("airflow_provider_horovod.operators._reporting.push_spark_ui_url",
-                        lambda ti_, url: ti_.xcom_push("spark_ui_url", url))
-    op._app_started(ti, "app-1", "http://127.0.0.1:4040")
+    reporter = op._new_reporter()
+    reporter.publish_link = lambda ti_, url: ti_.xcom_push("spark_ui_url", url)
+    ti = _TI()
+    reporter.link_history(ti)  # the application never started: nothing to link to
+    assert ti.pushed == {} and op.spark_ui_url is None
+    reporter.app_started(ti, "app-1", "http://127.0.0.1:4040")
     assert ti.pushed["spark_ui_url"] == "http://127.0.0.1:4040"
     assert SparkUILink().get_link(op, ti_key=None) == "http://127.0.0.1:4040"  # live
-    op._link_history(ti)
+    reporter.link_history(ti)
     assert ti.pushed["spark_ui_url"] == "http://hs:18080/history/app-1/"
     assert SparkUILink().get_link(op, ti_key=None) == "http://hs:18080/history/app-1/"
 

@@ -59,8 +59,7 @@ def test_cluster_mode_fails_fast_before_staging(tmp_path, monkeypatch):
         "extra": {"deploy-mode": "cluster", "rest-port": rest}}))
     hook = HorovodStandaloneHook(conn_id="wrong_master", np=2)
     with pytest.raises(HorovodJobError, match=rf"cannot reach Spark master spark://127.0.0.1:{port} "):
-        hook.submit(staging=tmp_path / "staging", payload=b"p", key=b"k" * 32, artifact_dir=str(tmp_path),
-                    driver_log_verbosity="all")
+        hook.submit(staging=tmp_path / "staging", payload=b"p", key=b"k" * 32, artifact_dir=str(tmp_path))
     assert not (tmp_path / "staging").exists()
     with socket.socket() as master:  # the master answers, its REST submission server does not
         master.bind(("127.0.0.1", port))

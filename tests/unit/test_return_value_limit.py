@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from types import SimpleNamespace
 
 import cloudpickle
 import pytest
@@ -12,7 +11,7 @@ from airflow_provider_horovod.exceptions import HorovodResultError
 from airflow_provider_horovod.operators._common import check_xcom_value
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime import HorovodRunner, ReturnValueTooLargeError
-from airflow_provider_horovod.runtime.driver import _parse
+from airflow_provider_horovod.runtime.driver import _parse, _settings
 from airflow_provider_horovod.runtime.errors import ReturnValueRefused
 from airflow_provider_horovod.runtime.worker import pickle_result
 
@@ -21,16 +20,15 @@ def train():
     return 1
 
 
-@pytest.mark.parametrize("value", [0, -1, True, "x", 1.5])
+@pytest.mark.parametrize("value", [0, -1, True, "x", 1.5, None])
 def test_runner_refuses_a_bad_limit_naming_the_parameter(value):
-    with pytest.raises(ValueError, match=r"max_return_value_bytes must be a positive int \(bytes\) or None, got "):
+    with pytest.raises(ValueError, match=r"max_return_value_bytes must be a positive int \(bytes\), got "):
         HorovodRunner(np=2, max_return_value_bytes=value)
 
 
-def test_runner_limit_defaults_to_64_mib_and_none_means_none():
-    assert HorovodRunner(np=2).max_return_value_bytes == 64 * 2**20
-    assert HorovodRunner(np=2, max_return_value_bytes=None).max_return_value_bytes is None
-    assert HorovodRunner(np=-2, max_return_value_bytes=1000).max_return_value_bytes == 1000
+def test_runner_limit_defaults_to_64_mib():
+    assert HorovodRunner(np=2).settings.max_return_value_bytes == 64 * 2**20
+    assert HorovodRunner(np=-2, max_return_value_bytes=1000).settings.max_return_value_bytes == 1000
 
 
 def test_rank0_writes_a_value_within_the_limit_and_a_refusal_above_it(capsys):
@@ -73,30 +71,19 @@ def test_the_operator_refuses_the_refusal_with_the_documented_message():
 def test_the_limit_reaches_the_driver_in_every_deploy_mode(tmp_path, monkeypatch):
     op = HorovodRunnerOperator(task_id="t", python_callable=train, max_return_value_bytes=2000)
     # cluster mode: the driver program's flags
-    args = op._timeout_args()
+    args = op.job_settings().to_args()
     assert args[args.index("--max-return-value-bytes") + 1] == "2000"
-    base = ["--payload", "p", "--result-dir", "d", "--np", "2"]
-    assert _parse([*base, *args]).max_return_value_bytes == 2000
-    assert "max_return_value_bytes" not in vars(_parse(base))  # HorovodRunner's default then
-    # Spark Connect: HorovodRunner's arguments
-    from airflow_provider_horovod.operators.modes.connect import ConnectMode
+    base = ["--payload", "p", "--result-dir", "d"]
+    assert _settings(_parse([*base, *args])[1]).max_return_value_bytes == 2000
+    assert _settings(_parse([*base, "--np", "2"])[1]).max_return_value_bytes == 64 * 2**20  # HorovodRunner's
+    # Spark Connect and client mode: the operator's request carries the settings to the hook
+    from airflow_provider_horovod.operators.modes.base import JobRequest
 
-    seen = {}
-    op.__dict__["connect_hook"] = SimpleNamespace(run=lambda **kw: seen.update(kw))
-    op._prepared, op._storage_env = (b"k", b"payload", "/art"), {}
-    ConnectMode(op).poll_until_complete(None, {})
-    assert seen["runner_kwargs"]["max_return_value_bytes"] == 2000
-    assert HorovodRunner(np=2, **seen["runner_kwargs"]).max_return_value_bytes == 2000
-    # client mode: the operator hands it to the hook, which puts it on spark-submit's driver arguments
+    request = JobRequest(key=b"k", payload=b"payload", artifact_dir="/art", settings=op.job_settings())
+    assert request.settings.max_return_value_bytes == 2000
+    assert HorovodRunner.from_settings(request.settings).settings.max_return_value_bytes == 2000
+    calls = {"settings": request.settings}
     from airflow_provider_horovod.hooks import horovod as hook_module
-    from airflow_provider_horovod.operators.modes.client import ClientMode
-
-    calls = {}
-    op.__dict__["hook"] = SimpleNamespace(run_job=lambda **kw: calls.update(kw))
-    op._link_history = lambda ti: None
-    (tmp_path / "staging").mkdir()
-    ClientMode(op).poll_until_complete(str(tmp_path / "staging"), {"ti": None})
-    assert calls["max_return_value_bytes"] == 2000
 
     class Submitted(Exception):
         pass
@@ -112,6 +99,6 @@ def test_the_limit_reaches_the_driver_in_every_deploy_mode(tmp_path, monkeypatch
     with pytest.raises(Submitted) as info:
         hook_module.HorovodHook(conn_id=None, np=2).run_job(
             payload_path=str(tmp_path / "payload.bin"), staging_dir=str(tmp_path), key=b"k" * 32,
-            artifact_dir=str(tmp_path / "art"), max_return_value_bytes=2000)
+            artifact_dir=str(tmp_path / "art"), settings=calls["settings"])
     driver_args = info.value.args[0]
-    assert _parse(driver_args).max_return_value_bytes == 2000
+    assert _settings(_parse(driver_args)[1]).max_return_value_bytes == 2000

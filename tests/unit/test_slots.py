@@ -235,10 +235,10 @@ def test_standalone_master_of_a_connection():
 def test_slot_wait_timeout_arguments():
     from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
     from airflow_provider_horovod.runtime import HorovodRunner
-    from airflow_provider_horovod.runtime.driver import _parse
+    from airflow_provider_horovod.runtime.driver import _parse, _settings
 
-    assert HorovodRunner(np=2).slot_wait_timeout_s == 3600.0
-    assert HorovodRunner(np=2, slot_wait_timeout_s=None).slot_wait_timeout_s is None
+    assert HorovodRunner(np=2).settings.slot_wait_timeout_s == 3600.0
+    assert HorovodRunner(np=2, slot_wait_timeout_s=None).settings.slot_wait_timeout_s is None
     with pytest.raises(ValueError, match="slot_wait_timeout_s must be a positive number of seconds or None"):
         HorovodRunner(np=2, slot_wait_timeout_s=0)
     with pytest.raises(ValueError, match="slot_wait_timeout_s must be a positive number of seconds or None"):
@@ -247,15 +247,17 @@ def test_slot_wait_timeout_arguments():
     assert "slot_wait_timeout_s" in op.template_fields
     for rendered, seconds in (("120", 120.0), (" none ", None), (None, None), (30, 30.0)):
         op.slot_wait_timeout_s = rendered
-        assert op._slot_wait() == seconds
-        assert op._timeout_args()[4:6] == ["--slot-wait-timeout-s", "none" if seconds is None else str(seconds)]
+        assert op.job_settings().slot_wait_timeout_s == seconds
+        args = op.job_settings().to_args()
+        assert args[args.index("--slot-wait-timeout-s") + 1] == ("none" if seconds is None else str(seconds))
+        assert _settings(args).slot_wait_timeout_s == seconds  # what the driver program reads back
     op.slot_wait_timeout_s = "soon"
     with pytest.raises(ValueError, match=r"got 'soon' after rendering"):
-        op._slot_wait()
+        op.job_settings()
     base = ["--payload", "p", "--result-dir", "d", "--np", "2"]
-    assert "slot_wait_timeout_s" not in vars(_parse(base))  # the runtime's default then
-    assert _parse([*base, "--slot-wait-timeout-s", "none"]).slot_wait_timeout_s is None
-    assert _parse([*base, "--slot-wait-timeout-s", "90"]).slot_wait_timeout_s == 90.0
+    assert _settings(_parse(base)[1]).slot_wait_timeout_s == 3600.0  # the runtime's default then
+    assert _settings(_parse([*base, "--slot-wait-timeout-s", "none"])[1]).slot_wait_timeout_s is None
+    assert _settings(_parse([*base, "--slot-wait-timeout-s", "90"])[1]).slot_wait_timeout_s == 90.0
 
 
 def test_standalone_defaults_size_the_application_to_the_job():

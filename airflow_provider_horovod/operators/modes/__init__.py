@@ -1,5 +1,6 @@
 """
-``HorovodRunnerOperator``'s deploy modes, one strategy object each, chosen once per try by :func:`deploy_mode_for`:
+``HorovodRunnerOperator``'s deploy modes, one strategy object each, chosen once per try (:func:`resolve_deploy_mode`
+names it; the operator makes it with its request, hook and reporter):
 
 - :class:`ClientMode`: spark-submit in client mode; the Spark driver runs in the task.
 - :class:`ClusterMode`: a Spark standalone cluster-mode driver, submitted over REST; it can defer and reattach.
@@ -8,20 +9,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.operators._common import validate_deploy_mode
-from airflow_provider_horovod.operators.modes.base import DeployMode
-from airflow_provider_horovod.operators.modes.client import ClientMode
-from airflow_provider_horovod.operators.modes.cluster import ClusterMode
-from airflow_provider_horovod.operators.modes.connect import ConnectMode
 
-__all__ = ["MODES", "deploy_mode_for", "resolve_deploy_mode"]
-
-MODES: dict[str, type[DeployMode]] = {"client": ClientMode, "cluster": ClusterMode, "connect": ConnectMode}
+__all__ = ["resolve_deploy_mode"]
 
 
 def resolve_deploy_mode(*, conn_id: str | None, deploy_mode: str | None, np: int) -> str:
@@ -51,14 +44,3 @@ def resolve_deploy_mode(*, conn_id: str | None, deploy_mode: str | None, np: int
         return deploy_mode
     return validate_deploy_mode(conn.extra_dejson.get("deploy-mode") or "client", source=f"connection {conn_id!r}")
 
-
-def deploy_mode_for(operator: Any) -> DeployMode:
-    """
-    The deploy mode object for this try of ``operator`` (reads its connection; no other I/O).
-
-    :param operator: a ``HorovodRunnerOperator``.
-    :raises HorovodJobError: see :func:`resolve_deploy_mode`.
-    :raises ValueError: see :func:`resolve_deploy_mode`.
-    """
-    name = resolve_deploy_mode(conn_id=operator.conn_id, deploy_mode=operator.deploy_mode, np=operator.np)
-    return MODES[name](operator)

@@ -2,28 +2,56 @@
 The interface of a deploy mode: the job methods Airflow's ``ResumableJobMixin`` asks of an operator, plus reading
 the result, for one way of running the Spark driver.
 
-``HorovodRunnerOperator`` picks one :class:`DeployMode` per try (:func:`~airflow_provider_horovod.operators.modes.
-deploy_mode_for`) and delegates to it, the way the Spark provider's ``SparkSubmitOperator`` delegates to its
-private deployment backends.
+``HorovodRunnerOperator`` makes one :class:`DeployMode` per try and delegates to it, the way the Spark provider's
+``SparkSubmitOperator`` delegates to its private deployment backends. A mode is given everything it uses: the try's
+:class:`JobRequest`, its hook and a :class:`~airflow_provider_horovod.operators._reporting.JobReporter`; it never sees
+the operator, so each mode is tested on its own against a fake hook (``tests/unit/test_deploy_modes.py``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_horovod.operators._reporting import JobReporter
+    from airflow_provider_horovod.runtime.settings import JobSettings
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """
+    What one try runs: made by the operator once its arguments are rendered, before anything is submitted.
+
+    :param key: the payload's HMAC key (made for this try).
+    :param payload: the signed payload (the callable and its arguments).
+    :param artifact_dir: path or URI where the ranks write.
+    :param settings: the job's knobs.
+    :param env: environment variables for the driver and every rank (``env_vars`` and the store's credentials).
+    :param label: ``dag_id.task_id``, for names and logs.
+    :param has_storage_credentials: ``artifact_dir`` names a connection whose credentials travel in ``env``.
+    """
+
+    key: bytes
+    payload: bytes
+    artifact_dir: str
+    settings: JobSettings
+    env: dict[str, str] = field(default_factory=dict)
+    label: str = ""
+    has_storage_credentials: bool = False
 
 
 class DeployMode:
     """
     One deploy mode of ``HorovodRunnerOperator``: how the job is submitted, watched, read back and stopped.
 
-    Creating one does no I/O. The operator stores ``(key, payload, artifact_dir)`` in ``operator._prepared``
-    before :meth:`submit_job`.
+    Creating one does no I/O.
 
-    :param operator: the ``HorovodRunnerOperator`` this try runs (its arguments, hooks, log and reporting steps).
-        Typed ``Any``, as in the subclasses: the operator's module imports this one, so this one does not import it.
+    :param request: what this try runs (``None`` only for a mode that resumes after a deferral, with no new job).
+    :param hook: the mode's hook (client, standalone cluster or Spark Connect).
+    :param reporter: the try's reporting steps (application id, links, the result's XComs).
     """
 
     name = ""
@@ -31,14 +59,26 @@ class DeployMode:
     resumable = False
     """Whether a retry can reattach to the job (then the operator runs ``execute_resumable``)."""
 
-    def __init__(self, operator: Any) -> None:
-        self.operator = operator
+    def __init__(self, request: JobRequest | None, hook: Any, reporter: JobReporter) -> None:
+        self.request = request
+        self.hook = hook
+        self.reporter = reporter
+        self.log = reporter.log
 
-    def check(self, *, storage_conn_id: str | None) -> None:
+    @property
+    def job(self) -> JobRequest:
+        """This try's request.
+
+        :raises RuntimeError: the mode was made without one (it only resumes after a deferral).
+        """
+        if self.request is None:
+            raise RuntimeError(f"the {self.name} deploy mode was made without a job request")
+        return self.request
+
+    def check(self) -> None:
         """
         Refuse what this mode cannot do, before anything is submitted.
 
-        :param storage_conn_id: the connection of ``artifact_dir``, when it names one.
         :raises HorovodJobError: the combination is not supported.
         """
 

@@ -9,12 +9,14 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod.operators.modes.base import DeployMode
+from airflow_provider_horovod.operators.modes.base import DeployMode, JobRequest
 from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_horovod.hooks.horovod import HorovodHook
+    from airflow_provider_horovod.operators._reporting import JobReporter
     from airflow_provider_horovod.utils.progress import ProgressWatcher
 
 GONE = "GONE"
@@ -25,13 +27,18 @@ class ClientMode(DeployMode):
     """
     spark-submit in client mode from this task; the job's id is the local staging directory of the payload.
 
-    :param operator: the operator this try runs.
+    :param request: what this try runs.
+    :param hook: the client-mode hook (:class:`~airflow_provider_horovod.hooks.horovod.HorovodHook`).
+    :param reporter: the try's reporting steps.
+    :param deferrable: the operator's ``deferrable``: client mode cannot defer, and says so.
     """
 
     name = "client"
 
-    def __init__(self, operator: Any) -> None:
-        super().__init__(operator)
+    def __init__(self, request: JobRequest, hook: HorovodHook, reporter: JobReporter, *,
+                 deferrable: bool = False) -> None:
+        super().__init__(request, hook, reporter)
+        self.deferrable = deferrable
         self._result: JobResult | None = None
 
     def submit_job(self, context: Context) -> str:
@@ -42,14 +49,14 @@ class ClientMode(DeployMode):
         :return: the staging directory (removed by :meth:`poll_until_complete`).
         :raises OSError: the directory or file cannot be written.
         """
-        if self.operator.deferrable:
-            self.operator.log.warning("deferrable=True needs deploy_mode='cluster' (in client mode the Spark driver "
+        if self.deferrable:
+            self.log.warning("deferrable=True needs deploy_mode='cluster' (in client mode the Spark driver "
                                       "runs in this task's process); running synchronously")
         staging = tempfile.mkdtemp(prefix="horovod-airflow-")  # mode 0700
         try:
             fd = os.open(os.path.join(staging, "payload.bin"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
-                f.write(self.operator._prepared[1])
+                f.write(self.job.payload)
         except BaseException:
             cleanup_staging(staging)
             raise
@@ -72,28 +79,23 @@ class ClientMode(DeployMode):
         :param context: the task's Airflow context.
         :raises HorovodJobError: the master is unreachable, the job or a rank failed.
         """
-        op, ti = self.operator, context["ti"]
-        key, _payload, artifact_dir = op._prepared
+        ti, job = context["ti"], self.job
         watchers: list[ProgressWatcher] = []
 
         def on_app_started(app_id: str, ui_url: str | None) -> None:
-            if (watcher := op._app_started(ti, app_id, ui_url)) is not None:
+            if (watcher := self.reporter.app_started(ti, app_id, ui_url)) is not None:
                 watchers.append(watcher)
 
         try:
-            self._result = op.hook.run_job(
-                payload_path=os.path.join(external_id, "payload.bin"), staging_dir=external_id, key=key,
-                artifact_dir=artifact_dir, driver_log_verbosity=op.driver_log_verbosity,
-                gloo_timeout_s=op.gloo_timeout_s, start_timeout_s=op.start_timeout_s,
-                training_timeout_s=op.training_timeout_s, use_gpu=op.use_gpu, gpu_visibility=op.gpu_visibility,
-                on_app_started=on_app_started, slot_wait_timeout_s=op._slot_wait(),
-                max_return_value_bytes=op.max_return_value_bytes,
+            self._result = self.hook.run_job(
+                payload_path=os.path.join(external_id, "payload.bin"), staging_dir=external_id, key=job.key,
+                artifact_dir=job.artifact_dir, settings=job.settings, on_app_started=on_app_started,
             )
         finally:
             for watcher in watchers:
                 watcher.stop()
             cleanup_staging(external_id)
-            op._link_history(ti)
+            self.reporter.link_history(ti)
 
     def get_job_result(self, external_id: Any, context: Context) -> Any:
         """
@@ -103,9 +105,8 @@ class ClientMode(DeployMode):
         :param context: the task's Airflow context.
         :raises HorovodResultError: the value cannot go to XCom.
         """
-        return self.operator._finish(context["ti"], self._result)
+        return self.reporter.finish(context["ti"], self._result)
 
     def on_kill(self) -> None:
-        """Stop spark-submit and the training processes it started (nothing when no hook was made yet)."""
-        if "hook" in self.operator.__dict__:
-            self.operator.hook.on_kill()
+        """Stop spark-submit and the training processes it started."""
+        self.hook.on_kill()

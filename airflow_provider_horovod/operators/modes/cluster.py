@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
@@ -20,7 +22,7 @@ from airflow_provider_horovod.operators._common import (
 from airflow_provider_horovod.operators._durable import (
     ABANDONED, KILL_MARKER, NOT_FOUND, REATTACHABLE_STATES, DurableClusterJob, abandoned_by, cluster_job, job_record,
 )
-from airflow_provider_horovod.operators.modes.base import DeployMode
+from airflow_provider_horovod.operators.modes.base import DeployMode, JobRequest
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger, validate_event
 from airflow_provider_horovod.utils.job_result import read_job_result
 from airflow_provider_horovod.utils.staging import Staging
@@ -29,23 +31,55 @@ from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_horovod.operators._reporting import JobReporter
+
     from airflow_provider_horovod.clients import DriverStatus
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """
+    How cluster mode waits for its driver: the operator's arguments that only this mode uses.
+
+    :param defer: the operator's ``defer`` (``trigger=``, ``method_name=``); called with ``deferrable``.
+    :param deferrable: hand the wait to :class:`~airflow_provider_horovod.triggers.horovod.HorovodSparkJobTrigger`.
+    :param cancel_on_kill: kill the driver when the task is killed.
+    :param poll_interval_s: seconds between polls of the driver's state and the cluster's slots (``None``: 5 s, no
+        slot or progress polling).
+    :param staging_dir: the rendered ``staging_dir``, or ``None`` for :func:`default_staging_dir`.
+    :param conf: the application's Spark properties (what the slot watcher compares with the cluster).
+    """
+
+    defer: Callable[..., Any] | None = None
+    deferrable: bool = False
+    cancel_on_kill: bool = True
+    poll_interval_s: float | None = 5.0
+    staging_dir: str | None = None
+    conf: Mapping[str, Any] = field(default_factory=dict)
 
 
 class ClusterMode(DurableClusterJob, DeployMode):
     """
     Submit the driver to the standalone master, wait for it (or defer), read its result from the staging directory.
 
-    The job's id, persisted by ``ResumableJobMixin``, is ``{"submission_id", "staging", "artifact_dir"}``.
+    The job's id, persisted by ``ResumableJobMixin``, is the record of
+    :func:`~airflow_provider_horovod.operators._durable.job_record`.
 
-    :param operator: the operator this try runs.
+    :param request: what this try runs (``None`` when the mode only resumes after the trigger).
+    :param hook: the standalone hook (:class:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook`).
+    :param reporter: the try's reporting steps.
+    :param options: how it waits.
     """
 
     name = "cluster"
     resumable = True
 
-    def __init__(self, operator: Any) -> None:
-        DeployMode.__init__(self, operator)
+    def __init__(self, request: JobRequest | None, hook: HorovodStandaloneHook, reporter: JobReporter,
+                 options: ClusterOptions | None = None) -> None:
+        DeployMode.__init__(self, request, hook, reporter)
+        self.options = options or ClusterOptions()
+        self.submission_id: str | None = None
+        """The driver this try submitted or adopted (the one ``on_kill`` kills)."""
         self._job_value: Any = None
         self._has_value = False
         self._staging: str | None = None
@@ -61,18 +95,15 @@ class ClusterMode(DurableClusterJob, DeployMode):
         :return: ``{"submission_id", "staging", "artifact_dir"}``.
         :raises HorovodJobError: the master is unreachable, the job can never fit, or the submission was refused.
         """
-        op = self.operator
-        key, payload, artifact_dir = op._prepared
-        staging = Staging(op.staging_dir or default_staging_dir(context))
-        op.cluster_hook.kill_earlier_tries(staging)
-        submission_id = op.cluster_hook.submit(
-            staging=staging, payload=payload, key=key, artifact_dir=artifact_dir,
-            driver_log_verbosity=op.driver_log_verbosity, extra_args=op._timeout_args(),
-        )
+        job, options = self.job, self.options
+        staging = Staging(options.staging_dir or default_staging_dir(context))
+        self.hook.kill_earlier_tries(staging)
+        submission_id = self.hook.submit(staging=staging, payload=job.payload, key=job.key,
+                                         artifact_dir=job.artifact_dir, settings=job.settings)
         context["ti"].xcom_push(key=XCOM_SUBMISSION_ID, value=submission_id)
-        return job_record(submission_id=submission_id, staging=staging.record, artifact_dir=artifact_dir,
-                          try_number=context["ti"].try_number, deferred=bool(op.deferrable),
-                          cancel_on_kill=bool(op.cancel_on_kill))
+        return job_record(submission_id=submission_id, staging=staging.record, artifact_dir=job.artifact_dir,
+                          try_number=context["ti"].try_number, deferred=options.deferrable,
+                          cancel_on_kill=options.cancel_on_kill)
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         """
@@ -85,20 +116,20 @@ class ClusterMode(DurableClusterJob, DeployMode):
         :raises HorovodJobError: the record is not one this operator stores.
         """
         job = cluster_job(external_id)
-        state = self.operator.cluster_hook.status(job["submission_id"]).driver_state or NOT_FOUND
+        state = self.hook.status(job["submission_id"]).driver_state or NOT_FOUND
         if state not in REATTACHABLE_STATES:
             return state
         reason = abandoned_by(external_id, current_try=context["ti"].try_number,
                               kill_recorded=Staging(job["staging"]).read_bytes(KILL_MARKER) is not None)
         if reason is None:
             return state
-        self.operator.log.warning("Driver %s is %s, but %s: not reconnecting to it; submitting a new job",
-                                  job["submission_id"], state, reason)
+        self.log.warning("Driver %s is %s, but %s: not reconnecting to it; submitting a new job",
+                         job["submission_id"], state, reason)
         return ABANDONED
 
     def _adopt(self, job: dict[str, str], context: Context) -> None:
         """Make ``job`` this try's: its driver is the one ``on_kill`` kills, its artifact directory the one reported."""
-        self.operator._submission_id = job["submission_id"]
+        self.submission_id = job["submission_id"]
         self._staging = job["staging"]
         ti = context["ti"]
         ti.xcom_push(key=XCOM_SUBMISSION_ID, value=job["submission_id"])
@@ -116,51 +147,54 @@ class ClusterMode(DurableClusterJob, DeployMode):
             resumes in :meth:`complete`).
         :raises HorovodJobError: the driver failed or a rank did.
         """
-        op = self.operator
+        options = self.options
         job = cluster_job(external_id)
         self._adopt(job, context)
-        if op.deferrable:
-            op.defer(
+        if options.deferrable:
+            if options.defer is None:
+                raise RuntimeError("deferrable cluster mode needs the operator's defer")
+            options.defer(
                 trigger=HorovodSparkJobTrigger(
-                    submission_id=job["submission_id"], rest_url=op.cluster_hook.endpoints.rest_url,
-                    staging=job["staging"], poll_interval_s=op.poll_interval_s or 5.0,
-                    cancel_on_kill=op.cancel_on_kill),
+                    submission_id=job["submission_id"], rest_url=self.hook.endpoints.rest_url,
+                    staging=job["staging"], poll_interval_s=options.poll_interval_s or 5.0,
+                    cancel_on_kill=options.cancel_on_kill),
                 method_name="execute_complete",
             )
         staging = Staging(job["staging"])
         status = self._wait_for_driver(context["ti"], job["submission_id"], staging)
-        headline = self._kill_headline(job["submission_id"], status.driver_state, op._spark_app_id)
-        self._job_value = op._finish(context["ti"], HorovodStandaloneHook.result(staging, status, headline=headline))
+        headline = self._kill_headline(job["submission_id"], status.driver_state, self.reporter.spark_app_id)
+        self._job_value = self.reporter.finish(context["ti"], HorovodStandaloneHook.result(staging, status,
+                                                                                           headline=headline))
         self._has_value = True
         return self._job_value
 
     def _wait_for_driver(self, ti: Any, submission_id: str, staging: Staging) -> DriverStatus:
         """Poll the driver's state every ``poll_interval_s`` until it ends, logging state changes."""
-        op = self.operator
+        interval = self.options.poll_interval_s
         last_state, watcher, tick = None, None, threading.Event()
-        slots = None if not op.poll_interval_s else ClusterSlotsWatcher(  # what the job waits for, from the master
-            master_ui_url=op.cluster_hook.endpoints.master_ui_url, submission_id=submission_id,
-            app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=op.np,
-            conf=op.conf, log=op.log.info, poll_interval_s=op.poll_interval_s).start()
+        slots = None if not interval else ClusterSlotsWatcher(  # what the job waits for, from the master
+            master_ui_url=self.hook.endpoints.master_ui_url, submission_id=submission_id,
+            app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=self.hook.np,
+            conf=self.options.conf, log=self.log.info, poll_interval_s=interval).start()
         try:
             while True:
-                status = op.cluster_hook.status(submission_id)
+                status = self.hook.status(submission_id)
                 if status.driver_state != last_state:
-                    op.log.info("Driver %s is %s", submission_id, status.driver_state)
+                    self.log.info("Driver %s is %s", submission_id, status.driver_state)
                     last_state = status.driver_state
                 if watcher is None:
                     app_id, ui_url = HorovodStandaloneHook.app_started(staging)
                     if app_id:
-                        watcher = op._app_started(ti, app_id, ui_url) or False
+                        watcher = self.reporter.app_started(ti, app_id, ui_url) or False
                 if status.is_terminal:
                     return status
-                tick.wait(op.poll_interval_s or 5.0)  # the poll interval
+                tick.wait(interval or 5.0)  # the poll interval
         finally:
             if watcher:
                 watcher.stop()
             if slots is not None:
                 slots.stop()
-            op._link_history(ti)
+            self.reporter.link_history(ti)
 
     def get_job_result(self, external_id: Any, context: Context) -> Any:
         """
@@ -174,12 +208,12 @@ class ClusterMode(DurableClusterJob, DeployMode):
             return self._job_value
         job = cluster_job(external_id)
         self._adopt(job, context)
-        self.operator.log.info("Driver %s of an earlier try already finished: reading its result", job["submission_id"])
-        status = self.operator.cluster_hook.status(job["submission_id"])
+        self.log.info("Driver %s of an earlier try already finished: reading its result", job["submission_id"])
+        status = self.hook.status(job["submission_id"])
         headline = self._kill_headline(job["submission_id"], status.driver_state,
                                        HorovodStandaloneHook.app_started(Staging(job["staging"]))[0])
-        return self.operator._finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status,
-                                                                                 headline=headline))
+        return self.reporter.finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status,
+                                                                                headline=headline))
 
     def complete(self, context: Context, event: dict[str, Any]) -> Any:
         """
@@ -190,22 +224,22 @@ class ClusterMode(DurableClusterJob, DeployMode):
         :raises ValueError: the event is malformed.
         :raises HorovodJobError: the driver or a rank failed.
         """
-        op, ti = self.operator, context["ti"]
+        ti, reporter = context["ti"], self.reporter
         event = validate_event(event)
-        op.log.info("Driver %s ended %s", event["submission_id"], event["driver_state"])
+        self.log.info("Driver %s ended %s", event["submission_id"], event["driver_state"])
         if event["app_id"]:
             ti.xcom_push(key=XCOM_SPARK_APP_ID, value=event["app_id"])
-            op._spark_app_id = event["app_id"]
+            reporter.spark_app_id = event["app_id"]
             if event["ui_url"]:
-                ti.xcom_push(key=XCOM_SPARK_UI_URL, value=event["ui_url"])
-                op.spark_ui_url = event["ui_url"]
-            op._link_history(ti)
+                ti.xcom_push(key=XCOM_SPARK_UI_URL, value=event["ui_url"])  # Airflow writes the link as the try ends
+                reporter.spark_ui_url = event["ui_url"]
+            reporter.link_history(ti)
         cause = headline = None
         if event["status"] != "success":
             cause = RuntimeError(f"driver state {event['driver_state']}: {event['message'] or 'no message'}")
             headline = self._kill_headline(event["submission_id"], event["driver_state"], event["app_id"])
-        return op._finish(ti, read_job_result(Staging(event["staging"]), app_id=event["app_id"],
-                                              ui_url=event["ui_url"], submit_error=cause, headline=headline))
+        return reporter.finish(ti, read_job_result(Staging(event["staging"]), app_id=event["app_id"],
+                                                   ui_url=event["ui_url"], submit_error=cause, headline=headline))
 
     def _kill_headline(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
         """
@@ -220,7 +254,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         if self._killing:
             return (f"Spark driver {submission_id} was killed by this task (on_kill: the task was stopped, "
                     f"cleared or marked failed); driver state {driver_state}")
-        return self.operator.cluster_hook.killed_from_outside(submission_id, driver_state, app_id)
+        return self.hook.killed_from_outside(submission_id, driver_state, app_id)
 
     def kill_after_trigger_failure(self, context: Context) -> None:
         """
@@ -228,10 +262,11 @@ class ClusterMode(DurableClusterJob, DeployMode):
 
         :param context: the task's Airflow context.
         """
-        submission_id = context["ti"].xcom_pull(task_ids=self.operator.task_id, key=XCOM_SUBMISSION_ID)
+        ti = context["ti"]
+        submission_id = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_SUBMISSION_ID, map_indexes=ti.map_index)
         if submission_id:
-            self.operator.log.warning("The trigger failed: killing driver %s", submission_id)
-            self.operator.cluster_hook.kill(submission_id)
+            self.log.warning("The trigger failed: killing driver %s", submission_id)
+            self.hook.kill(submission_id)
 
     def on_kill(self) -> None:
         """
@@ -239,14 +274,14 @@ class ClusterMode(DurableClusterJob, DeployMode):
         (:data:`~airflow_provider_horovod.operators._durable.KILL_MARKER`): the next try then submits a fresh job
         instead of reconnecting to the driver this kill takes down.
         """
-        op = self.operator
-        if not (getattr(op, "_submission_id", None) and "cluster_hook" in op.__dict__):
+        if self.submission_id is None:
             return
         self._killing = True
         if self._staging is not None:
             try:
                 Staging(self._staging).write_bytes(KILL_MARKER, json.dumps(
-                    {"submission_id": op._submission_id, "killed_at": time.time()}).encode())
+                    {"submission_id": self.submission_id, "killed_at": time.time()}).encode())
             except Exception as err:  # noqa: BLE001 - the kill itself matters more than its record
-                op.log.warning("Cannot record the kill of driver %s in %s: %s", op._submission_id, self._staging, err)
-        op.cluster_hook.kill(op._submission_id)
+                self.log.warning("Cannot record the kill of driver %s in %s: %s", self.submission_id, self._staging,
+                                 err)
+        self.hook.kill(self.submission_id)

@@ -8,38 +8,43 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.operators.modes.base import DeployMode
+from airflow_provider_horovod.operators.modes.base import DeployMode, JobRequest
 from airflow_provider_horovod.operators.modes.client import GONE
 from airflow_provider_horovod.utils.job_result import JobResult
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_horovod.hooks.connect import HorovodConnectHook
+    from airflow_provider_horovod.operators._reporting import JobReporter
+
 
 class ConnectMode(DeployMode):
     """
     One Spark Connect session per try: opened, the barrier stage run, closed.
 
-    :param operator: the operator this try runs.
+    :param request: what this try runs.
+    :param hook: the Spark Connect hook (:class:`~airflow_provider_horovod.hooks.connect.HorovodConnectHook`).
+    :param reporter: the try's reporting steps.
     """
 
     name = "connect"
 
-    def __init__(self, operator: Any) -> None:
-        super().__init__(operator)
+    def __init__(self, request: JobRequest, hook: HorovodConnectHook, reporter: JobReporter) -> None:
+        super().__init__(request, hook, reporter)
         self._result: JobResult | None = None
 
-    def check(self, *, storage_conn_id: str | None) -> None:
+    def check(self) -> None:
         """
         Refuse an ``artifact_dir`` that carries a connection: the credentials cannot travel to the ranks.
 
-        :param storage_conn_id: the connection of ``artifact_dir``, when it names one.
         :raises HorovodJobError: it names one with credentials.
         """
-        if self.operator._storage_env:
+        if self.job.has_storage_credentials:
             raise HorovodJobError(
-                f"artifact_dir with a connection ({storage_conn_id!r}) is supported in client and cluster deploy "
-                "modes; with Spark Connect give a plain URI and configure the store's credentials on the cluster")
+                f"artifact_dir with a connection ({self.job.artifact_dir!r}) is supported in client and cluster "
+                "deploy modes; with Spark Connect give a plain URI and configure the store's credentials on the "
+                "cluster")
 
     def submit_job(self, context: Context) -> None:
         """
@@ -65,19 +70,11 @@ class ConnectMode(DeployMode):
 
         :param external_id: unused (``None``).
         :param context: the task's Airflow context.
-        :raises RankFailedError: a rank failed.
-        :raises LaunchError: the stage could not run.
+        :raises HorovodJobError: a rank failed (naming it), or the stage could not run.
         """
-        op = self.operator
-        _key, payload, artifact_dir = op._prepared
-        self._result = op.connect_hook.run(
-            payload=payload, artifact_dir=artifact_dir, name=f"{op.dag_id}.{op.task_id}",
-            runner_kwargs={"driver_log_verbosity": op.driver_log_verbosity, "env": op._job_env(),
-                           "gloo_timeout_s": op.gloo_timeout_s, "start_timeout_s": op.start_timeout_s,
-                           "training_timeout_s": op.training_timeout_s, "use_gpu": op.use_gpu,
-                           "gpu_visibility": op.gpu_visibility, "slot_wait_timeout_s": op._slot_wait(),
-                           "max_return_value_bytes": op.max_return_value_bytes},
-        )
+        job = self.job
+        self._result = self.hook.run(payload=job.payload, artifact_dir=job.artifact_dir, name=job.label,
+                                     settings=job.settings, env=job.env)
 
     def get_job_result(self, external_id: Any, context: Context) -> Any:
         """
@@ -87,9 +84,8 @@ class ConnectMode(DeployMode):
         :param context: the task's Airflow context.
         :raises HorovodResultError: the value cannot go to XCom.
         """
-        return self.operator._finish(context["ti"], self._result)
+        return self.reporter.finish(context["ti"], self._result)
 
     def on_kill(self) -> None:
         """Interrupt the session's operations (the barrier stage, and with it the ranks)."""
-        if "connect_hook" in self.operator.__dict__:
-            self.operator.connect_hook.on_kill()
+        self.hook.on_kill()

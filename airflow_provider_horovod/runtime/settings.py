@@ -1,0 +1,269 @@
+"""
+:class:`JobSettings`: every knob of one Horovod job, validated once, whichever entry point it came through.
+
+``HorovodRunner``, ``HorovodRunnerOperator``, ``@task.horovod``, the hooks (client, standalone cluster, Spark
+Connect) and the Spark driver program all build a :class:`JobSettings` from what they were given, so a value one of
+them refuses, every one of them refuses with the same message (``tests/unit/runtime/test_settings.py`` checks every
+entry point against one table). The settings travel to the driver program as its command-line flags
+(:meth:`JobSettings.to_args`, read back by :meth:`JobSettings.from_args`), and to ``HorovodRunner`` as its keyword
+arguments (:meth:`JobSettings.runner_kwargs`).
+
+This module imports nothing but the standard library: a DAG file that uses the operator imports it when it is parsed,
+and the driver program reads its flags with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+DRIVER_LOG_VERBOSITIES = ("log_callback_only", "all")
+"""``driver_log_verbosity``: rank 0's output only, or every rank's, in the driver's (the task's) log."""
+GPU_VISIBILITIES = ("host", "rank")
+"""``gpu_visibility``: see :mod:`airflow_provider_horovod.runtime.gpus`."""
+DEFAULT_GPU_VISIBILITY = "host"
+DEFAULT_GLOO_TIMEOUT_S = 300
+"""Default ``gloo_timeout_s``: Horovod's 30 s is too short for ranks that start on busy executors."""
+DEFAULT_START_TIMEOUT_S = 600.0
+"""Default ``start_timeout_s`` (Horovod's own ``start_timeout`` default)."""
+DEFAULT_SLOT_WAIT_TIMEOUT_S = 3600.0
+"""Default ``slot_wait_timeout_s``: how long a barrier job waits for its task slots on a busy cluster."""
+DEFAULT_MAX_RETURN_VALUE_BYTES = 64 * 1024 * 1024
+"""``HorovodRunner``'s default ``max_return_value_bytes`` (the operator's is the XCom limit, 1 MiB)."""
+
+
+def validate_np(np: object) -> int:
+    """
+    Check the ``np`` argument.
+
+    :param np: number of processes: ``> 0`` runs a Spark barrier stage of ``np`` tasks; ``< 0`` runs ``-np``
+        processes on the driver.
+    :return: ``np`` as given.
+    :raises ValueError: ``np`` is 0 or not an ``int`` (``bool`` included).
+    """
+    if isinstance(np, bool) or not isinstance(np, int):
+        raise ValueError(f"np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
+                         f"driver), got {np!r} of type {type(np).__name__}")
+    if np == 0:
+        raise ValueError("np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
+                         "driver); np=0 ('all task slots') is not supported because Spark's slot count is unreliable")
+    return np
+
+
+def validate_choice(name: str, value: object, allowed: Sequence[str]) -> str:
+    """
+    Check a parameter that takes one of a few strings.
+
+    :param name: the parameter's name, for the message.
+    :param value: the argument as given.
+    :param allowed: the values it may take.
+    :return: it, as a string.
+    :raises ValueError: not one of ``allowed``; the message names ``name`` and ``allowed``.
+    """
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+    return value
+
+
+def validate_verbosity(value: object) -> str:
+    """
+    Check ``driver_log_verbosity``.
+
+    :param value: the argument as given.
+    :return: it, as a string.
+    :raises ValueError: not one of ``"log_callback_only"`` (rank 0's output only) or ``"all"``.
+    """
+    return validate_choice("driver_log_verbosity", value, DRIVER_LOG_VERBOSITIES)
+
+
+def validate_gpu_visibility(value: object) -> str:
+    """
+    Check ``gpu_visibility``.
+
+    :param value: the argument as given.
+    :return: ``"host"`` or ``"rank"``.
+    :raises ValueError: any other value.
+    """
+    return validate_choice("gpu_visibility", value, GPU_VISIBILITIES)
+
+
+def validate_timeout(name: str, value: object) -> float | None:
+    """
+    Check an optional timeout in seconds.
+
+    :param name: the parameter's name, for the message (e.g. ``"start_timeout_s"``).
+    :param value: the argument as given.
+    :return: the seconds as a float, or ``None``.
+    :raises ValueError: not ``None`` and not a positive number (``bool`` included); the message names ``name``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return float(value)
+
+
+def validate_positive_int(name: str, value: object, unit: str) -> int:
+    """
+    Check a parameter that is a positive whole number.
+
+    :param name: the parameter's name, for the message.
+    :param value: the argument as given.
+    :param unit: what it counts, for the message (``"seconds"``, ``"bytes"``).
+    :return: it.
+    :raises ValueError: not an ``int`` above 0 (``bool`` included).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int ({unit}), got {value!r}")
+    return value
+
+
+def validate_flag(name: str, value: object) -> bool:
+    """
+    Check a parameter that is ``True`` or ``False``.
+
+    :param name: the parameter's name, for the message.
+    :param value: the argument as given.
+    :return: it.
+    :raises ValueError: not a ``bool``.
+    """
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_barrier_conf(conf: Mapping[str, Any] | None, *, source: str = "conf") -> None:
+    """
+    Refuse Spark properties under which no barrier stage can run.
+
+    :param conf: Spark properties (the operator's ``conf``, or an application's whole conf), or ``None``.
+    :param source: where they came from, for the message.
+    :raises ValueError: ``spark.dynamicAllocation.enabled`` is true: Spark refuses barrier stages with dynamic
+        allocation (SPARK-24942).
+    """
+    if conf and str(conf.get("spark.dynamicAllocation.enabled", "false")).strip().lower() == "true":
+        raise ValueError(f"{source}: spark.dynamicAllocation.enabled=true cannot be used; Spark refuses barrier "
+                         "stages with dynamic allocation (SPARK-24942). Allowed: false or unset")
+
+
+def _seconds_or_none(value: str) -> float | None:
+    return None if value.strip().lower() == "none" else float(value)
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """
+    The knobs of one Horovod job, checked when the object is made (see the module docstring).
+
+    :param np: number of processes (non-zero int): ``> 0`` Spark barrier tasks, ``< 0`` processes on the driver.
+    :param driver_log_verbosity: ``"log_callback_only"`` (rank 0's output) or ``"all"`` (every rank's).
+    :param gloo_timeout_s: seconds Gloo waits at rendezvous and in a collective (positive int).
+    :param start_timeout_s: seconds each rank may take to load the function and finish ``hvd.init()``, or ``None``.
+    :param training_timeout_s: seconds each rank may run in all, or ``None``.
+    :param slot_wait_timeout_s: seconds a barrier job waits for ``np`` task slots, or ``None`` for no limit.
+    :param use_gpu: give each rank the GPUs Spark scheduled for its task.
+    :param gpu_visibility: with ``use_gpu``: ``"host"`` or ``"rank"``.
+    :param timeline: record the Horovod Timeline into the artifact directory.
+    :param max_return_value_bytes: the largest pickled return value rank 0 sends back, bytes (positive int).
+    :raises ValueError: a value is invalid; the message names the parameter and what it allows.
+    """
+
+    np: int
+    driver_log_verbosity: str = "log_callback_only"
+    gloo_timeout_s: int = DEFAULT_GLOO_TIMEOUT_S
+    start_timeout_s: float | None = DEFAULT_START_TIMEOUT_S
+    training_timeout_s: float | None = None
+    slot_wait_timeout_s: float | None = DEFAULT_SLOT_WAIT_TIMEOUT_S
+    use_gpu: bool = False
+    gpu_visibility: str = DEFAULT_GPU_VISIBILITY
+    timeline: bool = False
+    max_return_value_bytes: int = DEFAULT_MAX_RETURN_VALUE_BYTES
+
+    def __post_init__(self) -> None:
+        checked = {
+            "np": validate_np(self.np),
+            "driver_log_verbosity": validate_verbosity(self.driver_log_verbosity),
+            "gloo_timeout_s": validate_positive_int("gloo_timeout_s", self.gloo_timeout_s, "seconds"),
+            "start_timeout_s": validate_timeout("start_timeout_s", self.start_timeout_s),
+            "training_timeout_s": validate_timeout("training_timeout_s", self.training_timeout_s),
+            "slot_wait_timeout_s": validate_timeout("slot_wait_timeout_s", self.slot_wait_timeout_s),
+            "use_gpu": validate_flag("use_gpu", self.use_gpu),
+            "gpu_visibility": validate_gpu_visibility(self.gpu_visibility),
+            "timeline": validate_flag("timeline", self.timeline),
+            "max_return_value_bytes": validate_positive_int("max_return_value_bytes", self.max_return_value_bytes,
+                                                            "bytes"),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def for_np(cls, settings: JobSettings | None, np: int) -> JobSettings:
+        """
+        The settings a hook made for ``np`` processes runs with.
+
+        :param settings: what the caller gave, or ``None`` for the defaults.
+        :param np: the hook's number of processes.
+        :raises ValueError: ``settings.np`` is another number.
+        """
+        if settings is None:
+            return cls(np=np)
+        if settings.np != np:
+            raise ValueError(f"settings.np={settings.np} but the hook was made for np={np}")
+        return settings
+
+    def replace(self, **changes: Any) -> JobSettings:
+        """
+        A copy with ``changes`` (checked again).
+
+        :param changes: field names and their new values.
+        """
+        return JobSettings(**{**asdict(self), **changes})
+
+    def runner_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``HorovodRunner`` that these settings are."""
+        return asdict(self)
+
+    def to_args(self) -> list[str]:
+        """
+        The driver program's flags for these settings (``runtime/driver.py``; read back with :meth:`from_args`).
+
+        :return: e.g. ``["--np", "2", "--driver-log-verbosity", "all", ...]``; ``None`` is written ``none``.
+        """
+        args: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                args += [flag] if value else []
+            else:
+                args += [flag, "none" if value is None else str(value)]
+        return args
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """
+        Add the flags of :meth:`to_args` to a parser.
+
+        :param parser: the driver program's parser.
+        """
+        kinds = {"np": int, "gloo_timeout_s": int, "max_return_value_bytes": int, "driver_log_verbosity": str,
+                 "gpu_visibility": str}
+        for f in fields(cls):
+            flag = "--" + f.name.replace("_", "-")
+            if f.type in ("bool", bool):
+                parser.add_argument(flag, dest=f.name, action="store_true")
+            else:
+                parser.add_argument(flag, dest=f.name, type=kinds.get(f.name, _seconds_or_none),
+                                    default=None if f.name == "np" else f.default)  # a missing --np: refused
+
+    @classmethod
+    def from_args(cls, namespace: argparse.Namespace) -> JobSettings:
+        """
+        The settings a parser with :meth:`add_arguments` read.
+
+        :param namespace: what ``parse_args`` returned.
+        :raises ValueError: a value is invalid.
+        """
+        return cls(**{f.name: getattr(namespace, f.name) for f in fields(cls)})

@@ -1,0 +1,86 @@
+"""
+One table of bad values, refused with one message by every entry point: ``HorovodRunner``, the operator,
+``@task.horovod``, the hooks' :class:`JobSettings` and the driver program's flags (issue #23).
+"""
+
+from __future__ import annotations
+
+import pendulum
+import pytest
+
+from airflow_provider_horovod.decorators.horovod import horovod_task
+from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+from airflow_provider_horovod.runtime import HorovodRunner
+from airflow_provider_horovod.runtime.driver import _settings
+from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow.sdk import DAG
+
+BAD = [
+    ("np", 0), ("np", True), ("np", "2"), ("np", 1.5), ("np", None),
+    ("driver_log_verbosity", "loud"), ("driver_log_verbosity", None),
+    ("gloo_timeout_s", True), ("gloo_timeout_s", 0), ("gloo_timeout_s", -1), ("gloo_timeout_s", 1.5),
+    ("gloo_timeout_s", "30"),
+    ("start_timeout_s", 0), ("start_timeout_s", -1), ("start_timeout_s", True), ("start_timeout_s", "60"),
+    ("training_timeout_s", 0), ("training_timeout_s", True),
+    ("slot_wait_timeout_s", 0), ("slot_wait_timeout_s", -5), ("slot_wait_timeout_s", True),
+    ("use_gpu", "yes"), ("use_gpu", 1), ("use_gpu", None),
+    ("gpu_visibility", "all"), ("gpu_visibility", None),
+    ("timeline", "yes"), ("timeline", 1),
+    ("max_return_value_bytes", 0), ("max_return_value_bytes", -1), ("max_return_value_bytes", True),
+    ("max_return_value_bytes", 1.5), ("max_return_value_bytes", None),
+]
+
+
+def train():
+    return 1
+
+
+def _message(call) -> str:
+    with pytest.raises(ValueError) as raised:
+        call()
+    return str(raised.value)
+
+
+def _decorated(**kwargs):
+    with DAG("settings_table", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+        horovod_task(train, task_id="train", **kwargs)()
+
+
+@pytest.mark.parametrize(("name", "value"), BAD, ids=[f"{n}={v!r}" for n, v in BAD])
+def test_every_entry_point_refuses_the_same_value_with_the_same_message(name, value):
+    kwargs = {"np": 2, name: value}
+    expected = _message(lambda: JobSettings(**kwargs))  # what the hooks are given
+    assert name in expected  # the message names the parameter
+    assert _message(lambda: HorovodRunner(**kwargs)) == expected
+    assert _message(lambda: HorovodRunnerOperator(task_id="t", python_callable=train, **kwargs)) == expected
+    assert _message(lambda: _decorated(**kwargs)) == expected
+
+
+@pytest.mark.parametrize(("name", "value"), [(n, v) for n, v in BAD if isinstance(v, int) and not isinstance(v, bool)
+                                             and n not in ("use_gpu", "timeline")])
+def test_the_driver_program_refuses_out_of_range_flags_naming_them(name, value):
+    # flags come from checked settings (JobSettings.to_args); one out of range is refused all the same
+    message = _message(lambda: _settings(["--np", "2", f"--{name.replace('_', '-')}", str(value)]))
+    assert message.startswith(f"{name} must be ") or message.startswith("np must be "), message
+
+
+def test_settings_survive_the_driver_program_s_flags():
+    for settings in (JobSettings(np=2), JobSettings(np=-3, driver_log_verbosity="all", gloo_timeout_s=30,
+                                                    start_timeout_s=None, training_timeout_s=90.5,
+                                                    slot_wait_timeout_s=None, use_gpu=True, gpu_visibility="rank",
+                                                    timeline=True, max_return_value_bytes=1000)):
+        assert _settings(settings.to_args()) == settings
+
+
+def test_the_runner_and_the_operator_normalise_alike():
+    runner = HorovodRunner(np=2, start_timeout_s=60, slot_wait_timeout_s=10)
+    operator = HorovodRunnerOperator(task_id="t", python_callable=train, np=2, start_timeout_s=60,
+                                     slot_wait_timeout_s=10, max_return_value_bytes=64 * 2**20)
+    assert operator.job_settings() == runner.settings
+    assert runner.settings.start_timeout_s == 60.0 and isinstance(runner.settings.start_timeout_s, float)
+
+
+def test_a_hook_refuses_settings_made_for_another_np():
+    with pytest.raises(ValueError, match=r"settings.np=4 but the hook was made for np=2"):
+        JobSettings.for_np(JobSettings(np=4), 2)
+    assert JobSettings.for_np(None, -2) == JobSettings(np=-2)
