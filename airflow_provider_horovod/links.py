@@ -60,10 +60,16 @@ def push_spark_ui_url(ti: Any, url: str) -> None:
 
     :param ti: the running task instance (``context["ti"]``).
     :param url: the application's Spark UI, or its page on the Spark History Server.
+
+    Outside a task that Airflow's supervisor runs (``execute()`` called directly) there is no database to write to:
+    the link's key is left to Airflow's own write at the end of the try, as before.
     """
     ti.xcom_push(key=XCOM_SPARK_UI_URL, value=url)
-    XCom._set_xcom_in_db(key=SparkUILink().xcom_key, value=url, dag_id=ti.dag_id, task_id=ti.task_id,
-                         run_id=ti.run_id, map_index=ti.map_index)
+    try:
+        XCom._set_xcom_in_db(key=SparkUILink().xcom_key, value=url, dag_id=ti.dag_id, task_id=ti.task_id,
+                             run_id=ti.run_id, map_index=ti.map_index)
+    except ImportError:  # not in a task the supervisor runs (an operator's execute() called directly): no link yet
+        pass
 
 
 _UNKNOWN = object()

@@ -144,13 +144,15 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
     pulled: list[tuple] = []
 
     class TaskInstance:  # only the XCom the operator pushed at submission; a trigger failure cannot be staged
-        def xcom_pull(self, task_ids, key):
-            pulled.append((task_ids, key))
+        task_id, map_index = "train", -1
+
+        def xcom_pull(self, task_ids, key, map_indexes):
+            pulled.append((task_ids, key, map_indexes))
             return third
 
     with pytest.raises(TaskDeferralError, match="trigger crashed"):
         op.resume_execution("__fail__", {"error": "trigger crashed"}, {"ti": TaskInstance()})
-    assert pulled == [("train", XCOM_SUBMISSION_ID)]
+    assert pulled == [("train", XCOM_SUBMISSION_ID, -1)]
     assert _wait_state(hook, third, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"
     deadline = time.monotonic() + 60
     while _ranks(cluster) and time.monotonic() < deadline:

@@ -83,3 +83,14 @@ def test_the_driver_advertises_an_address_rather_than_localhost():
     assert advertised_ui_url("http://spark-driver.internal:4040", "spark-driver.internal") == \
         "http://spark-driver.internal:4040"
     assert advertised_ui_url(None, "localhost") is None
+
+
+def test_publishing_the_live_link_outside_a_supervised_task_pushes_the_data_and_leaves_the_link():
+    # operator.execute() called directly (no supervisor to write the link's key through): the data XCom still goes
+    # out and nothing raises; Airflow writes the link itself as the try ends
+    from airflow_provider_horovod.links import push_spark_ui_url
+
+    ti = _TI()
+    ti.dag_id, ti.task_id, ti.run_id, ti.map_index = "d", "t", "r", -1
+    push_spark_ui_url(ti, "http://127.0.0.1:4040")
+    assert ti.pushed == {"spark_ui_url": "http://127.0.0.1:4040"}
