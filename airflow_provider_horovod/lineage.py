@@ -114,7 +114,7 @@ class OpenLineageMixin:
         :param task_instance: the finished task instance (the artifact directory is read from its XCom).
         :return: an ``OperatorLineage``.
         """
-        from airflow_provider_horovod.operators._common import XCOM_ARTIFACT_DIR
+        from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR
 
         artifact_dir = task_instance.xcom_pull(task_ids=task_instance.task_id, key=XCOM_ARTIFACT_DIR,
                                                map_indexes=task_instance.map_index)

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, push_spark_ui_url
-from airflow_provider_horovod.operators._common import (
+from airflow_provider_horovod.operators.common import (
     XCOM_ARTIFACT_DIR, XCOM_ARTIFACT_PATHS, XCOM_SPARK_APP_ID, XCOM_TENSORBOARD_DIR, check_xcom_value, history_app_url,
     history_server_url,
 )

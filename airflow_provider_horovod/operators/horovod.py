@@ -22,7 +22,7 @@ from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_flag
 from airflow_provider_horovod.links import SparkUILink
-from airflow_provider_horovod.operators._common import (
+from airflow_provider_horovod.operators.common import (
     DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, _default_deferrable, check_spark_arguments, default_artifact_dir,
     validate_deploy_mode,
 )

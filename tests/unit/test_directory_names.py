@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_horovod.operators._common import (
+from airflow_provider_horovod.operators.common import (
     NAME_MAX, decode_id_path, default_artifact_dir, default_staging_dir, encode_id_path,
 )
 

@@ -8,7 +8,7 @@ import cloudpickle
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodResultError
-from airflow_provider_horovod.operators._common import check_xcom_value
+from airflow_provider_horovod.operators.common import check_xcom_value
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime import HorovodRunner, ReturnValueTooLargeError
 from airflow_provider_horovod.runtime.driver import _parse, _settings

@@ -12,7 +12,7 @@ from __future__ import annotations
 from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook
-from airflow_provider_horovod.operators._common import validate_deploy_mode
+from airflow_provider_horovod.operators.common import validate_deploy_mode
 
 __all__ = ["resolve_deploy_mode"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.links import XCOM_SPARK_UI_URL
-from airflow_provider_horovod.operators._common import (
+from airflow_provider_horovod.operators.common import (
     XCOM_ARTIFACT_DIR, XCOM_SPARK_APP_ID, XCOM_SUBMISSION_ID, default_staging_dir,
 )
 from airflow_provider_horovod.operators._durable import (

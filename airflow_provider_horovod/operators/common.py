@@ -1,6 +1,7 @@
 """
-What ``HorovodRunnerOperator`` and its deploy modes share: XCom keys, where artifacts and staging go, deploy-mode
-and history-server settings, and the check of rank 0's return value before it goes to XCom. The XCom key of the
+What ``HorovodRunnerOperator``, its deploy modes and DAG authors share: XCom keys, where artifacts and staging go
+(``default_artifact_root``, ``default_artifact_dir``), deploy-mode and history-server settings, and the check of rank
+0's return value before it goes to XCom. The XCom key of the
 Spark UI link, ``XCOM_SPARK_UI_URL``, is the extra link's: :mod:`airflow_provider_horovod.links`.
 """
 
