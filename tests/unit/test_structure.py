@@ -96,3 +96,22 @@ def test_hooks_hold_only_hooks_and_the_provider_lists_them_all():
         assert hooks, f"{name} defines no BaseHook subclass: its helpers belong in airflow_provider_horovod.utils"
     listed = sorted(m for entry in get_provider_info()["hooks"] for m in entry["python-modules"])
     assert listed == names
+
+
+TASK_OR_RANK_ONLY = frozenset(f"airflow_provider_horovod.runtime.{name}" for name in (
+    "launch", "rank_process", "worker", "rendezvous", "checks", "plan", "gpus", "logs", "jobspec", "data",
+    "pyspark_daemon", "runner", "connect", "slots", "outcome"))
+"""Runtime modules that only the Spark driver's barrier stage, its tasks or the ranks load."""
+
+
+def test_parsing_a_dag_that_uses_the_operator_loads_no_task_or_rank_code():
+    import subprocess
+    import sys
+
+    # a fresh interpreter, as the dag-processor has: -X importtime lists every module the import loads
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import airflow_provider_horovod.operators.horovod"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "airflow_provider_horovod.operators.horovod" in loaded  # the listing is real
+    assert "airflow_provider_horovod.runtime.settings" in loaded
+    assert sorted(loaded & TASK_OR_RANK_ONLY) == []
