@@ -275,16 +275,16 @@ class RankProcess:
         rank, spec = self.slot.rank, self._spec
         if which == "training":
             kind, message = TRAINING_TIMEOUT, (f"rank {rank} was still running when training_timeout_s="
-                                               f"{spec.training_timeout_s} ran out")
+                                               f"{spec.training_timeout_s:g} ran out")
         elif which == "peer":
             kind, message = PEER_LEFT, f"{self._peer_left}, so rank {rank} waited for it in hvd.init() in vain"
         elif which == "start":
             kind, message = START_TIMEOUT, (f"rank {rank} never reached hvd.init() within start_timeout_s="
-                                            f"{spec.start_timeout_s}: it was still loading the training function "
+                                            f"{spec.start_timeout_s:g}: it was still loading the training function "
                                             "(unpickling, imports)")
         else:
             kind, message = WAITING_FOR_PEERS, (f"rank {rank} was waiting in hvd.init() for the other ranks when "
-                                                f"start_timeout_s={spec.start_timeout_s} ran out")
+                                                f"start_timeout_s={spec.start_timeout_s:g} ran out")
         return RankFailedError(rank=rank, exit_code=self.returncode, host=host, exc_type=kind, exc_message=message,
                                output_tail=list(self.tail), failed_at=time.time())
 
