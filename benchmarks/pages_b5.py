@@ -89,7 +89,7 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
             f"zip and the task and start Python in {_s(o['python'] - o['assigned'])}; each task then has its rank "
             f"process {_s(o['created'] - o['python'])} later (PySpark's daemon and worker start, the task "
             f"unpickled, the rank spawned at once: the daemon the hooks select imports PySpark compiled, not from "
-            f"Spark's source-only `pyspark.zip`, `runtime/pyspark_daemon.py`). The rank then needs "
+            f"Spark's source-only `pyspark.zip`, `runtime/task/pyspark_daemon.py`). The rank then needs "
             f"{_s(o['entry'] - o['created'])} more to start its interpreter, get the rendezvous port that task "
             f"0's server shares through the tasks' `allGather`, and unpickle the function; most of that is the "
             f"`allGather` (a plain two-task `allGather` took 1.0 s on this machine too, as did a `barrier()`: "
@@ -112,7 +112,7 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
                 f"it allows: it is read in seconds) handed the slots over {compare}; it logged {warn:.0f} WARN "
                 "lines (median per round) while the job waited, one per retry, and it can neither say who "
                 "holds the cores nor tell \"busy\" from \"never\". The provider waits on the driver "
-                "(`airflow_provider_horovod/runtime/slots.py` explains the choice).", ""]
+                "(`airflow_provider_horovod/runtime/driver/slots.py` explains the choice).", ""]
     out += ["Method: a chain of np=4 jobs, each `HorovodRunner` in a SparkSession of its own (like the driver "
             "program spark-submit runs), whose ranks wait for a gate file: while one job holds all 4 slots, the next "
             "starts and waits; the harness opens the holder's gate once the next one says it waits. Each job prints "
@@ -141,7 +141,7 @@ def daemon_module() -> str:
 
 
 def poll_interval() -> float:
-    """The driver-side wait's poll interval, seconds (``runtime/slots.py``)."""
-    from airflow_provider_horovod.runtime.slots import POLL_INTERVAL_S
+    """The driver-side wait's poll interval, seconds (``runtime/driver/slots.py``)."""
+    from airflow_provider_horovod.runtime.driver.slots import POLL_INTERVAL_S
 
     return POLL_INTERVAL_S

@@ -59,7 +59,7 @@ def exit_seconds(statement: str = EXIT_PROBE) -> float:
 
 def log_channel_seconds() -> float:
     """Open and close the runtime's driver log channel (``LogServer``) with no traffic."""
-    from airflow_provider_horovod.runtime.logs import LogServer
+    from airflow_provider_horovod.runtime.wire.logs import LogServer
 
     start = time.perf_counter()
     with LogServer("127.0.0.1"):

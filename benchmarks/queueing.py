@@ -18,7 +18,7 @@ saw its slots (the runtime's line, timestamped by the harness as it arrives) and
 interpreter started and the function unpickled; the probe imports neither torch nor Horovod).
 
 Two contenders for the waiting job, in turns: **ours** (the runtime's driver-side wait,
-:mod:`airflow_provider_horovod.runtime.slots`) and **Spark's barrier check retry**: the same job with that wait
+:mod:`airflow_provider_horovod.runtime.driver.slots`) and **Spark's barrier check retry**: the same job with that wait
 switched off (the script replaces it) and Spark's own check retrying every second
 (``spark.scheduler.barrier.maxConcurrentTasksCheck.interval=1s``, a huge ``maxFailures``), the alternative
 design; the WARN lines Spark logs while it retries are counted.
@@ -210,7 +210,7 @@ def _start(cluster, script: Path, work: Path, variant: str, index: int) -> tuple
     env = {**cluster.env, **bench_environ()}
     ui_port = cluster.web_ui_url.rsplit(":", 1)[1]
     gate = work / f"gate-{index}"
-    from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME
+    from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME
     from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS, python_daemon_conf
 
     # HorovodRunner ships the runtime zip (addPyFile): the executors fetch it into their working directory

@@ -1,7 +1,7 @@
 """
 ``HorovodHook``: submit a Horovod training payload to Spark with the Spark provider's ``SparkSubmitHook``.
 
-The hook spark-submits the runtime's driver program (:mod:`airflow_provider_horovod.runtime.driver`)
+The hook spark-submits the runtime's driver program (:mod:`airflow_provider_horovod.runtime.driver.program`)
 with the payload beside it, and reads back what the driver wrote: the Spark application id, the
 artifact paths, and rank 0's return value (or the failing rank's error).
 """
@@ -21,9 +21,9 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime import driver as driver_program
-from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
-from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
+from airflow_provider_horovod.runtime.driver import program as driver_program
+from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
+from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.job_result import JobResult, read_job_result
 from airflow_provider_horovod.utils.spark_conf import (

@@ -27,10 +27,10 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime import driver as driver_program
-from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
+from airflow_provider_horovod.runtime.driver import program as driver_program
+from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
+from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.utils.job_result import read_job_result
 from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, check_reachable, executor_jvm_conf, master_addresses, python_daemon_conf,

@@ -2,7 +2,7 @@
 The Spark-side runtime: what runs on the Spark driver and executors.
 
 This subpackage never imports Airflow (clusters do not have it installed); a test checks that. Its public
-names are loaded lazily, so an executor importing :mod:`airflow_provider_horovod.runtime.launch` loads only
+names are loaded lazily, so an executor importing :mod:`airflow_provider_horovod.runtime.task.launch` loads only
 what a rank's launcher needs.
 """
 

@@ -9,7 +9,8 @@ ARTIFACT_DIR_ENV = "HOROVOD_AIRFLOW_ARTIFACT_DIR"
 """Environment variable that carries the artifact directory into every rank."""
 
 
-def _is_remote(location: str) -> bool:
+def is_remote(location: str) -> bool:
+    """Whether ``location`` is an fsspec URI other than ``file://`` (object storage), not a local or shared path."""
     scheme = urlparse(location).scheme
     return len(scheme) > 1 and scheme != "file"  # a one-letter scheme is a Windows drive
 
@@ -24,7 +25,7 @@ def ensure_dir(location: str) -> None:
 
     :raises ImportError: a remote URI was given and ``fsspec`` (or its protocol's package) is not installed.
     """
-    if _is_remote(location):
+    if is_remote(location):
         import fsspec
 
         fs, path = fsspec.core.url_to_fs(location)
@@ -61,7 +62,7 @@ def list_artifacts(location: str) -> list[str]:
     :param location: the artifact directory (path or URI).
     :return: an empty list when the directory does not exist.
     """
-    if _is_remote(location):
+    if is_remote(location):
         import fsspec
 
         fs, path = fsspec.core.url_to_fs(location)

@@ -11,7 +11,7 @@ TensorBoard logs and the Horovod Timeline, kept with the model in the job's arti
 
 Both work with an artifact directory on object storage (``s3://...``): Horovod and TensorBoard's writers need
 local files, so the rank writes to a local directory that it copies to the artifact directory when it ends (its
-``atexit`` handlers run first; see :func:`~airflow_provider_horovod.runtime.worker.exit_rank`). Live viewing
+``atexit`` handlers run first; see :func:`~airflow_provider_horovod.runtime.rank.worker.exit_rank`). Live viewing
 while training then needs a local or shared artifact directory.
 """
 
@@ -23,7 +23,7 @@ import shutil
 import sys
 import tempfile
 
-from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV, _is_remote, artifact_dir, ensure_dir
+from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV, is_remote, artifact_dir, ensure_dir
 
 TENSORBOARD_DIR_NAME = "tensorboard"
 """Name of the TensorBoard log directory inside the artifact directory."""
@@ -37,7 +37,7 @@ _mirrors: dict[str, str] = {}
 
 
 def _join(location: str, name: str) -> str:
-    return f"{location.rstrip('/')}/{name}" if _is_remote(location) else os.path.join(location, name)
+    return f"{location.rstrip('/')}/{name}" if is_remote(location) else os.path.join(location, name)
 
 
 def _upload(local: str, remote: str) -> None:
@@ -87,7 +87,7 @@ def tensorboard_dir() -> str:
         :func:`~airflow_provider_horovod.runtime.artifact_dir`).
     """
     location = _join(artifact_dir(), TENSORBOARD_DIR_NAME)
-    if _is_remote(location):
+    if is_remote(location):
         return _local_stand_in(location)
     os.makedirs(location, exist_ok=True)
     return location
@@ -101,7 +101,7 @@ def tensorboard_location(artifact_location: str, artifact_paths: list[str]) -> s
     :param artifact_paths: the files the job wrote (from ``list_artifacts``: absolute paths or full URIs).
     """
     location = _join(artifact_location, TENSORBOARD_DIR_NAME)
-    if not _is_remote(location):
+    if not is_remote(location):
         prefix = "file://" if location.startswith("file://") else ""
         location = prefix + os.path.abspath(location.removeprefix("file://"))
     return location if any(p.startswith(location.rstrip("/") + "/") for p in artifact_paths) else None
@@ -154,7 +154,7 @@ def start_timeline(rank: int) -> None:
     if os.environ.get(ENV_TIMELINE) != "1" or not location or os.environ.get("HOROVOD_TIMELINE"):
         return
     target = _join(location, TIMELINE_FILE_NAME)
-    if _is_remote(target):
+    if is_remote(target):
         local, remote = os.path.join(tempfile.mkdtemp(prefix="horovod-airflow-"), TIMELINE_FILE_NAME), target
     else:
         ensure_dir(location)

@@ -11,21 +11,21 @@ from typing import Any
 
 import cloudpickle
 
-from airflow_provider_horovod.runtime.connect import is_connect_session, run_barrier_connect
+from airflow_provider_horovod.runtime.driver.connect import is_connect_session, run_barrier_connect
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
-from airflow_provider_horovod.runtime.gpus import check_gpu_conf
-from airflow_provider_horovod.runtime.jobspec import JobSpec
-from airflow_provider_horovod.runtime.launch import barrier_task, run_on_driver
-from airflow_provider_horovod.runtime.logs import LogServer
+from airflow_provider_horovod.runtime.task.gpus import check_gpu_conf
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.task.launch import barrier_task, run_on_driver
+from airflow_provider_horovod.runtime.wire.logs import LogServer
 from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
-from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
-from airflow_provider_horovod.runtime.payload import LARGE_PAYLOAD_BYTES, dumps_payload
+from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
+from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_MAX_RETURN_VALUE_BYTES, DEFAULT_SLOT_WAIT_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S, JobSettings, check_barrier_conf,
 )
-from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
-from airflow_provider_horovod.runtime.slots import own_slots, wait_for_slots
+from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
+from airflow_provider_horovod.runtime.driver.slots import own_slots, wait_for_slots
 
 _shipped_to: set[str] = set()
 
@@ -70,11 +70,11 @@ class HorovodRunner:
         (``CUDA_VISIBLE_DEVICES=""``, as TorchDistributor does). A ``CUDA_VISIBLE_DEVICES`` in ``env`` wins.
     :param gpu_visibility: with ``use_gpu``, ``"host"`` (default: every rank sees its host's task GPUs, device
         ``hvd.local_rank()`` being its own, so ``torch.cuda.set_device(hvd.local_rank())``) or ``"rank"`` (only
-        its own GPUs: ``torch.cuda.set_device(0)``). See :mod:`~airflow_provider_horovod.runtime.gpus`.
+        its own GPUs: ``torch.cuda.set_device(0)``). See :mod:`~airflow_provider_horovod.runtime.task.gpus`.
     :param slot_wait_timeout_s: seconds a barrier job (``np > 0``) waits on the driver for ``np`` task slots of
         its own application when the cluster is busy (default one hour); ``None``: no limit. The log says what
         it waits for, on change; a job that can never have them fails at once with the numbers. See
-        :mod:`~airflow_provider_horovod.runtime.slots`. Over Spark Connect there is no driver of ours: the
+        :mod:`~airflow_provider_horovod.runtime.driver.slots`. Over Spark Connect there is no driver of ours: the
         server's ``spark.scheduler.barrier.maxConcurrentTasksCheck.*`` decide.
     :param timeline: record the Horovod Timeline (``HOROVOD_TIMELINE``, written by rank 0) to
         ``<artifact_dir>/horovod_timeline.json``, closed as valid JSON when rank 0 ends; needs ``artifact_dir``.
@@ -173,7 +173,7 @@ class HorovodRunner:
 
         Used by :meth:`run` and by the spark-submit driver program (the operator's path).
 
-        :param payload: the payload bytes (:func:`~airflow_provider_horovod.runtime.payload.dumps_payload`).
+        :param payload: the payload bytes (:func:`~airflow_provider_horovod.runtime.wire.payload.dumps_payload`).
         :return: rank 0's cloudpickled return value, or ``None`` when it returned nothing to pickle; a pickled
             :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` when that value's pickle was larger
             than ``max_return_value_bytes`` (the caller reports it).

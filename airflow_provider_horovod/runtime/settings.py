@@ -22,7 +22,7 @@ from typing import Any
 DRIVER_LOG_VERBOSITIES = ("log_callback_only", "all")
 """``driver_log_verbosity``: rank 0's output only, or every rank's, in the driver's (the task's) log."""
 GPU_VISIBILITIES = ("host", "rank")
-"""``gpu_visibility``: see :mod:`airflow_provider_horovod.runtime.gpus`."""
+"""``gpu_visibility``: see :mod:`airflow_provider_horovod.runtime.task.gpus`."""
 DEFAULT_GPU_VISIBILITY = "host"
 DEFAULT_GLOO_TIMEOUT_S = 300
 """Default ``gloo_timeout_s``: Horovod's 30 s is too short for ranks that start on busy executors."""
@@ -227,7 +227,7 @@ class JobSettings:
 
     def to_args(self) -> list[str]:
         """
-        The driver program's flags for these settings (``runtime/driver.py``; read back with :meth:`from_args`).
+        The driver program's flags for these settings (``runtime/driver/program.py``; read back with :meth:`from_args`).
 
         :return: e.g. ``["--np", "2", "--driver-log-verbosity", "all", ...]``; ``None`` is written ``none``.
         """

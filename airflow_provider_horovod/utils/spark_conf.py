@@ -78,7 +78,7 @@ def local_spark_conf(np: int) -> dict[str, str]:
 
 
 BASE_SPARK_CONF: dict[str, str] = {
-    # The driver waits for the barrier stage's slots before submitting it (slot_wait_timeout_s, runtime/slots.py);
+    # The driver waits for the barrier stage's slots before submitting it (slot_wait_timeout_s, runtime/driver/slots.py);
     # Spark's own check then only covers executors lost in between: it gives up after interval x maxFailures.
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "5s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "6",
@@ -150,8 +150,8 @@ def executor_jvm_conf(conf: Mapping[str, Any], preset: set[str] | frozenset[str]
     return {} if key in conf or key in preset else {key: JVM_STARTUP_OPTIONS}
 
 
-PYTHON_DAEMON_MODULE = "airflow_provider_horovod.runtime.pyspark_daemon"
-"""The Python daemon module the provider's applications start (:mod:`airflow_provider_horovod.runtime.pyspark_daemon`)."""
+PYTHON_DAEMON_MODULE = "airflow_provider_horovod.runtime.task.pyspark_daemon"
+"""The Python daemon module the provider's applications start (:mod:`airflow_provider_horovod.runtime.task.pyspark_daemon`)."""
 
 
 def python_daemon_conf(conf: Mapping[str, Any], runtime_path: str,
@@ -170,7 +170,7 @@ def python_daemon_conf(conf: Mapping[str, Any], runtime_path: str,
     :param conf: the application's properties.
     :param runtime_path: where the daemon finds the runtime zip: its absolute path for a ``local`` master (the
         daemon runs beside the driver), else its file name
-        (:data:`~airflow_provider_horovod.runtime.shipping.RUNTIME_ZIP_NAME`): Spark fetches
+        (:data:`~airflow_provider_horovod.runtime.driver.shipping.RUNTIME_ZIP_NAME`): Spark fetches
         ``--py-files`` and ``spark.files`` into each executor's working directory, where the daemon starts.
     :param preset: properties set elsewhere that a submitted ``--conf`` would override (:func:`spark_defaults_keys`).
     :return: the properties to set over ``conf``'s (``spark.executorEnv.PYTHONPATH`` keeps ``conf``'s entries first),

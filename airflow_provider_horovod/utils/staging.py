@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime.artifacts import _is_remote
+from airflow_provider_horovod.runtime.artifacts import is_remote
 from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
 SIGNED_URL_EXPIRY_S = 7 * 24 * 3600
@@ -30,7 +30,7 @@ SIGNED_URL_EXPIRY_S = 7 * 24 * 3600
 
 
 def _is_local(uri: str) -> bool:
-    return not _is_remote(uri)
+    return not is_remote(uri)
 
 
 def with_conn_id(uri: str, conn_id: str | None) -> str:

@@ -4,7 +4,7 @@ The Airflow side of sharing a busy Spark standalone cluster.
 * :func:`check_standalone_fits`, before anything is submitted: read the master's state page (``/json/``) and
   refuse, with the numbers, a job that could never get ``np`` task slots at the same time (in cluster deploy
   mode after the core its own driver takes on a worker). A job that fits but finds the cluster busy is
-  submitted: its driver waits for the slots (:mod:`airflow_provider_horovod.runtime.slots`).
+  submitted: its driver waits for the slots (:mod:`airflow_provider_horovod.runtime.driver.slots`).
 * :class:`ClusterSlotsWatcher`, cluster deploy mode: the driver's own lines go to its stdout on a worker, so the
   task log learns from the master what the job waits for (a worker for its driver, cores for its executors, and
   who holds them), on change.
@@ -20,8 +20,8 @@ from urllib.parse import urlparse
 
 from airflow_provider_horovod.clients import RetryPolicy, SparkRestClient, SparkRestError
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime.app_resources import AppResources
-from airflow_provider_horovod.runtime.cluster_view import ClusterView, cluster_view, never_fits_message
+from airflow_provider_horovod.runtime.cluster.resources import AppResources
+from airflow_provider_horovod.runtime.cluster.view import ClusterView, cluster_view, never_fits_message
 from airflow_provider_horovod.utils.poller import Poller
 
 MASTER_STATE_TIMEOUT_S = 10.0
@@ -114,7 +114,7 @@ def standalone_defaults(np: int, master_ui_url: str, conf: Mapping[str, Any]) ->
       set). Without it a standalone application takes every free core of the cluster, so two small jobs could
       not run side by side, and cores beyond ``np`` slots would sit idle in a barrier job.
     * ``spark.master.ui.port``: where the driver finds the master's state page (see the runtime's
-      :mod:`~airflow_provider_horovod.runtime.slots`).
+      :mod:`~airflow_provider_horovod.runtime.driver.slots`).
 
     :param np: barrier tasks.
     :param master_ui_url: the master's web UI.

@@ -60,7 +60,7 @@ def test_cluster_mode_sync_and_deferred(cluster, airflow_home, cluster_dags, tmp
 
 def _ranks(cluster) -> list[psutil.Process]:
     """The cluster's live Horovod rank processes (descendants of its worker JVMs)."""
-    return [p for p in cluster.leftover_processes() if "runtime.worker" in cmdline(p)]
+    return [p for p in cluster.leftover_processes() if "runtime.rank.worker" in cmdline(p)]
 
 
 def test_killing_the_task_kills_the_driver_and_every_rank(cluster, airflow_home, cluster_dags, tmp_path):
@@ -105,7 +105,7 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
     import secrets
 
     from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
-    from airflow_provider_horovod.runtime.payload import dumps_payload
+    from airflow_provider_horovod.runtime.wire.payload import dumps_payload
     from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
     from tests.e2e.dags.horovod_cluster import CONF, long_training
 
@@ -217,7 +217,7 @@ def test_durable_retry_reads_a_finished_driver_and_resubmits_a_failed_one(cluste
     # a stored driver that was KILLED is never taken for success: try 3 submits a new one
     import secrets
 
-    from airflow_provider_horovod.runtime.payload import dumps_payload
+    from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 
     hook = _op.cluster_hook
     key = secrets.token_bytes(32)

@@ -10,7 +10,7 @@ from tests.conftest import session_processes
 
 def rank_processes(marker: str) -> list[psutil.Process]:
     """Every live Horovod rank process this test session started."""
-    return session_processes(marker, cmdline_contains="airflow_provider_horovod.runtime.worker")
+    return session_processes(marker, cmdline_contains="airflow_provider_horovod.runtime.rank.worker")
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def test_sigterm_to_the_airflow_task_stops_spark_and_every_rank(airflow_home, fa
         run.wait_for("[rank 0] training started", timeout_s=240)
         tree = run.descendants()
         cmdlines = [cmdline(p) for p in tree]
-        assert any("SparkSubmit" in c for c in cmdlines) and sum("runtime.worker" in c for c in cmdlines) == 2
+        assert any("SparkSubmit" in c for c in cmdlines) and sum("runtime.rank.worker" in c for c in cmdlines) == 2
         run.proc.send_signal(signal.SIGTERM)
         # bounded, with room for a loaded 2-core host: on one, this exit once took over 120 s (41 s when idle)
         run.proc.wait(timeout=240)
@@ -108,5 +108,5 @@ def test_execution_timeout_stops_spark_and_every_rank(airflow_home, fault_dags, 
     assert time.monotonic() - started < 240
     from tests.conftest import session_processes
 
-    _gone, alive = psutil.wait_procs(session_processes(session_mark, cmdline_contains="runtime.worker"), timeout=30)
+    _gone, alive = psutil.wait_procs(session_processes(session_mark, cmdline_contains="runtime.rank.worker"), timeout=30)
     assert not alive, [cmdline(p) for p in alive]

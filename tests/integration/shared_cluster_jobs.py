@@ -79,7 +79,7 @@ def job_conf(np: int, executor_cores: int = 2) -> dict[str, str]:
 
 def payload_file(staging: Path, tag: str, work: Path, gate: Path | None) -> tuple[Path, bytes]:
     """Write the signed payload for one job into ``staging`` (0600); return its path and key."""
-    from airflow_provider_horovod.runtime.payload import dumps_payload
+    from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 
     key = secrets.token_bytes(32)
     payload = dumps_payload(train, (), {"tag": tag, "record": str(work / RECORD),

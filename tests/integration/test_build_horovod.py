@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_horovod.runtime.plan import GLOO_IFACE_PATCH_LABEL, horovod_honours_gloo_iface
+from airflow_provider_horovod.runtime.task.plan import GLOO_IFACE_PATCH_LABEL, horovod_honours_gloo_iface
 
 ROOT = Path(__file__).resolve().parents[2]
 GLOO_CONTEXT = "horovod/common/gloo/gloo_context.cc"

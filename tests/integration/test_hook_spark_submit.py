@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook
-from airflow_provider_horovod.runtime.payload import dumps_payload
+from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 from airflow_provider_horovod.runtime.settings import JobSettings
 
 pytestmark = pytest.mark.spark
@@ -186,7 +186,7 @@ def test_kill_leaves_no_driver_executor_or_rank_behind(spark_env, tmp_path):
     thread = threading.Thread(target=run)
     thread.start()
     assert started.wait(timeout=240), "training never started"
-    assert len([p for p in _ours(key, str(tmp_path / "art")) if "runtime.worker" in " ".join(p.cmdline())]) == 2
+    assert len([p for p in _ours(key, str(tmp_path / "art")) if "runtime.rank.worker" in " ".join(p.cmdline())]) == 2
     hook.on_kill()
     thread.join(timeout=60)
     assert not thread.is_alive()

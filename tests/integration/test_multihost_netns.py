@@ -134,7 +134,7 @@ def test_host_name_that_resolves_nowhere_needs_no_fix_with_patched_horovod(hosts
     # and the launcher would fail fast naming the fix. The patched build never looks the name up.
     import socket
 
-    from airflow_provider_horovod.runtime.plan import horovod_honours_gloo_iface
+    from airflow_provider_horovod.runtime.task.plan import horovod_honours_gloo_iface
 
     assert horovod_honours_gloo_iface(), "needs Horovod built by scripts/build_horovod.sh (scripts/setup.sh)"
     result = _run_job(hosts, tmp_path, [h.netns_prefix for h in hosts.hosts])

@@ -57,7 +57,7 @@ def save_model_then_return(nbytes):
 
 
 def _worker_processes() -> list[psutil.Process]:
-    return session_processes(os.environ[SESSION_MARK], cmdline_contains="airflow_provider_horovod.runtime.worker")
+    return session_processes(os.environ[SESSION_MARK], cmdline_contains="airflow_provider_horovod.runtime.rank.worker")
 
 
 def test_np2_returns_rank0_value(spark):

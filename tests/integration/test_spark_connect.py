@@ -19,7 +19,7 @@ CLIENT = """
 import json, sys
 from pyspark.sql import SparkSession
 from airflow_provider_horovod.runtime import HorovodRunner, RankFailedError
-from airflow_provider_horovod.runtime.connect import is_connect_session
+from airflow_provider_horovod.runtime.driver.connect import is_connect_session
 
 spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
 assert is_connect_session(spark)
@@ -44,7 +44,7 @@ if sys.argv[2] == "hook_fail":  # the operator's path: HorovodConnectHook, error
     from urllib.parse import urlparse
     from airflow_provider_horovod.exceptions import HorovodJobError
     from airflow_provider_horovod.hooks.connect import HorovodConnectHook
-    from airflow_provider_horovod.runtime.payload import dumps_payload
+    from airflow_provider_horovod.runtime.wire.payload import dumps_payload
     url = urlparse(sys.argv[1].replace("sc://", "http://"))
     os.environ["AIRFLOW_CONN_HOROVOD_CONNECT"] = json.dumps({"conn_type": "spark_connect", "host": url.hostname,
                                                               "port": url.port})

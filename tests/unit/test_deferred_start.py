@@ -3,7 +3,7 @@ A rank started before its rendezvous port is known (``RankProcess.start(deferred
 task so the rank's imports overlap the tasks' ``allGather``): it waits for ``release()``, then runs with the
 released variables; ``spec.env`` still wins over devices; it imports ahead only what its payload names.
 
-Real rank processes (``python -m airflow_provider_horovod.runtime.worker``), no Horovod collectives.
+Real rank processes (``python -m airflow_provider_horovod.runtime.rank.worker``), no Horovod collectives.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 import cloudpickle
 import pytest
 
-from airflow_provider_horovod.runtime.jobspec import JobSpec
-from airflow_provider_horovod.runtime.payload import dumps_payload
-from airflow_provider_horovod.runtime.plan import local_plan
-from airflow_provider_horovod.runtime.rank_process import RankProcess, preimports
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.wire.payload import dumps_payload
+from airflow_provider_horovod.runtime.task.plan import local_plan
+from airflow_provider_horovod.runtime.task.rank_process import RankProcess, preimports
 
 
 def report_environment():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from airflow_provider_horovod.runtime import driver
-from airflow_provider_horovod.runtime.payload import MAGIC, dumps_payload
+from airflow_provider_horovod.runtime.driver import program as driver
+from airflow_provider_horovod.runtime.wire.payload import MAGIC, dumps_payload
 
 
 def _train():

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_horovod.runtime.driver import _parse, _settings
+from airflow_provider_horovod.runtime.driver.program import _parse, _settings
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.gpus import (
+from airflow_provider_horovod.runtime.task.gpus import (
     check_gpu_conf,
     device_env,
     driver_owned_gpus,
     owned_gpus,
     visible_devices,
 )
-from airflow_provider_horovod.runtime.plan import build_plan, choose_interface, local_plan
+from airflow_provider_horovod.runtime.task.plan import build_plan, choose_interface, local_plan
 from airflow_provider_horovod.runtime.runner import HorovodRunner
 from airflow_provider_horovod.runtime.settings import validate_gpu_visibility
 
@@ -150,8 +150,8 @@ def test_choose_interface_override_takes_the_first_name_this_host_has():
 
 
 def test_rank_interface_takes_the_jobs_override_then_the_executors(monkeypatch):
-    from airflow_provider_horovod.runtime.checks import _rank_interface
-    from airflow_provider_horovod.runtime.jobspec import JobSpec
+    from airflow_provider_horovod.runtime.task.checks import _rank_interface
+    from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
     monkeypatch.setenv("HOROVOD_AIRFLOW_IFACE", "nope0")
     with pytest.raises(LaunchError, match=r"^on 10\.0\.0\.5: HOROVOD_AIRFLOW_IFACE='nope0' names no interface"):

@@ -7,15 +7,15 @@ import sys
 import io
 import zipfile
 
-from airflow_provider_horovod.runtime.shipping import runtime_zip
-from tests.package_imports import imports
+from airflow_provider_horovod.runtime.driver.shipping import runtime_zip
+from tests.package_imports import PACKAGE_DIR, imports
 
 RUNTIME = "airflow_provider_horovod.runtime"
 
 CHECK = (
     "import sys; import airflow_provider_horovod.runtime as r; "
-    "import airflow_provider_horovod.runtime.driver, airflow_provider_horovod.runtime.worker, "
-    "airflow_provider_horovod.runtime.launch; "
+    "import airflow_provider_horovod.runtime.driver.program, airflow_provider_horovod.runtime.rank.worker, "
+    "airflow_provider_horovod.runtime.task.launch, airflow_provider_horovod.runtime.driver.connect; "
     "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')); "
     "print(bad); sys.exit(1 if bad else 0)"
 )
@@ -44,9 +44,11 @@ def test_runtime_source_imports_no_airflow_and_nothing_outside_it():
 def test_runtime_zip_holds_only_the_runtime(tmp_path):
     data = runtime_zip()
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    assert "airflow_provider_horovod/runtime/worker.py" in names
-    assert all(n.startswith("airflow_provider_horovod/runtime/") or n == "airflow_provider_horovod/__init__.py"
-               for n in names)
+    # every Python file of the runtime's tree, subpackages at any depth included, and nothing else
+    tree = sorted(path.relative_to(PACKAGE_DIR.parent).as_posix() for path in (PACKAGE_DIR / "runtime").rglob("*.py")
+                  if "__pycache__" not in path.parts)
+    assert "airflow_provider_horovod/runtime/rank/worker.py" in tree and len(tree) > 25
+    assert sorted(names) == sorted(["airflow_provider_horovod/__init__.py", *tree])
     # The zip alone (no installed package, no Airflow) is enough to import the runtime.
     path = tmp_path / "rt.zip"
     path.write_bytes(data)

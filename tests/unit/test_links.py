@@ -75,7 +75,7 @@ def test_after_the_application_ends_the_link_points_at_the_history_server(monkey
 
 
 def test_the_driver_advertises_an_address_rather_than_localhost():
-    from airflow_provider_horovod.runtime.driver import advertised_ui_url
+    from airflow_provider_horovod.runtime.driver.program import advertised_ui_url
 
     # Spark names the UI after the canonical name of a loopback driver address: "localhost"
     assert advertised_ui_url("http://localhost:4040", "localhost") == "http://127.0.0.1:4040"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from airflow_provider_horovod.runtime.logs import MAX_LINE_CHARS, LogClient, LogServer
+from airflow_provider_horovod.runtime.wire.logs import MAX_LINE_CHARS, LogClient, LogServer
 
 
 def test_lines_arrive_in_order_and_strangers_are_ignored():

@@ -12,14 +12,14 @@ import cloudpickle
 import pytest
 
 from airflow_provider_horovod.runtime.errors import PayloadError
-from airflow_provider_horovod.runtime.payload import (
+from airflow_provider_horovod.runtime.wire.payload import (
     MAGIC,
     dumps_payload,
     loads_payload,
     read_header,
     verify_payload,
 )
-from airflow_provider_horovod.runtime.pickling import shipped_by_value
+from airflow_provider_horovod.runtime.wire.pickling import shipped_by_value
 
 KEY = b"k" * 32
 
@@ -307,7 +307,7 @@ EXPECTED = {
 LOADER = '''
 import json, pickle, sys, traceback
 import cloudpickle
-from airflow_provider_horovod.runtime.payload import loads_payload
+from airflow_provider_horovod.runtime.wire.payload import loads_payload
 
 with open(sys.argv[1], "rb") as f:
     payloads = pickle.load(f)

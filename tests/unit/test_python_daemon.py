@@ -1,5 +1,5 @@
 """
-The Python daemon the hooks start (runtime/pyspark_daemon.py): Spark's source zips move behind an installed copy of
+The Python daemon the hooks start (runtime/task/pyspark_daemon.py): Spark's source zips move behind an installed copy of
 the same version, and only then; and the properties that select it (utils/spark_conf.py python_daemon_conf).
 """
 
@@ -10,8 +10,8 @@ import subprocess
 import sys
 import zipfile
 
-from airflow_provider_horovod.runtime.pyspark_daemon import behind, movable
-from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME, runtime_zip
+from airflow_provider_horovod.runtime.task.pyspark_daemon import behind, movable
+from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.utils.spark_conf import PYTHON_DAEMON_MODULE, python_daemon_conf
 
 MODULE = "spark.python.daemon.module"

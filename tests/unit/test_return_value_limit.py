@@ -11,9 +11,9 @@ from airflow_provider_horovod.exceptions import HorovodResultError
 from airflow_provider_horovod.operators.common import check_xcom_value
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime import HorovodRunner, ReturnValueTooLargeError
-from airflow_provider_horovod.runtime.driver import _parse, _settings
+from airflow_provider_horovod.runtime.driver.program import _parse, _settings
 from airflow_provider_horovod.runtime.errors import ReturnValueRefused
-from airflow_provider_horovod.runtime.worker import pickle_result
+from airflow_provider_horovod.runtime.rank.worker import pickle_result
 
 
 def train():

@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_horovod.decorators.horovod import horovod_task
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime import HorovodRunner
-from airflow_provider_horovod.runtime.driver import _settings
+from airflow_provider_horovod.runtime.driver.program import _settings
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow.sdk import DAG
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_horovod.runtime.app_resources import AppResources, memory_mib
-from airflow_provider_horovod.runtime.cluster_view import cluster_view, never_fits_message, waiting_message
-from airflow_provider_horovod.runtime.slots import master_ui_urls, read_master_state
+from airflow_provider_horovod.runtime.cluster.resources import AppResources, memory_mib
+from airflow_provider_horovod.runtime.cluster.view import cluster_view, never_fits_message, waiting_message
+from airflow_provider_horovod.runtime.driver.slots import master_ui_urls, read_master_state
 
 DATA = Path(__file__).resolve().parent / "data" / "spark_rest"
 MASTER = "spark://127.0.0.1:7077"
@@ -235,7 +235,7 @@ def test_standalone_master_of_a_connection():
 def test_slot_wait_timeout_arguments():
     from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
     from airflow_provider_horovod.runtime import HorovodRunner
-    from airflow_provider_horovod.runtime.driver import _parse, _settings
+    from airflow_provider_horovod.runtime.driver.program import _parse, _settings
 
     assert HorovodRunner(np=2).settings.slot_wait_timeout_s == 3600.0
     assert HorovodRunner(np=2, slot_wait_timeout_s=None).settings.slot_wait_timeout_s is None

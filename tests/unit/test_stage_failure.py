@@ -1,11 +1,11 @@
-"""The error a failed barrier stage turns into: its first line says why (runtime/outcome.py)."""
+"""The error a failed barrier stage turns into: its first line says why (runtime/driver/outcome.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure, spark_reason, task_exception
+from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure, spark_reason, task_exception
 
 # str() of the Py4JJavaError a real local[2] run raised when the executors' Python had no Horovod (abridged paths)
 NO_HOROVOD = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.

@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime.errors import PayloadError
-from airflow_provider_horovod.runtime.payload import dumps_payload
+from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 
 
 def train(cfg=None, **kwargs):

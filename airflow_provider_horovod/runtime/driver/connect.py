@@ -2,7 +2,7 @@
 The barrier stage over **Spark Connect**: no JVM on the caller's side.
 
 ``spark.range(np, numPartitions=np).mapInArrow(task, "chunk binary", barrier=True)`` runs the same
-:func:`~airflow_provider_horovod.runtime.launch.barrier_task` as the classic path; rank 0's cloudpickled return
+:func:`~airflow_provider_horovod.runtime.task.launch.barrier_task` as the classic path; rank 0's cloudpickled return
 value comes back as binary rows (split to stay under Connect's Arrow batch limit). Cancellation uses a job tag
 (``interruptTag``); the runtime reaches the executors through ``addArtifacts(..., pyfile=True)``.
 """
@@ -18,11 +18,11 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.jobspec import JobSpec
-from airflow_provider_horovod.runtime.launch import barrier_task
-from airflow_provider_horovod.runtime.logs import LogServer
-from airflow_provider_horovod.runtime.outcome import raise_for_stage_failure
-from airflow_provider_horovod.runtime.shipping import RUNTIME_ZIP_NAME
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.task.launch import barrier_task
+from airflow_provider_horovod.runtime.wire.logs import LogServer
+from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
+from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME
 from airflow_provider_horovod.runtime.settings import check_barrier_conf
 
 CHUNK_BYTES = 1 << 20

@@ -1,6 +1,6 @@
 """
 What an application of this job asks the cluster for (:class:`AppResources`, from its Spark properties) and
-Spark memory sizes (:func:`memory_mib`): the numbers :mod:`~airflow_provider_horovod.runtime.slots` counts with.
+Spark memory sizes (:func:`memory_mib`): the numbers :mod:`~airflow_provider_horovod.runtime.driver.slots` counts with.
 """
 
 from __future__ import annotations

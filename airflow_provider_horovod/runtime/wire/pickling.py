@@ -2,7 +2,7 @@
 Pickling a training call for executors: cloudpickle with every module executors cannot import registered by value
 (:func:`pickle_by_value`, :func:`shipped_by_value`), and naming the value cloudpickle cannot serialize
 (:func:`find_unpicklable`). The payload format around the pickle is in
-:mod:`~airflow_provider_horovod.runtime.payload`.
+:mod:`~airflow_provider_horovod.runtime.wire.payload`.
 """
 
 from __future__ import annotations
@@ -129,7 +129,13 @@ class _ByValuePickler(cloudpickle.Pickler):
         return super().reducer_override(obj)
 
 
-def _dumps(obj: Any, modules: _ByValueModules) -> bytes:
+def dumps(obj: Any, modules: _ByValueModules) -> bytes:
+    """
+    Cloudpickle ``obj`` with ``modules`` (from :func:`pickle_by_value`) pickled by value.
+
+    :raises pickle.PicklingError: (or what the object's ``__reduce__`` raises) when something in ``obj`` cannot be
+        pickled; :func:`find_unpicklable` names it.
+    """
     with io.BytesIO() as file:
         _ByValuePickler(file, modules).dump(obj)
         return file.getvalue()
@@ -163,7 +169,7 @@ def shipped_by_value(fn: Callable[..., Any], args: tuple[Any, ...] | list[Any] =
     :param kwargs: its keyword arguments.
     """
     with pickle_by_value() as modules:
-        _dumps((fn, tuple(args), dict(kwargs or {})), modules)
+        dumps((fn, tuple(args), dict(kwargs or {})), modules)
         return list(modules.registered)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import cloudpickle
 
 from airflow_provider_horovod.runtime.errors import PayloadError
-from airflow_provider_horovod.runtime.pickling import _dumps, find_unpicklable, pickle_by_value
+from airflow_provider_horovod.runtime.wire.pickling import dumps, find_unpicklable, pickle_by_value
 
 MAGIC = b"AIRFLOW-HOROVOD-PAYLOAD/1\n"
 LARGE_PAYLOAD_BYTES = 50 * 1024 * 1024
@@ -70,7 +70,7 @@ def dumps_payload(
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     with pickle_by_value() as modules:
         try:
-            body = _dumps((fn, tuple(args), dict(kwargs or {})), modules)
+            body = dumps((fn, tuple(args), dict(kwargs or {})), modules)
         except Exception as err:  # cloudpickle raises TypeError/PicklingError/AttributeError, etc.
             culprit = find_unpicklable(fn, tuple(args), dict(kwargs or {}))
             where = f" The culprit is {culprit}." if culprit else ""

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_horovod.runtime.app_resources import AppResources
+from airflow_provider_horovod.runtime.cluster.resources import AppResources
 
 MAX_HOLDERS = 6
 """At most this many holders of cores are named in a message; the rest are counted."""

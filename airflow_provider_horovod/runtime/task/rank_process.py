@@ -1,9 +1,9 @@
 """
 :class:`RankProcess`: one Horovod rank as a child process, shared by the barrier tasks and the driver path.
 
-One fresh ``python -m airflow_provider_horovod.runtime.worker`` process per rank, in its own process group, tied
+One fresh ``python -m airflow_provider_horovod.runtime.rank.worker`` process per rank, in its own process group, tied
 to its launcher by a lifeline pipe, with its output prefixed by rank, kept as a tail for error messages, and routed
-to the driver by a sink (:data:`Sink`, :func:`_stderr_sink`).
+to the driver by a sink (:data:`Sink`, :func:`stderr_sink`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from airflow_provider_horovod.runtime import protocol
+from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.errors import (
     PEER_LEFT,
@@ -27,8 +27,8 @@ from airflow_provider_horovod.runtime.errors import (
     WAITING_FOR_PEERS,
     RankFailedError,
 )
-from airflow_provider_horovod.runtime.jobspec import JobSpec
-from airflow_provider_horovod.runtime.plan import Slot, child_environ
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
 
 FAILURE_GRACE_S = 10.0
 """After a rank fails, how long to wait for the others' own failure reports before stopping them."""
@@ -352,6 +352,7 @@ def preimports(payload: bytes) -> list[str]:
     return [name for name in FRAMEWORKS if name.encode() in payload]
 
 
-def _stderr_sink(slot: Slot, line: str) -> None:
+def stderr_sink(slot: Slot, line: str) -> None:
+    """The executor's own copy of a rank's output line: its stderr (the Spark UI's task log), prefixed with the rank."""
     sys.stderr.write(f"[rank {slot.rank}] {line}\n")
     sys.stderr.flush()

@@ -9,9 +9,9 @@ import os
 import sys
 
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.gpus import CUDA_VISIBLE_DEVICES, GPU_RESOURCE, owned_gpus
-from airflow_provider_horovod.runtime.jobspec import JobSpec
-from airflow_provider_horovod.runtime.plan import (
+from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, GPU_RESOURCE, owned_gpus
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.task.plan import (
     IFACE_ENV,
     Slot,
     choose_interface,

@@ -40,7 +40,7 @@ def _is_uri(location: str) -> bool:
     """
     An fsspec URI other than ``file://`` (object storage), as opposed to a local or shared-filesystem path.
 
-    The same test as ``runtime.artifacts._is_remote``, written out here: it runs before the runtime is importable.
+    The same test as ``runtime.artifacts.is_remote``, written out here: it runs before the runtime is importable.
     """
     scheme = location.split("://", 1)[0] if "://" in location else ""
     return len(scheme) > 1 and scheme != "file"
@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             _fetch_runtime(args.runtime)
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
         from airflow_provider_horovod.runtime.errors import PayloadError, RankFailedError
-        from airflow_provider_horovod.runtime.payload import verify_payload
-        from airflow_provider_horovod.runtime.protocol import RANK_ENV_NAMES
+        from airflow_provider_horovod.runtime.wire.payload import verify_payload
+        from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
         from airflow_provider_horovod.runtime.runner import HorovodRunner
     except (ImportError, OSError) as err:  # e.g. no cloudpickle, pyspark or s3fs in the driver's interpreter
         outcome["message"] = (f"the Spark driver's Python {sys.executable} cannot load the runtime: "

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from airflow_provider_horovod.runtime.checks import (
+from airflow_provider_horovod.runtime.task.checks import (
     _check_host_name,
     _host_of,
     _preflight,
@@ -27,12 +27,12 @@ from airflow_provider_horovod.runtime.checks import (
     _task_gpus,
 )
 from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
-from airflow_provider_horovod.runtime.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
-from airflow_provider_horovod.runtime.jobspec import JobSpec
-from airflow_provider_horovod.runtime.logs import LogClient
-from airflow_provider_horovod.runtime.plan import Slot, build_plan, gloo_env, local_plan
-from airflow_provider_horovod.runtime.rank_process import FAILURE_GRACE_S, RankProcess, _stderr_sink
-from airflow_provider_horovod.runtime.rendezvous import (
+from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.wire.logs import LogClient
+from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, gloo_env, local_plan
+from airflow_provider_horovod.runtime.task.rank_process import FAILURE_GRACE_S, RankProcess, stderr_sink
+from airflow_provider_horovod.runtime.task.rendezvous import (
     _report_done,
     _start_rendezvous,
     _stop_rendezvous,
@@ -68,7 +68,7 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
         if spec.forwards(slot):
             out(f"[rank {slot.rank}] {line}")
         else:
-            _stderr_sink(slot, line)
+            stderr_sink(slot, line)
 
     plan = local_plan(spec.np)
     workdir = tempfile.mkdtemp(prefix="horovod-ranks-")
@@ -147,7 +147,7 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
 
     def sink(s: Slot, line: str) -> None:
         if not (forward and spec.executors_share_driver_stderr):
-            _stderr_sink(s, line)  # the executor's full copy
+            stderr_sink(s, line)  # the executor's full copy
         if forward:
             client.send(f"[rank {s.rank}] {line}")
 

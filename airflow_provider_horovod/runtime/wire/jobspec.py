@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from airflow_provider_horovod.runtime.plan import Slot
+from airflow_provider_horovod.runtime.task.plan import Slot
 from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_START_TIMEOUT_S,
 )
@@ -18,7 +18,7 @@ class JobSpec:
     """
     Everything a rank's launcher needs; plain values only, because it travels to executors in the task closure.
 
-    :param payload: the payload bytes (see :mod:`~airflow_provider_horovod.runtime.payload`).
+    :param payload: the payload bytes (see :mod:`~airflow_provider_horovod.runtime.wire.payload`).
     :param np: number of ranks.
     :param artifact_dir: path/URI exported to ranks as ``HOROVOD_AIRFLOW_ARTIFACT_DIR``, or ``None``.
     :param log_address: ``(host, port)`` of the driver's log channel, or ``None`` to keep output on executors.
@@ -32,7 +32,7 @@ class JobSpec:
     :param executors_share_driver_stderr: executors run inside the driver process (``local[N]``), so their
         stderr is the driver's: forwarded lines are not echoed there a second time.
     :param use_gpu: give ranks the GPUs Spark scheduled for their tasks; ``False`` hides GPUs from ranks
-        (``CUDA_VISIBLE_DEVICES=""``). See :mod:`~airflow_provider_horovod.runtime.gpus`.
+        (``CUDA_VISIBLE_DEVICES=""``). See :mod:`~airflow_provider_horovod.runtime.task.gpus`.
     :param gpu_visibility: ``"host"`` (device ``hvd.local_rank()`` is the rank's own) or ``"rank"`` (only the
         rank's own GPUs, device 0).
     :param max_return_value_bytes: the largest cloudpickled return value rank 0 sends back, bytes; a larger one is

@@ -1,7 +1,7 @@
 """
-Entry point of one Horovod rank: ``python -m airflow_provider_horovod.runtime.worker``.
+Entry point of one Horovod rank: ``python -m airflow_provider_horovod.runtime.rank.worker``.
 
-Started by :class:`~airflow_provider_horovod.runtime.rank_process.RankProcess` in a fresh process (so GPU
+Started by :class:`~airflow_provider_horovod.runtime.task.rank_process.RankProcess` in a fresh process (so GPU
 variables are set before CUDA starts) and its own process group. Everything it needs comes through the environment:
 
 - the Horovod/Gloo variables of its slot (``HOROVOD_RANK``, ``HOROVOD_SIZE``, ...);
@@ -47,7 +47,7 @@ from typing import Any
 
 from airflow_provider_horovod.runtime.errors import LOAD_ERROR, ReturnValueRefused
 from airflow_provider_horovod.runtime.observability import start_timeline
-from airflow_provider_horovod.runtime.protocol import (
+from airflow_provider_horovod.runtime.wire.protocol import (
     ENV_CHECK_SIZE,
     ENV_ERROR,
     ENV_LIFELINE,
@@ -244,7 +244,7 @@ def main() -> int:
     release = os.environ.get(ENV_RELEASE)
     if release is not None and not wait_for_release(int(release), os.environ.get(ENV_PREIMPORT, "")):
         return 1
-    from airflow_provider_horovod.runtime.payload import loads_payload
+    from airflow_provider_horovod.runtime.wire.payload import loads_payload
 
     try:
         fn, args, kwargs = loads_payload(Path(os.environ[ENV_PAYLOAD]).read_bytes())

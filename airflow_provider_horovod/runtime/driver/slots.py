@@ -40,8 +40,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_horovod.runtime.app_resources import AppResources
-from airflow_provider_horovod.runtime.cluster_view import (
+from airflow_provider_horovod.runtime.cluster.resources import AppResources
+from airflow_provider_horovod.runtime.cluster.view import (
     ClusterView,
     cluster_view,
     never_fits_message,

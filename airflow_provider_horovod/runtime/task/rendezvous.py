@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.plan import Slot, to_slot_info
+from airflow_provider_horovod.runtime.task.plan import Slot, to_slot_info
 
 DONE_SCOPE = "airflow-provider-horovod-done"
 """The rendezvous store scope where each task of a successful job records that its rank has exited."""
