@@ -23,7 +23,7 @@ import shutil
 import sys
 import tempfile
 
-from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV, is_remote, artifact_dir, ensure_dir
+from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV, artifact_dir, ensure_dir, is_remote
 
 TENSORBOARD_DIR_NAME = "tensorboard"
 """Name of the TensorBoard log directory inside the artifact directory."""

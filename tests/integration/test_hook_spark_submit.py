@@ -11,8 +11,8 @@ import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook
-from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 
 pytestmark = pytest.mark.spark
 

@@ -4,7 +4,7 @@ its own address and a differently named interface (``ethA``, ``ethB``); master a
 on the link's other end. A 4-rank job (2 ranks per host) trains a small model and returns, with host names that
 resolve to each host's address, and with a host name that resolves nowhere (Horovod patched by
 scripts/build_horovod.sh binds all of Gloo to ``HOROVOD_GLOO_IFACE``; the check for unpatched builds is in
-tests/unit/test_host_name.py).
+tests/unit/runtime/task/test_checks.py).
 
 Needs root (network namespaces); skipped with the reason when ``ip netns add`` is refused.
 """

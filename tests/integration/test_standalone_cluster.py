@@ -5,7 +5,7 @@ call (a Python file run by ``org.apache.spark.deploy.PythonRunner``), followed t
 and the master, and killed through the REST ``kill`` call.
 
 ``SPARK_REST_RECORD=1`` also writes the raw answers under tests/unit/data/spark_rest/, the recorded payloads the
-unit tests parse (tests/unit/test_spark_rest.py).
+unit tests parse (tests/unit/clients/test_spark_rest.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the result, for one way of running the Spark driver.
 ``HorovodRunnerOperator`` makes one :class:`DeployMode` per try and delegates to it, the way the Spark provider's
 ``SparkSubmitOperator`` delegates to its private deployment backends. A mode is given everything it uses: the try's
 :class:`JobRequest`, its hook and a :class:`~airflow_provider_horovod.operators._reporting.JobReporter`; it never sees
-the operator, so each mode is tested on its own against a fake hook (``tests/unit/test_deploy_modes.py``).
+the operator, so each mode is tested on its own against a fake hook (``tests/unit/operators/modes/test_deploy_modes.py``).
 """
 
 from __future__ import annotations

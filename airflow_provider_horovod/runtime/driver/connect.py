@@ -17,13 +17,13 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.task.launch import barrier_task
-from airflow_provider_horovod.runtime.wire.logs import LogServer
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME
+from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.settings import check_barrier_conf
+from airflow_provider_horovod.runtime.task.launch import barrier_task
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.wire.logs import LogServer
 
 CHUNK_BYTES = 1 << 20
 """Rank 0's result travels in rows of at most this many bytes (Connect caps Arrow batches at a few MiB)."""

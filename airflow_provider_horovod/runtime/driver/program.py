@@ -187,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             _fetch_runtime(args.runtime)
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
         from airflow_provider_horovod.runtime.errors import PayloadError, RankFailedError
+        from airflow_provider_horovod.runtime.runner import HorovodRunner
         from airflow_provider_horovod.runtime.wire.payload import verify_payload
         from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
-        from airflow_provider_horovod.runtime.runner import HorovodRunner
     except (ImportError, OSError) as err:  # e.g. no cloudpickle, pyspark or s3fs in the driver's interpreter
         outcome["message"] = (f"the Spark driver's Python {sys.executable} cannot load the runtime: "
                               f"{type(err).__name__}: {err}. {WHICH_PYTHON}")

@@ -48,7 +48,6 @@ from airflow_provider_horovod.runtime.cluster.view import (
     waiting_message,
 )
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.settings import DEFAULT_SLOT_WAIT_TIMEOUT_S
 
 POLL_INTERVAL_S = 0.1
 """Seconds between two reads of the application's own slot count (a local call into the driver's JVM)."""

@@ -9,7 +9,8 @@ variables are set before CUDA starts) and its own process group. Everything it n
   its cloudpickled return value; ``HOROVOD_AIRFLOW_ERROR``: where a failing rank writes its exception;
 - ``HOROVOD_AIRFLOW_MAX_RESULT_BYTES``: the largest pickle rank 0 writes there; a larger value is dropped and a
   pickled :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` written instead, so the rank still
-  succeeds and nothing large goes through the executor's and the driver's JVMs (:func:`pickle_result`);
+  succeeds and nothing large goes through the executor's and the driver's JVMs
+  (:func:`~airflow_provider_horovod.runtime.rank.report.pickle_result`);
 - ``HOROVOD_AIRFLOW_LIFELINE_FD``: the read end of a pipe whose write end the launcher holds. When the
   launcher dies (task killed, stage aborted, executor lost) the pipe reaches EOF and this process kills its
   whole process group, so no training process outlives its Spark task;
@@ -40,13 +41,19 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_horovod.runtime.errors import LOAD_ERROR, ReturnValueRefused
+from airflow_provider_horovod.runtime.errors import LOAD_ERROR
 from airflow_provider_horovod.runtime.observability import start_timeline
+from airflow_provider_horovod.runtime.rank.report import (
+    error_record,
+    exit_status,
+    pickle_result,
+    qualname,
+    write_atomic,
+)
 from airflow_provider_horovod.runtime.wire.protocol import (
     ENV_CHECK_SIZE,
     ENV_ERROR,
@@ -61,6 +68,7 @@ from airflow_provider_horovod.runtime.wire.protocol import (
     PROGRESS_LOADED,
     PROGRESS_READY,
 )
+
 
 def _hold_lifeline(fd: int) -> None:
     try:
@@ -152,84 +160,6 @@ def wait_for_release(fd: int, modules: str) -> bool:
     return True
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-def _error(exc_type: str, message: str, tb: str) -> bytes:
-    return json.dumps({"exc_type": exc_type, "exc_message": message, "traceback": tb,
-                       "failed_at": time.time()}).encode()
-
-
-def _qualname(obj: object) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}".removeprefix("builtins.")
-
-
-def _exit_status(code: object) -> int:
-    """The process exit status ``sys.exit(code)`` gives: ``None`` 0, an int itself, anything else 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int) and not isinstance(code, bool):
-        return code & 0xFF if code >= 0 else 1
-    return 1
-
-
-class _ResultSink:
-    """
-    The file rank 0's value is pickled into: it keeps the pickle while it is within ``limit`` bytes, then only
-    counts it, so a value far above the limit never has a second copy in this process (the pickler streams large
-    objects to the file as they are).
-
-    :param limit: the largest pickle kept, bytes; ``None``: no limit.
-    """
-
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit
-        self.size = 0
-        self._parts: list[bytes] | None = []
-
-    def write(self, data: Any) -> int:
-        n = memoryview(data).nbytes
-        self.size += n
-        if self._parts is not None and self.limit is not None and self.size > self.limit:
-            self._parts = None  # over the limit: from here on only counted
-        if self._parts is not None:
-            self._parts.append(bytes(data))
-        return n
-
-    def getvalue(self) -> bytes | None:
-        """The pickle, or ``None`` when it was larger than the limit."""
-        return None if self._parts is None else b"".join(self._parts)
-
-
-def pickle_result(value: Any, limit: int | None) -> bytes:
-    """
-    What rank 0 writes as its result: the cloudpickle of ``value`` or, when that is larger than ``limit``, a pickled
-    :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` (the refusal is printed to stderr, which
-    the driver's log shows).
-
-    :param value: rank 0's return value.
-    :param limit: ``HOROVOD_AIRFLOW_MAX_RESULT_BYTES``, bytes; ``None``: no limit.
-    :return: the bytes to write.
-    :raises Exception: ``value`` cannot be pickled (what cloudpickle raised).
-    """
-    import cloudpickle
-
-    sink = _ResultSink(limit)
-    cloudpickle.dump(value, sink)
-    data = sink.getvalue()
-    if data is not None:
-        return data
-    refused = ReturnValueRefused(sink.size, int(limit or 0), _qualname(value))
-    sys.stderr.write(f"airflow-provider-horovod: {refused.describe()}; write large results under artifact_dir() "
-                     "and return their paths\n")
-    sys.stderr.flush()
-    return cloudpickle.dumps(refused)
-
-
 def main() -> int:
     """Run the payload's function as this rank; return the process exit status."""
     lifeline = os.environ.get(ENV_LIFELINE)
@@ -252,25 +182,25 @@ def main() -> int:
         tb = traceback.format_exc()
         sys.stderr.write(tb)
         cause = err.__cause__
-        message = str(err) if cause is None else f"{_qualname(cause)}: {cause} (Python {sys.executable})"
-        _write_atomic(error_path, _error(LOAD_ERROR, message, tb))
+        message = str(err) if cause is None else f"{qualname(cause)}: {cause} (Python {sys.executable})"
+        write_atomic(error_path, error_record(LOAD_ERROR, message, tb))
         return 1
     progress.report(PROGRESS_LOADED)
     value = None
     try:
         value = fn(*args, **kwargs)
     except SystemExit as exit_:
-        status = _exit_status(exit_.code)
+        status = exit_status(exit_.code)
         if status != 0:
             tb = traceback.format_exc()
             sys.stderr.write(tb)
-            _write_atomic(error_path, _error("SystemExit", f"the training function called sys.exit({exit_.code!r})",
-                                             tb))
+            message = f"the training function called sys.exit({exit_.code!r})"
+            write_atomic(error_path, error_record("SystemExit", message, tb))
             return status
     except BaseException as err:  # noqa: BLE001 - KeyboardInterrupt too: every failure is reported
         tb = traceback.format_exc()
         sys.stderr.write(tb)
-        _write_atomic(error_path, _error(_qualname(err), str(err), tb))
+        write_atomic(error_path, error_record(qualname(err), str(err), tb))
         return 1
     finally:
         sys.stdout.flush()
@@ -283,9 +213,9 @@ def main() -> int:
             tb = traceback.format_exc()
             message = (f"rank 0's return value ({type(value).__name__}) cannot be pickled: {err}. "
                        "Return paths, metrics or other plain values.")
-            _write_atomic(error_path, _error("TypeError", message, tb))
+            write_atomic(error_path, error_record("TypeError", message, tb))
             return 1
-        _write_atomic(os.environ[ENV_RESULT], data)
+        write_atomic(os.environ[ENV_RESULT], data)
     return 0
 
 

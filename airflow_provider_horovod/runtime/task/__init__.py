@@ -1,1 +1,4 @@
-"""Runs in each barrier task on an executor (or, for ``np < 0``, in the driver for its local ranks): checks, the rank plan, the rendezvous, GPU assignment, and the rank processes it starts."""
+"""
+Runs in each barrier task on an executor (or, for ``np < 0``, in the driver for its local ranks): checks, the rank
+plan, the rendezvous, GPU assignment, and the rank processes it starts.
+"""

@@ -10,7 +10,6 @@ import sys
 
 from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, GPU_RESOURCE, owned_gpus
-from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 from airflow_provider_horovod.runtime.task.plan import (
     IFACE_ENV,
     Slot,
@@ -18,6 +17,7 @@ from airflow_provider_horovod.runtime.task.plan import (
     gloo_host_address,
     horovod_honours_gloo_iface,
 )
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 
 def _host_of(address: str) -> str:

@@ -25,8 +25,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.task.plan import Slot
 from airflow_provider_horovod.runtime.settings import DEFAULT_GPU_VISIBILITY, validate_gpu_visibility
+from airflow_provider_horovod.runtime.task.plan import Slot
 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 GPU_RESOURCE = "gpu"

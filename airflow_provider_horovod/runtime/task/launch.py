@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
+from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
 from airflow_provider_horovod.runtime.task.checks import (
     _check_host_name,
     _host_of,
@@ -26,18 +27,18 @@ from airflow_provider_horovod.runtime.task.checks import (
     _rank_interface,
     _task_gpus,
 )
-from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
 from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
-from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.logs import LogClient
 from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, gloo_env, local_plan
-from airflow_provider_horovod.runtime.task.rank_process import FAILURE_GRACE_S, RankProcess, stderr_sink
+from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
+from airflow_provider_horovod.runtime.task.rank_process import RankProcess, stderr_sink
 from airflow_provider_horovod.runtime.task.rendezvous import (
     _report_done,
     _start_rendezvous,
     _stop_rendezvous,
     _stop_rendezvous_soon,
 )
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.wire.logs import LogClient
 
 
 def _left_uninitialized(rank: int) -> str:

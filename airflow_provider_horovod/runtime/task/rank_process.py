@@ -18,20 +18,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
-from airflow_provider_horovod.runtime.errors import (
-    PEER_LEFT,
-    START_TIMEOUT,
-    TRAINING_TIMEOUT,
-    WAITING_FOR_PEERS,
-    RankFailedError,
-)
-from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.errors import RankFailedError
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
+from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
+from airflow_provider_horovod.runtime.wire import protocol
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.wire.payload import preimports
 
-FAILURE_GRACE_S = 10.0
-"""After a rank fails, how long to wait for the others' own failure reports before stopping them."""
 OUTPUT_TAIL_LINES = 100
 """How many of a rank's last output lines an error carries."""
 
@@ -92,9 +86,10 @@ class RankProcess:
         Start the rank's process (returns at once).
 
         :param deferred: start it before the rendezvous port (and, with ``use_gpu``, its devices) is known: it
-            imports the Horovod frameworks its function names (:func:`preimports`; not with ``use_gpu``), then
-            waits for :meth:`release` before loading the function. The launcher's ``allGather`` and the rank's
-            imports then overlap. The start timeout counts from :meth:`release`.
+            imports the Horovod frameworks its function names
+            (:func:`~airflow_provider_horovod.runtime.wire.payload.preimports`; not with ``use_gpu``), then waits for
+            :meth:`release` before loading the function. The launcher's ``allGather`` and the rank's imports then
+            overlap. The start timeout counts from :meth:`release`.
         """
         os.makedirs(self._dir, mode=0o700)
         payload_path = os.path.join(self._dir, "payload.bin")
@@ -222,21 +217,6 @@ class RankProcess:
             self._peer_left = reason
             self._changed.notify_all()
 
-    def _deadline(self) -> tuple[float, str] | None:
-        """The next limit this rank can run into, as ``(monotonic time, which)``; call with ``_changed`` held."""
-        spec = self._spec
-        limits: list[tuple[float, str]] = []
-        if spec.start_timeout_s is not None:
-            if self.phase == "starting":
-                limits.append((self._started_at + spec.start_timeout_s, "start"))
-            elif self.phase == "init" and self._init_entered_at is not None:
-                # Waiting in hvd.init() means another rank is late: give that rank FAILURE_GRACE_S to be reported
-                # first, as the one that never joined.
-                limits.append((self._init_entered_at + spec.start_timeout_s + FAILURE_GRACE_S, "init"))
-        if spec.training_timeout_s is not None:
-            limits.append((self._started_at + spec.training_timeout_s, "training"))
-        return min(limits) if limits else None
-
     def run_to_end(self, host: str | None = None) -> RankFailedError | None:
         """
         Wait for the rank within the job's timeouts; return its failure, or ``None`` on success.
@@ -252,41 +232,27 @@ class RankProcess:
         with self._changed:
             while not self._exited:
                 if self._peer_left is not None and self.phase == "init":
-                    deadline, phase = (time.monotonic(), "peer"), self.phase
+                    deadline = (time.monotonic(), "peer")
                     break
-                deadline = self._deadline()
+                deadline = next_deadline(self._spec, self.phase, self._started_at, self._init_entered_at)
                 if deadline is None:
                     self._changed.wait()
                     continue
                 remaining = deadline[0] - time.monotonic()
                 if remaining <= 0:
-                    phase = self.phase
                     break
                 self._changed.wait(remaining)
             else:
                 deadline = None
         if deadline is not None:
-            return self._timed_out(deadline[1], phase, host)
+            return self._timed_out(deadline[1], host)
         return None if self.wait() == 0 else self.failure(host=host)
 
-    def _timed_out(self, which: str, phase: str, host: str | None) -> RankFailedError:
+    def _timed_out(self, which: str, host: str | None) -> RankFailedError:
         self.kill()
         self.wait()
-        rank, spec = self.slot.rank, self._spec
-        if which == "training":
-            kind, message = TRAINING_TIMEOUT, (f"rank {rank} was still running when training_timeout_s="
-                                               f"{spec.training_timeout_s:g} ran out")
-        elif which == "peer":
-            kind, message = PEER_LEFT, f"{self._peer_left}, so rank {rank} waited for it in hvd.init() in vain"
-        elif which == "start":
-            kind, message = START_TIMEOUT, (f"rank {rank} never reached hvd.init() within start_timeout_s="
-                                            f"{spec.start_timeout_s:g}: it was still loading the training function "
-                                            "(unpickling, imports)")
-        else:
-            kind, message = WAITING_FOR_PEERS, (f"rank {rank} was waiting in hvd.init() for the other ranks when "
-                                                f"start_timeout_s={spec.start_timeout_s:g} ran out")
-        return RankFailedError(rank=rank, exit_code=self.returncode, host=host, exc_type=kind, exc_message=message,
-                               output_tail=list(self.tail), failed_at=time.time())
+        return timeout_failure(which, rank=self.slot.rank, spec=self._spec, peer_left=self._peer_left,
+                               exit_code=self.returncode, host=host, output_tail=list(self.tail))
 
     def failure(self, host: str | None = None) -> RankFailedError:
         """
@@ -294,16 +260,8 @@ class RankProcess:
 
         :param host: the rank's host, named in the error.
         """
-        details: dict[str, str] = {}
-        try:
-            with open(self.error_path, encoding="utf-8") as f:
-                details = json.load(f)
-        except (OSError, ValueError):
-            pass
-        return RankFailedError(rank=self.slot.rank, exit_code=self.returncode, host=host,
-                               exc_type=details.get("exc_type"), exc_message=details.get("exc_message"),
-                               traceback=details.get("traceback"), output_tail=list(self.tail),
-                               failed_at=details.get("failed_at", self.exited_at))
+        return exit_failure(rank=self.slot.rank, exit_code=self.returncode, error_path=self.error_path, host=host,
+                            output_tail=list(self.tail), exited_at=self.exited_at)
 
     def result(self) -> bytes | None:
         """
@@ -332,24 +290,6 @@ class RankProcess:
         if self._release is not None:
             os.close(self._release)
             self._release = None
-
-
-FRAMEWORKS = ("horovod.torch", "horovod.tensorflow", "horovod.keras")
-"""Horovod framework modules a deferred rank imports ahead when its payload names them."""
-
-
-def preimports(payload: bytes) -> list[str]:
-    """
-    The Horovod framework modules a payload's function imports, read from the payload bytes without loading them.
-
-    A function pickled by value carries its code's names as plain strings (``import horovod.torch as hvd`` puts
-    ``horovod.torch`` there), so a byte search finds them; a false hit only costs an import. Functions pickled by
-    reference (an installed module) name no imports: nothing is imported ahead for them.
-
-    :param payload: the payload (:mod:`~.payload` format).
-    :return: module names from :data:`FRAMEWORKS`, in that order.
-    """
-    return [name for name in FRAMEWORKS if name.encode() in payload]
 
 
 def stderr_sink(slot: Slot, line: str) -> None:

@@ -1,1 +1,4 @@
-"""What travels between the Airflow side, the driver, the tasks and the ranks: the payload format, pickling, the job spec, the rank protocol and the log channel."""
+"""
+What travels between the Airflow side, the driver, the tasks and the ranks: the payload format, pickling, the job
+spec, the rank protocol and the log channel.
+"""

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from airflow_provider_horovod.runtime.task.plan import Slot
 from airflow_provider_horovod.runtime.settings import (
-    DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_START_TIMEOUT_S,
+    DEFAULT_GLOO_TIMEOUT_S,
+    DEFAULT_GPU_VISIBILITY,
+    DEFAULT_START_TIMEOUT_S,
 )
+from airflow_provider_horovod.runtime.task.plan import Slot
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 import cloudpickle
 
+
 def _installed_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = {paths.get("stdlib"), paths.get("platstdlib"), paths.get("purelib"), paths.get("platlib")}

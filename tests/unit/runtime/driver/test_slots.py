@@ -16,7 +16,7 @@ from airflow_provider_horovod.runtime.cluster.resources import AppResources, mem
 from airflow_provider_horovod.runtime.cluster.view import cluster_view, never_fits_message, waiting_message
 from airflow_provider_horovod.runtime.driver.slots import master_ui_urls, read_master_state
 
-DATA = Path(__file__).resolve().parent / "data" / "spark_rest"
+DATA = Path(__file__).resolve().parents[2] / "data" / "spark_rest"
 MASTER = "spark://127.0.0.1:7077"
 
 

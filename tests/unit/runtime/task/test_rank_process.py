@@ -14,10 +14,10 @@ import sys
 import cloudpickle
 import pytest
 
-from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 from airflow_provider_horovod.runtime.task.plan import local_plan
-from airflow_provider_horovod.runtime.task.rank_process import RankProcess, preimports
+from airflow_provider_horovod.runtime.task.rank_process import RankProcess
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.wire.payload import dumps_payload, preimports
 
 
 def report_environment():

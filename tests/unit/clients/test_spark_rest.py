@@ -31,7 +31,7 @@ from airflow_provider_horovod.clients import (
 )
 from airflow_provider_horovod.clients._spark_model import parse_list
 
-DATA = Path(__file__).resolve().parent / "data" / "spark_rest"
+DATA = Path(__file__).resolve().parents[1] / "data" / "spark_rest"
 UI, MASTER, REST = "http://spark-ui.test:4040", "http://spark-master.test:8080", "http://spark-master.test:6066"
 FAST = RetryPolicy(max_attempts=4, initial_backoff_s=0.01, max_backoff_s=0.02)
 

@@ -6,6 +6,8 @@ import pytest
 
 from airflow_provider_horovod.runtime.driver.program import _parse, _settings
 from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.runner import HorovodRunner
+from airflow_provider_horovod.runtime.settings import validate_gpu_visibility
 from airflow_provider_horovod.runtime.task.gpus import (
     check_gpu_conf,
     device_env,
@@ -14,8 +16,6 @@ from airflow_provider_horovod.runtime.task.gpus import (
     visible_devices,
 )
 from airflow_provider_horovod.runtime.task.plan import build_plan, choose_interface, local_plan
-from airflow_provider_horovod.runtime.runner import HorovodRunner
-from airflow_provider_horovod.runtime.settings import validate_gpu_visibility
 
 # partitions 0 and 2 on host A, 1 and 3 on host B (ranks: p0=0, p2=1 on A; p1=2, p3=3 on B)
 PLAN = build_plan(["A", "B", "A", "B"])

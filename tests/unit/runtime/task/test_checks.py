@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from airflow_provider_horovod.runtime.task import checks
 from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.task import checks
 from airflow_provider_horovod.runtime.task.plan import build_plan, gloo_host_address, horovod_honours_gloo_iface
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure, spark_reason, task_exception
+from airflow_provider_horovod.runtime.errors import LaunchError
 
 # str() of the Py4JJavaError a real local[2] run raised when the executors' Python had no Horovod (abridged paths)
 NO_HOROVOD = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
@@ -76,6 +76,5 @@ class Py4JNetworkError(Exception):
 def test_an_exception_without_text_is_named_by_its_type():
     with pytest.raises(LaunchError) as info:
         raise_for_stage_failure(Py4JNetworkError(), [], lambda: "not enough slots")
-    assert str(info.value) == ("the Horovod barrier stage failed: tests.unit.test_stage_failure.Py4JNetworkError "
-                               "(with no message)")
+    assert str(info.value) == (f"the Horovod barrier stage failed: {__name__}.Py4JNetworkError (with no message)")
     assert _raised("") == "the Horovod barrier stage failed: RuntimeError (with no message)"

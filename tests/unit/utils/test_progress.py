@@ -8,7 +8,7 @@ from pathlib import Path
 from airflow_provider_horovod.clients import ExecutorInfo, JobInfo, StageInfo
 from airflow_provider_horovod.utils.progress import ProgressWatcher, Snapshot, describe
 
-DATA = Path(__file__).resolve().parent / "data" / "spark_rest"
+DATA = Path(__file__).resolve().parents[1] / "data" / "spark_rest"
 
 
 def _recorded(name: str) -> list[dict]:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, child_environ, gloo_env, interface_for, local_plan
+from airflow_provider_horovod.runtime.task.plan import (
+    Slot,
+    build_plan,
+    child_environ,
+    gloo_env,
+    interface_for,
+    local_plan,
+)
 
 
 def test_single_host_plan():
