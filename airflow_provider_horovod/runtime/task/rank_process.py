@@ -20,11 +20,11 @@ from collections.abc import Callable
 
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.errors import RankFailedError
+from airflow_provider_horovod.runtime.launchers import preimports
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.payload import preimports
 
 OUTPUT_TAIL_LINES = 100
 """How many of a rank's last output lines an error carries."""
@@ -87,7 +87,7 @@ class RankProcess:
 
         :param deferred: start it before the rendezvous port (and, with ``use_gpu``, its devices) is known: it
             imports the Horovod frameworks its function names
-            (:func:`~airflow_provider_horovod.runtime.wire.payload.preimports`; not with ``use_gpu``), then waits for
+            (:func:`~airflow_provider_horovod.runtime.launchers.preimports`; not with ``use_gpu``), then waits for
             :meth:`release` before loading the function. The launcher's ``allGather`` and the rank's imports then
             overlap. The start timeout counts from :meth:`release`.
         """

@@ -57,3 +57,15 @@ def test_runtime_zip_holds_only_the_runtime(tmp_path):
     proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_barrier_task_module_imports_without_cloudpickle_or_horovod():
+    """
+    A task unpickles its function (runtime.task.launch.barrier_task) before its checks name what the executor's
+    Python lacks: importing that module must need nothing but the standard library (and PySpark, inside it).
+    """
+    code = ("import sys; sys.modules['cloudpickle'] = None; sys.modules['horovod'] = None; "
+            "import airflow_provider_horovod.runtime.task.launch as launch; "
+            "assert 'cloudpickle' not in {m for m, v in sys.modules.items() if v is not None}")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
