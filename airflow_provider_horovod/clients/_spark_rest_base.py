@@ -1,0 +1,34 @@
+"""
+What both Spark REST clients (:mod:`~airflow_provider_horovod.clients.spark_rest`,
+:mod:`~airflow_provider_horovod.clients.spark_rest_async`) hold: their endpoints, timeout and retry policy.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from airflow_provider_horovod.clients.spark_rest_calls import Endpoints, RetryPolicy, timeout
+
+DEFAULT_TIMEOUT_S = 10.0
+"""Default timeout of one attempt of a call, seconds."""
+HEADERS = {"Accept": "application/json"}
+"""The headers of every request."""
+
+
+class SparkRestBase:
+    """The base URLs, timeout and retry policy of a Spark REST client; the calls are the subclasses'."""
+
+    def __init__(self, *, ui_url: str | None, master_ui_url: str | None, rest_url: str | None, timeout_s: float,
+                 retry: RetryPolicy | None) -> None:
+        timeout(timeout_s)  # validates
+        self.endpoints = Endpoints(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url)
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+
+    def _timeout(self, timeout_s: float | None) -> httpx.Timeout:
+        return timeout(self.timeout_s if timeout_s is None else timeout_s)
+
+    def __repr__(self) -> str:
+        e = self.endpoints
+        return (f"{type(self).__name__}(ui_url={e.ui_url!r}, master_ui_url={e.master_ui_url!r}, "
+                f"rest_url={e.rest_url!r}, timeout_s={self.timeout_s})")
