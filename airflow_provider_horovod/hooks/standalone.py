@@ -24,9 +24,10 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient
+from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient, SparkRestError
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.utils.driver_poll import FAILED, RUNNING, SUCCESS, DriverPoll, driver_failure
 from airflow_provider_horovod.utils.job_result import read_job_result
 from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from airflow_provider_horovod.utils.staging import Staging
@@ -57,6 +58,7 @@ class HorovodStandaloneHook(BaseHook):
     :param env_vars: environment variables for the driver and every rank.
     :param name: the Spark application name.
     :param timeout_s: timeout of each REST call, seconds.
+    :param transport: an httpx transport for the REST calls instead of the network (tests: ``httpx.MockTransport``).
     """
 
     conn_name_attr = "conn_id"
@@ -65,7 +67,7 @@ class HorovodStandaloneHook(BaseHook):
 
     def __init__(self, *, conn_id: str, np: int, conf: dict[str, Any] | None = None,
                  env_vars: dict[str, str] | None = None, name: str = "airflow-horovod",
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, transport: Any = None) -> None:
         super().__init__()
         self.conn_id = conn_id
         self.np = np
@@ -73,6 +75,7 @@ class HorovodStandaloneHook(BaseHook):
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
         self.name = name
         self.timeout_s = timeout_s
+        self.transport = transport
 
     @cached_property
     def endpoints(self) -> StandaloneEndpoints:
@@ -97,7 +100,7 @@ class HorovodStandaloneHook(BaseHook):
         """
         e = self.endpoints
         return SparkRestClient(rest_url=e.rest_url, master_ui_url=e.master_ui_url, timeout_s=self.timeout_s,
-                               retry=retry or RetryPolicy())
+                               retry=retry or RetryPolicy(), transport=self.transport)
 
     def submit(self, *, staging: Any, payload: bytes, key: bytes, artifact_dir: str,
                settings: JobSettings | None = None) -> str:
@@ -209,6 +212,35 @@ class HorovodStandaloneHook(BaseHook):
             return None, None
         return data.get("app_id"), data.get("ui_url")
 
+    @staticmethod
+    def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tuple[str | None, str | None],
+                  last: DriverPoll | None = None) -> DriverPoll:
+        """
+        What one poll of the driver says, for both waits (the task's own loop and the deferral trigger): whether it
+        still runs, finished or failed, what changed since the previous poll, and the trigger's event once it ended.
+
+        :param submission_id: the driver id (``driver-...``).
+        :param status: the REST submission server's answer, or the error that came instead (the trigger's wait ends
+            on it, failed; the task's own wait lets it raise).
+        :param app: ``(app_id, ui_url)`` from the staging directory (:meth:`app_started`), ``(None, None)`` before the
+            driver wrote ``status.json``; once known, the previous poll's stands.
+        :param last: the previous poll, ``None`` on the first.
+        :return: the poll: :attr:`~airflow_provider_horovod.utils.driver_poll.DriverPoll.done` once the driver is
+            FINISHED (``success``), FAILED, KILLED or ERROR (``failed``) or its state cannot be read (``failed``,
+            with the last state read); SUBMITTED, RUNNING, RELAUNCHING and UNKNOWN go on.
+        """
+        known = last is not None and last.app_id is not None
+        app_id, ui_url = last.app if known else app
+        last_state = None if last is None else last.driver_state
+        if isinstance(status, SparkRestError):
+            return DriverPoll(submission_id, FAILED, last_state,
+                              f"cannot read driver {submission_id}'s state: {status}", app_id, ui_url,
+                              app_started=app_id is not None and not known)
+        outcome = RUNNING if not status.is_terminal else SUCCESS if status.is_successful else FAILED
+        return DriverPoll(submission_id, outcome, status.driver_state, status.message, app_id, ui_url,
+                          state_changed=status.driver_state != last_state,
+                          app_started=app_id is not None and not known)
+
     def killed_from_outside(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
         """
         The headline for a driver that was killed through the master rather than failing on its own, else ``None``.
@@ -255,7 +287,7 @@ class HorovodStandaloneHook(BaseHook):
         """
         cause = None
         if status is not None and not status.is_successful:
-            cause = RuntimeError(f"driver state {status.driver_state}: {status.message or 'no message'}")
+            cause = driver_failure(status.driver_state, status.message)
         return read_job_result(staging, submit_error=cause, headline=headline)
 
     def get_conn(self) -> Any:
