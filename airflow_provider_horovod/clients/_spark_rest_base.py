@@ -16,14 +16,22 @@ HEADERS = {"Accept": "application/json"}
 
 
 class SparkRestBase:
-    """The base URLs, timeout and retry policy of a Spark REST client; the calls are the subclasses'."""
+    """
+    The base URLs, timeout, retry policy and connection pool of a Spark REST client; the calls are the subclasses'
+    (their docstrings describe the parameters).
+    """
 
-    def __init__(self, *, ui_url: str | None, master_ui_url: str | None, rest_url: str | None, timeout_s: float,
-                 retry: RetryPolicy | None) -> None:
+    _http_type: type[httpx.Client] | type[httpx.AsyncClient]
+    """The subclass's httpx client: blocking or asyncio."""
+
+    def __init__(self, *, ui_url: str | None = None, master_ui_url: str | None = None, rest_url: str | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
+                 transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None) -> None:
         timeout(timeout_s)  # validates
         self.endpoints = Endpoints(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url)
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
+        self._http = self._http_type(transport=transport, headers=HEADERS, follow_redirects=True)
 
     def _timeout(self, timeout_s: float | None) -> httpx.Timeout:
         return timeout(self.timeout_s if timeout_s is None else timeout_s)

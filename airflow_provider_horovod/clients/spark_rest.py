@@ -35,9 +35,9 @@ import tenacity
 
 from airflow_provider_horovod.clients.spark_app_models import ApplicationInfo, ExecutorInfo, JobInfo, StageInfo
 from airflow_provider_horovod.clients.spark_master_models import DriverStatus, MasterState, SubmissionResponse
-from airflow_provider_horovod.clients._spark_rest_base import DEFAULT_TIMEOUT_S, HEADERS, SparkRestBase
+from airflow_provider_horovod.clients._spark_rest_base import SparkRestBase
 from airflow_provider_horovod.clients.spark_rest_calls import (
-    Call, Endpoints, RetryPolicy, decode, request_error, submission_request,
+    Call, Endpoints, decode, request_error, submission_request,
 )
 
 T = TypeVar("T")
@@ -60,12 +60,8 @@ class SparkRestClient(SparkRestBase):
     :raises ValueError: when ``timeout_s`` is not positive.
     """
 
-    def __init__(self, *, ui_url: str | None = None, master_ui_url: str | None = None, rest_url: str | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        super().__init__(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url, timeout_s=timeout_s,
-                         retry=retry)
-        self._http = httpx.Client(transport=transport, headers=HEADERS, follow_redirects=True)
+    _http_type = httpx.Client
+    _http: httpx.Client
 
     def __enter__(self) -> SparkRestClient:
         return self
