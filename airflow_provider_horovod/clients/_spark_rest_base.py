@@ -17,8 +17,15 @@ HEADERS = {"Accept": "application/json"}
 
 class SparkRestBase:
     """
-    The base URLs, timeout, retry policy and connection pool of a Spark REST client; the calls are the subclasses'
-    (their docstrings describe the parameters).
+    The base URLs, timeout, retry policy and connection pool of a Spark REST client; the calls are the subclasses'.
+
+    :param ui_url: an application's web UI or a history server, for the monitoring calls.
+    :param master_ui_url: the standalone master's web UI, for ``master_state``.
+    :param rest_url: the master's REST submission server, for the submission calls.
+    :param timeout_s: default timeout of one attempt, seconds.
+    :param retry: the retry policy (default: :class:`RetryPolicy`'s).
+    :param transport: an httpx transport of the subclass's kind to use instead of the network.
+    :raises ValueError: when ``timeout_s`` is not positive.
     """
 
     _http_type: type[httpx.Client] | type[httpx.AsyncClient]

@@ -44,7 +44,11 @@ class OperatorHooks:
 
     @cached_property
     def cluster_hook(self) -> HorovodStandaloneHook:
-        """The standalone cluster-mode hook for this task (created on first use)."""
+        """
+        The standalone cluster-mode hook for this task (created on first use).
+
+        :raises HorovodJobError: ``conn_id`` is ``None`` (cluster mode needs a standalone master's connection).
+        """
         if self.conn_id is None:
             raise HorovodJobError("deploy_mode='cluster' needs conn_id naming a spark://host:port standalone master")
         return HorovodStandaloneHook(conn_id=self.conn_id, np=self.np, conf=self.conf,

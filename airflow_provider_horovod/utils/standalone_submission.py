@@ -51,6 +51,7 @@ def stage_job(staging: Staging, payload: bytes) -> None:
 
     :param staging: the try's staging directory (created).
     :param payload: the signed payload.
+    :raises OSError: a file cannot be written there.
     """
     staging.write_bytes(PAYLOAD_FILE, payload)
     staging.write_bytes(RUNTIME_ZIP_NAME, runtime_zip())
@@ -77,6 +78,8 @@ def driver_submission(staging: Staging, *, master_url: str, master_ui_url: str, 
     :param key: the payload's HMAC key, sent in the driver's environment only.
     :param artifact_dir: path/URI the ranks write model files under.
     :param settings: the job's knobs, sent to the driver program as its flags.
+    :return: the request.
+    :raises HorovodJobError: an object-store staging location cannot presign the driver program's URL.
     """
     args = ["--payload", staging.path(PAYLOAD_FILE), "--result-dir", staging.uri, "--artifact-dir", artifact_dir,
             *settings.to_args()]
