@@ -3,7 +3,8 @@ HTTP clients for the services the provider talks to while a job runs. They never
 hooks and the Spark-side runtime can all use them.
 
 * :mod:`~airflow_provider_horovod.clients.spark_rest`: Spark's monitoring API and a standalone master's state
-  page and REST submission server (:class:`SparkRestClient`, :class:`AsyncSparkRestClient`).
+  page and REST submission server (:class:`SparkRestClient`); its asyncio twin, for triggers, in
+  :mod:`~airflow_provider_horovod.clients.spark_rest_async` (:class:`AsyncSparkRestClient`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from airflow_provider_horovod.clients.spark_app_models import (
 from airflow_provider_horovod.clients.spark_master_models import (
     DriverStatus, MasterApplication, MasterDriver, MasterState, SubmissionResponse, WorkerInfo,
 )
-from airflow_provider_horovod.clients.spark_rest import AsyncSparkRestClient, SparkRestClient
+from airflow_provider_horovod.clients.spark_rest import SparkRestClient
+from airflow_provider_horovod.clients.spark_rest_async import AsyncSparkRestClient
 from airflow_provider_horovod.clients.spark_rest_calls import RetryPolicy
 from airflow_provider_horovod.clients.spark_rest_errors import (
     SparkRestError, SparkRestPayloadError, SparkRestUnavailableError, SparkSubmissionError,

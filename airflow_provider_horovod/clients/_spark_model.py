@@ -16,6 +16,7 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, Strict, ValidationError,
     model_validator,
 )
+from pydantic.alias_generators import to_camel
 
 from airflow_provider_horovod.clients.spark_rest_errors import SparkRestPayloadError
 
@@ -99,6 +100,45 @@ class SparkModel(BaseModel):
 
     def __hash__(self) -> int:  # pydantic's own hash fails on the dict fields, which equality still compares
         return hash((type(self), *(v for v in self.__dict__.values() if not isinstance(v, dict))))
+
+
+class CamelCaseModel(SparkModel):
+    """
+    A model of JSON written with camelCase keys (the monitoring API, the REST submission server): each field is
+    read from its name in camelCase (``num_tasks`` from ``numTasks``) unless it names its own key, as the fields
+    whose unit Spark leaves out do (``duration_ms`` from ``duration``).
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel)
+
+
+def _run_together(name: str) -> str:
+    return name.replace("_", "")
+
+
+class RunTogetherModel(SparkModel):
+    """
+    A model of JSON written with lowercase run-together keys (the standalone master's ``/json/``): each field is read
+    from its name without underscores (``cores_used`` from ``coresused``) unless it names its own key
+    (``memory_mb`` from ``memory``).
+    """
+
+    model_config = ConfigDict(alias_generator=_run_together)
+
+
+def state_in(states: frozenset[str], doc: str, *, field: str = "status") -> property:
+    """
+    A read-only property: whether the model's ``field`` is one of ``states`` (``JobInfo.is_terminal``,
+    ``DriverStatus.is_successful``, ...).
+
+    :param states: the states for which the property is true.
+    :param doc: the property's docstring.
+    :param field: the field holding the state.
+    """
+    def check(self: SparkModel) -> bool:
+        return getattr(self, field) in states
+
+    return property(check, doc=doc)
 
 
 def payload_error(what: str, err: ValidationError) -> SparkRestPayloadError:

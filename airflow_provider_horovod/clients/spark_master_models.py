@@ -3,15 +3,19 @@ Value objects of the Spark standalone master: its state page (``GET {master_ui}/
 server (``{rest}/v1/submissions/...``).
 
 Same conventions as :mod:`~airflow_provider_horovod.clients.spark_app_models`: frozen pydantic models,
-``from_json`` and ``to_dict`` with Spark's keys. Memory is in MiB (``_mb``) as the master writes it, times are epochs in
-milliseconds (``_ms``; the master writes a driver's start time as a string, read here as an integer).
+``from_json`` and ``to_dict`` with Spark's keys (the state page's run together in lowercase,
+:class:`~._spark_model.RunTogetherModel`; the submission server's in camelCase). Memory is in MiB (``_mb``) as the
+master writes it, times are epochs in milliseconds (``_ms``; the master writes a driver's start time as a string,
+read here as an integer).
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from airflow_provider_horovod.clients._spark_model import Bool, Int, SparkModel, Str
+from airflow_provider_horovod.clients._spark_model import (
+    Bool, CamelCaseModel, Int, RunTogetherModel, Str, state_in,
+)
 
 DRIVER_SUCCESS_STATES = frozenset({"FINISHED"})
 DRIVER_FAILURE_STATES = frozenset({"FAILED", "KILLED", "ERROR"})
@@ -21,15 +25,15 @@ DRIVER_TRANSIENT_STATES = frozenset({"UNKNOWN"})
 """UNKNOWN: the master lost track of the driver's worker for a while (it may come back); keep polling."""
 
 
-class WorkerInfo(SparkModel):
+class WorkerInfo(RunTogetherModel):
     """A worker as the master sees it."""
 
     id: Str
     host: Str
     port: Int
-    web_ui_address: Str | None = Field(None, alias="webuiaddress")
+    web_ui_address: Str | None = None
     cores: Int
-    cores_used: Int = Field(alias="coresused")
+    cores_used: Int
     memory_mb: Int = Field(alias="memory")
     memory_used_mb: Int = Field(alias="memoryused")
     state: Str
@@ -37,7 +41,7 @@ class WorkerInfo(SparkModel):
     last_heartbeat_ms: Int | None = Field(None, alias="lastheartbeat")
 
 
-class MasterApplication(SparkModel):
+class MasterApplication(RunTogetherModel):
     """An application registered with the master (active or completed)."""
 
     id: Str
@@ -50,23 +54,23 @@ class MasterApplication(SparkModel):
     """``WAITING``, ``RUNNING``, ``FINISHED``, ``FAILED``, ``KILLED`` or ``UNKNOWN``."""
     start_time_ms: Int | None = Field(None, alias="starttime")
     duration_ms: Int | None = Field(None, alias="duration")
-    submit_date: Str | None = Field(None, alias="submitdate")
+    submit_date: Str | None = None
 
 
-class MasterDriver(SparkModel):
+class MasterDriver(RunTogetherModel):
     """A driver launched by the master (cluster deploy mode), active or completed."""
 
     id: Str
     state: Str
     worker_id: Str | None = Field(None, alias="worker")
-    main_class: Str | None = Field(None, alias="mainclass")
+    main_class: Str | None = None
     cores: Int | None = None
     memory_mb: Int | None = Field(None, alias="memory")
     start_time_ms: Int | None = Field(None, alias="starttime")
-    submit_date: Str | None = Field(None, alias="submitdate")
+    submit_date: Str | None = None
 
 
-class MasterState(SparkModel):
+class MasterState(RunTogetherModel):
     """The standalone master's state page, ``GET {master_ui}/json/``."""
 
     url: Str
@@ -74,15 +78,15 @@ class MasterState(SparkModel):
     status: Str | None = None
     """``ALIVE`` for the leader, ``STANDBY`` for a standby master."""
     workers: tuple[WorkerInfo, ...] = ()
-    alive_workers: Int = Field(alias="aliveworkers")
+    alive_workers: Int
     cores: Int
-    cores_used: Int = Field(alias="coresused")
+    cores_used: Int
     memory_mb: Int | None = Field(None, alias="memory")
     memory_used_mb: Int | None = Field(None, alias="memoryused")
-    active_apps: tuple[MasterApplication, ...] = Field((), alias="activeapps")
-    completed_apps: tuple[MasterApplication, ...] = Field((), alias="completedapps")
-    active_drivers: tuple[MasterDriver, ...] = Field((), alias="activedrivers")
-    completed_drivers: tuple[MasterDriver, ...] = Field((), alias="completeddrivers")
+    active_apps: tuple[MasterApplication, ...] = ()
+    completed_apps: tuple[MasterApplication, ...] = ()
+    active_drivers: tuple[MasterDriver, ...] = ()
+    completed_drivers: tuple[MasterDriver, ...] = ()
 
     def driver(self, submission_id: str) -> MasterDriver | None:
         """The active or completed driver with this id, or ``None``."""
@@ -93,17 +97,21 @@ class MasterState(SparkModel):
         return next((a for a in self.active_apps + self.completed_apps if a.id == app_id), None)
 
 
-class SubmissionResponse(SparkModel):
+class SubmissionResponse(CamelCaseModel):
     """The answer to ``create`` or ``kill`` on the REST submission server."""
 
     action: Str
-    submission_id: Str | None = Field(None, alias="submissionId")
+    submission_id: Str | None = None
     success: Bool
     message: Str | None = None
-    server_spark_version: Str | None = Field(None, alias="serverSparkVersion")
+    server_spark_version: Str | None = None
 
 
-class DriverStatus(SparkModel):
+def _driver_state_in(states: frozenset[str], doc: str) -> property:
+    return state_in(states, doc, field="driver_state")
+
+
+class DriverStatus(CamelCaseModel):
     """
     The answer to ``GET {rest}/v1/submissions/status/{id}``.
 
@@ -112,37 +120,21 @@ class DriverStatus(SparkModel):
     exception of an ERROR driver.
     """
 
-    submission_id: Str | None = Field(None, alias="submissionId")
+    submission_id: Str | None = None
     success: Bool
-    driver_state: Str | None = Field(None, alias="driverState")
+    driver_state: Str | None = None
     """``None`` only when ``success`` is false (the master does not know this submission)."""
-    worker_id: Str | None = Field(None, alias="workerId")
-    worker_host_port: Str | None = Field(None, alias="workerHostPort")
+    worker_id: Str | None = None
+    worker_host_port: Str | None = None
     message: Str | None = None
-    server_spark_version: Str | None = Field(None, alias="serverSparkVersion")
+    server_spark_version: Str | None = None
 
-    @property
-    def is_terminal(self) -> bool:
-        """Whether the driver has ended (FINISHED, FAILED, KILLED or ERROR)."""
-        return self.driver_state in DRIVER_TERMINAL_STATES
-
-    @property
-    def is_successful(self) -> bool:
-        """Whether the driver ended successfully (FINISHED)."""
-        return self.driver_state in DRIVER_SUCCESS_STATES
-
-    @property
-    def is_failed(self) -> bool:
-        """Whether the driver ended unsuccessfully (FAILED, KILLED or ERROR)."""
-        return self.driver_state in DRIVER_FAILURE_STATES
-
-    @property
-    def is_active(self) -> bool:
-        """Whether the driver is waiting for a worker, running, or being relaunched."""
-        return self.driver_state in DRIVER_ACTIVE_STATES
-
-    @property
-    def is_transient(self) -> bool:
-        """Whether the state says nothing yet (UNKNOWN): poll again."""
-        return self.driver_state in DRIVER_TRANSIENT_STATES
-
+    is_terminal = _driver_state_in(DRIVER_TERMINAL_STATES,
+                                   "Whether the driver has ended (FINISHED, FAILED, KILLED or ERROR).")
+    is_successful = _driver_state_in(DRIVER_SUCCESS_STATES, "Whether the driver ended successfully (FINISHED).")
+    is_failed = _driver_state_in(DRIVER_FAILURE_STATES,
+                                 "Whether the driver ended unsuccessfully (FAILED, KILLED or ERROR).")
+    is_active = _driver_state_in(DRIVER_ACTIVE_STATES,
+                                 "Whether the driver is waiting for a worker, running, or being relaunched.")
+    is_transient = _driver_state_in(DRIVER_TRANSIENT_STATES,
+                                    "Whether the state says nothing yet (UNKNOWN): poll again.")

@@ -1,6 +1,6 @@
 """
-Clients for Spark's REST APIs over httpx: :class:`SparkRestClient` (blocking) and :class:`AsyncSparkRestClient`
-(asyncio, for triggers). Both speak to
+Clients for Spark's REST APIs over httpx: :class:`SparkRestClient` (blocking, here) and
+:class:`~airflow_provider_horovod.clients.spark_rest_async.AsyncSparkRestClient` (asyncio, for triggers). Both speak to
 
 * an application's **monitoring API** (``{ui_url}/api/v1/applications[/{id}/jobs|stages|executors]``), served by
   the running driver's web UI (``spark.ui.port``, 4040 by default) or by a history server;
@@ -35,34 +35,15 @@ import tenacity
 
 from airflow_provider_horovod.clients.spark_app_models import ApplicationInfo, ExecutorInfo, JobInfo, StageInfo
 from airflow_provider_horovod.clients.spark_master_models import DriverStatus, MasterState, SubmissionResponse
+from airflow_provider_horovod.clients._spark_rest_base import SparkRestBase
 from airflow_provider_horovod.clients.spark_rest_calls import (
-    Call, Endpoints, RetryPolicy, decode, request_error, submission_request, timeout,
+    Call, Endpoints, decode, request_error, submission_request,
 )
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT_S = 10.0
-_HEADERS = {"Accept": "application/json"}
 
-
-class _Base:
-    def __init__(self, *, ui_url: str | None, master_ui_url: str | None, rest_url: str | None, timeout_s: float,
-                 retry: RetryPolicy | None) -> None:
-        timeout(timeout_s)  # validates
-        self.endpoints = Endpoints(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url)
-        self.timeout_s = timeout_s
-        self.retry = retry or RetryPolicy()
-
-    def _timeout(self, timeout_s: float | None) -> httpx.Timeout:
-        return timeout(self.timeout_s if timeout_s is None else timeout_s)
-
-    def __repr__(self) -> str:
-        e = self.endpoints
-        return (f"{type(self).__name__}(ui_url={e.ui_url!r}, master_ui_url={e.master_ui_url!r}, "
-                f"rest_url={e.rest_url!r}, timeout_s={self.timeout_s})")
-
-
-class SparkRestClient(_Base):
+class SparkRestClient(SparkRestBase):
     """
     Blocking client for Spark's monitoring API, a standalone master's ``/json/`` and its REST submission server.
 
@@ -79,12 +60,8 @@ class SparkRestClient(_Base):
     :raises ValueError: when ``timeout_s`` is not positive.
     """
 
-    def __init__(self, *, ui_url: str | None = None, master_ui_url: str | None = None, rest_url: str | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        super().__init__(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url, timeout_s=timeout_s,
-                         retry=retry)
-        self._http = httpx.Client(transport=transport, headers=_HEADERS, follow_redirects=True)
+    _http_type = httpx.Client
+    _http: httpx.Client
 
     def __enter__(self) -> SparkRestClient:
         return self
@@ -230,91 +207,3 @@ class SparkRestClient(_Base):
         :raises SparkRestError: as :meth:`applications`.
         """
         return self._run(Endpoints.raw(method, url, body, idempotent), timeout_s)
-
-
-class AsyncSparkRestClient(_Base):
-    """
-    The asyncio twin of :class:`SparkRestClient` (same parameters, methods, results and errors, as coroutines),
-    for Airflow triggers. Use it as an async context manager, or await :meth:`aclose`.
-
-    :param transport: an async httpx transport (``httpx.MockTransport`` works for both clients).
-    """
-
-    def __init__(self, *, ui_url: str | None = None, master_ui_url: str | None = None, rest_url: str | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url, timeout_s=timeout_s,
-                         retry=retry)
-        self._http = httpx.AsyncClient(transport=transport, headers=_HEADERS, follow_redirects=True)
-
-    async def __aenter__(self) -> AsyncSparkRestClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._http.aclose()
-
-    async def _attempt(self, call: Call[T], timeout_: httpx.Timeout) -> T:
-        try:
-            response = await self._http.request(call.method, call.url, json=call.body, timeout=timeout_)
-        except httpx.RequestError as exc:
-            raise request_error(call, exc) from exc
-        return decode(call, response)
-
-    async def _run(self, call: Call[T], timeout_s: float | None) -> T:
-        retrying = tenacity.AsyncRetrying(**self.retry.tenacity_kwargs(call))
-        return await retrying(self._attempt, call, self._timeout(timeout_s))
-
-    async def applications(self, *, timeout_s: float | None = None) -> list[ApplicationInfo]:
-        """See :meth:`SparkRestClient.applications`."""
-        return await self._run(self.endpoints.applications(), timeout_s)
-
-    async def application(self, app_id: str, *, timeout_s: float | None = None) -> ApplicationInfo:
-        """See :meth:`SparkRestClient.application`."""
-        return await self._run(self.endpoints.application(app_id), timeout_s)
-
-    async def jobs(self, app_id: str, *, status: str | None = None,
-                   timeout_s: float | None = None) -> list[JobInfo]:
-        """See :meth:`SparkRestClient.jobs`."""
-        return await self._run(self.endpoints.jobs(app_id, status), timeout_s)
-
-    async def stages(self, app_id: str, *, status: str | None = None,
-                     timeout_s: float | None = None) -> list[StageInfo]:
-        """See :meth:`SparkRestClient.stages`."""
-        return await self._run(self.endpoints.stages(app_id, status), timeout_s)
-
-    async def executors(self, app_id: str, *, include_dead: bool = False,
-                        timeout_s: float | None = None) -> list[ExecutorInfo]:
-        """See :meth:`SparkRestClient.executors`."""
-        return await self._run(self.endpoints.executors(app_id, include_dead), timeout_s)
-
-    async def master_state(self, *, timeout_s: float | None = None) -> MasterState:
-        """See :meth:`SparkRestClient.master_state`."""
-        return await self._run(self.endpoints.master_state(), timeout_s)
-
-    async def create_submission(self, *, app_resource: str, main_class: str, app_args: Sequence[str] = (),
-                                spark_properties: Mapping[str, str] | None = None,
-                                environment_variables: Mapping[str, str] | None = None,
-                                client_spark_version: str | None = None,
-                                timeout_s: float | None = None) -> SubmissionResponse:
-        """See :meth:`SparkRestClient.create_submission`."""
-        body = submission_request(app_resource=app_resource, main_class=main_class, app_args=app_args,
-                                  spark_properties=spark_properties, environment_variables=environment_variables,
-                                  client_spark_version=client_spark_version)
-        return await self._run(self.endpoints.create_submission(body), timeout_s)
-
-    async def driver_status(self, submission_id: str, *, timeout_s: float | None = None) -> DriverStatus:
-        """See :meth:`SparkRestClient.driver_status`."""
-        return await self._run(self.endpoints.driver_status(submission_id), timeout_s)
-
-    async def kill_submission(self, submission_id: str, *, timeout_s: float | None = None) -> SubmissionResponse:
-        """See :meth:`SparkRestClient.kill_submission`."""
-        return await self._run(self.endpoints.kill_submission(submission_id), timeout_s)
-
-    async def request_json(self, method: str, url: str, *, body: Mapping[str, Any] | None = None,
-                           idempotent: bool | None = None, timeout_s: float | None = None) -> Any:
-        """See :meth:`SparkRestClient.request_json`."""
-        return await self._run(Endpoints.raw(method, url, body, idempotent), timeout_s)

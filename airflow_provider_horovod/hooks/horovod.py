@@ -25,6 +25,7 @@ from airflow_provider_horovod.runtime.driver import program as driver_program
 from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.utils.driver_output import app_started_line, is_app_started_line, wait_for_driver_result
 from airflow_provider_horovod.utils.job_result import JobResult, read_job_result
 from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, SPARK_LOG4J2, check_reachable, executor_jvm_conf, local_spark_conf,
@@ -35,27 +36,6 @@ from airflow_provider_horovod.utils.standalone_slots import (
 )
 
 __all__ = ["HorovodHook"]
-
-
-DRIVER_RESULT_GRACE_S = 10.0
-"""How long the hook waits for the Python driver's ``result.json`` once spark-submit has failed: the driver program
-is the JVM's child and, when the JVM exits first (``-XX:+ExitOnOutOfMemoryError``), writes it moments later."""
-
-
-def _wait_for_driver_result(staging: Path, timeout_s: float = DRIVER_RESULT_GRACE_S) -> None:
-    """
-    Wait up to ``timeout_s`` for ``result.json`` in ``staging`` when the driver program started the job
-    (``status.json`` is there) but has not written it yet; return at once otherwise.
-
-    :param staging: the driver's result directory.
-    :param timeout_s: the longest wait, seconds.
-    """
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while ((staging / "status.json").exists() and not (staging / "result.json").exists()
-           and time.monotonic() < deadline):
-        time.sleep(0.1)
 
 
 def _die_with_parent() -> None:
@@ -97,7 +77,7 @@ class _SparkSubmit(SparkSubmitHook):
         def watched() -> Iterator[Any]:
             for line in itr:
                 self._on_line(line.rstrip("\n"))
-                if driver_program.APP_MARKER not in line:  # the operator logs the start, with the UI link, once
+                if not is_app_started_line(line):  # the operator logs the start, with the UI link, once
                     yield line
 
         super()._process_spark_submit_log(watched())
@@ -181,15 +161,11 @@ class HorovodHook(BaseHook):
         on_app_started: Callable[[str, str | None], None] | None,
         on_output: Callable[[str], None] | None = None,
     ) -> Callable[[str], None]:
-        marker = driver_program.APP_MARKER
-
         def on_line(line: str) -> None:
             if on_output is not None:
                 on_output(line)
-            if self.app_id is None and marker in line:
-                rest = line.split(marker, 1)[1].split()
-                self.app_id = rest[0]
-                self.ui_url = rest[3] if len(rest) > 3 and rest[3] != "-" else None
+            if self.app_id is None and (started := app_started_line(line)) is not None:
+                self.app_id, self.ui_url = started
                 if on_app_started is not None:
                     on_app_started(self.app_id, self.ui_url)
 
@@ -282,7 +258,7 @@ class HorovodHook(BaseHook):
                 app_id=self.app_id,
             ) from submit_error
         if submit_error is not None:  # the driver's JVM ended: its Python program may still be writing the result
-            _wait_for_driver_result(staging)
+            wait_for_driver_result(staging)
         result = read_job_result(staging, app_id=self.app_id, ui_url=self.ui_url, submit_error=submit_error)
         self.app_id, self.ui_url = result.app_id, result.ui_url
         return result

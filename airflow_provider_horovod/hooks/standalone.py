@@ -19,29 +19,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient
+from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient, SparkRestError
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime.driver import program as driver_program
-from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
+from airflow_provider_horovod.utils.driver_poll import FAILED, RUNNING, SUCCESS, DriverPoll, driver_failure
 from airflow_provider_horovod.utils.job_result import read_job_result
-from airflow_provider_horovod.utils.spark_conf import (
-    BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, check_reachable, executor_jvm_conf, master_addresses, python_daemon_conf,
-)
+from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from airflow_provider_horovod.utils.staging import Staging
-from airflow_provider_horovod.utils.standalone_slots import check_standalone_fits, standalone_defaults
+from airflow_provider_horovod.utils.standalone_slots import check_standalone_fits
+from airflow_provider_horovod.utils.standalone_submission import PYTHON_RUNNER, driver_submission, stage_job
 
-PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 SUBMISSION_FILE = "submission.json"
-PAYLOAD_FILE = "payload.bin"
-DRIVER_FILE = "horovod_driver.py"
 
 
 @dataclass(frozen=True)
@@ -65,6 +58,7 @@ class HorovodStandaloneHook(BaseHook):
     :param env_vars: environment variables for the driver and every rank.
     :param name: the Spark application name.
     :param timeout_s: timeout of each REST call, seconds.
+    :param transport: an httpx transport for the REST calls instead of the network (tests: ``httpx.MockTransport``).
     """
 
     conn_name_attr = "conn_id"
@@ -73,7 +67,7 @@ class HorovodStandaloneHook(BaseHook):
 
     def __init__(self, *, conn_id: str, np: int, conf: dict[str, Any] | None = None,
                  env_vars: dict[str, str] | None = None, name: str = "airflow-horovod",
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, transport: Any = None) -> None:
         super().__init__()
         self.conn_id = conn_id
         self.np = np
@@ -81,6 +75,7 @@ class HorovodStandaloneHook(BaseHook):
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
         self.name = name
         self.timeout_s = timeout_s
+        self.transport = transport
 
     @cached_property
     def endpoints(self) -> StandaloneEndpoints:
@@ -105,7 +100,7 @@ class HorovodStandaloneHook(BaseHook):
         """
         e = self.endpoints
         return SparkRestClient(rest_url=e.rest_url, master_ui_url=e.master_ui_url, timeout_s=self.timeout_s,
-                               retry=retry or RetryPolicy())
+                               retry=retry or RetryPolicy(), transport=self.transport)
 
     def submit(self, *, staging: Any, payload: bytes, key: bytes, artifact_dir: str,
                settings: JobSettings | None = None) -> str:
@@ -127,52 +122,16 @@ class HorovodStandaloneHook(BaseHook):
         self.check_master_reachable()
         staging = Staging.of(staging)
         staging.create()
-        staging.write_bytes(PAYLOAD_FILE, payload)
-        staging.write_bytes(RUNTIME_ZIP_NAME, runtime_zip())
-        staging.write_bytes(DRIVER_FILE, Path(driver_program.__file__).read_bytes())
-        args = ["--payload", staging.path(PAYLOAD_FILE), "--result-dir", staging.uri, "--artifact-dir", artifact_dir,
-                *settings.to_args()]
-        properties = {
-            **BASE_SPARK_CONF,
-            "spark.master": self.endpoints.master_url,
-            "spark.app.name": self.name,
-            "spark.submit.deployMode": "cluster",
-            "spark.driver.supervise": "false",  # a relaunched driver would run a second copy of the training
-            **self.conf,
-        }
-        # spark-submit turns --py-files into files the executors fetch; a REST submission does not, and the driver's
-        # PySpark only puts spark.submit.pyFiles on the executors' path: the runtime (and the user's py-files) go in
-        # spark.files too
-        py_files = [p for p in properties.get("spark.submit.pyFiles", "").split(",") if p]
-        if staging.is_local:
-            py_files.append(staging.path(RUNTIME_ZIP_NAME))
-            app_resource, driver_args = Path(staging.path(DRIVER_FILE)).as_uri(), [staging.path(DRIVER_FILE),
-                                                                                    staging.path(RUNTIME_ZIP_NAME)]
-        else:
-            # the worker downloads the driver program over HTTP(S) and substitutes its local copy for {{USER_JAR}};
-            # the driver fetches the runtime itself (with the credentials below) and ships it to its executors
-            app_resource = staging.signed_url(DRIVER_FILE)
-            driver_args = ["{{USER_JAR}}", "", "--runtime", staging.path(RUNTIME_ZIP_NAME)]
-        files = [p for p in properties.get("spark.files", "").split(",") if p]
-        if py_files:
-            properties["spark.submit.pyFiles"] = ",".join(dict.fromkeys(py_files))
-            properties["spark.files"] = ",".join(dict.fromkeys(files + py_files))
-        rank_env = {**staging.credentials, **self.env_vars}  # the store's credentials travel like env_vars
-        env = {**rank_env, driver_program.KEY_ENV: key.hex()}
-        if rank_env:
-            env[RANK_ENV_NAMES] = ",".join(sorted(rank_env))
-        properties = {**standalone_defaults(self.np, self.endpoints.master_ui_url, properties),
-                      "spark.driver.extraJavaOptions": JVM_STARTUP_OPTIONS, **executor_jvm_conf(properties),
-                      **properties}  # the user's conf wins over each default
-        # the executors find the runtime zip in their working directory: from spark.files, or from the driver's
-        # addPyFile when it fetched the zip from object storage itself (runner.py _ship_runtime)
-        properties.update(python_daemon_conf(properties, RUNTIME_ZIP_NAME))
+        stage_job(staging, payload)
+        submission = driver_submission(
+            staging, master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url, name=self.name,
+            np=self.np, conf=self.conf, env_vars=self.env_vars, key=key, artifact_dir=artifact_dir, settings=settings)
         check_standalone_fits(master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
-                              np=self.np, conf=properties, cluster_mode=True, log=self.log)
+                              np=self.np, conf=submission.properties, cluster_mode=True, log=self.log)
         with self.client(RetryPolicy(max_attempts=3)) as client:
             response = client.create_submission(
-                app_resource=app_resource, main_class=PYTHON_RUNNER, app_args=[*driver_args, *args],
-                spark_properties=properties, environment_variables=env,
+                app_resource=submission.app_resource, main_class=PYTHON_RUNNER, app_args=submission.app_args,
+                spark_properties=submission.properties, environment_variables=submission.env,
             )
         if not response.success or not response.submission_id:
             raise HorovodJobError(f"the standalone master refused the submission: {response.message}")
@@ -253,6 +212,35 @@ class HorovodStandaloneHook(BaseHook):
             return None, None
         return data.get("app_id"), data.get("ui_url")
 
+    @staticmethod
+    def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tuple[str | None, str | None],
+                  last: DriverPoll | None = None) -> DriverPoll:
+        """
+        What one poll of the driver says, for both waits (the task's own loop and the deferral trigger): whether it
+        still runs, finished or failed, what changed since the previous poll, and the trigger's event once it ended.
+
+        :param submission_id: the driver id (``driver-...``).
+        :param status: the REST submission server's answer, or the error that came instead (the trigger's wait ends
+            on it, failed; the task's own wait lets it raise).
+        :param app: ``(app_id, ui_url)`` from the staging directory (:meth:`app_started`), ``(None, None)`` before the
+            driver wrote ``status.json``; once known, the previous poll's stands.
+        :param last: the previous poll, ``None`` on the first.
+        :return: the poll: :attr:`~airflow_provider_horovod.utils.driver_poll.DriverPoll.done` once the driver is
+            FINISHED (``success``), FAILED, KILLED or ERROR (``failed``) or its state cannot be read (``failed``,
+            with the last state read); SUBMITTED, RUNNING, RELAUNCHING and UNKNOWN go on.
+        """
+        known = last is not None and last.app_id is not None
+        app_id, ui_url = last.app if known else app
+        last_state = None if last is None else last.driver_state
+        if isinstance(status, SparkRestError):
+            return DriverPoll(submission_id, FAILED, last_state,
+                              f"cannot read driver {submission_id}'s state: {status}", app_id, ui_url,
+                              app_started=app_id is not None and not known)
+        outcome = RUNNING if not status.is_terminal else SUCCESS if status.is_successful else FAILED
+        return DriverPoll(submission_id, outcome, status.driver_state, status.message, app_id, ui_url,
+                          state_changed=status.driver_state != last_state,
+                          app_started=app_id is not None and not known)
+
     def killed_from_outside(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
         """
         The headline for a driver that was killed through the master rather than failing on its own, else ``None``.
@@ -299,7 +287,7 @@ class HorovodStandaloneHook(BaseHook):
         """
         cause = None
         if status is not None and not status.is_successful:
-            cause = RuntimeError(f"driver state {status.driver_state}: {status.message or 'no message'}")
+            cause = driver_failure(status.driver_state, status.message)
         return read_job_result(staging, submit_error=cause, headline=headline)
 
     def get_conn(self) -> Any:

@@ -10,6 +10,7 @@ was given, and keeps what the "Spark UI" link shows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_horovod.hooks.horovod import HorovodHook
@@ -23,6 +24,7 @@ from airflow_provider_horovod.utils.job_result import JobResult
 from airflow_provider_horovod.utils.progress import ProgressWatcher
 
 
+@dataclass(kw_only=True, eq=False)
 class JobReporter:
     """
     A try's reporting steps: the application's id and UI link, the History Server link, the result's XComs.
@@ -36,18 +38,19 @@ class JobReporter:
         (:func:`~airflow_provider_horovod.links.push_spark_ui_url`, which needs the running task's supervisor).
     """
 
-    def __init__(self, *, log: Any, conn_id: str | None, poll_interval_s: float | None, max_return_value_bytes: int,
-                 outlets: Sequence[Any] = (), publish_link: Callable[[Any, str], None] = push_spark_ui_url) -> None:
-        self.log = log
-        self.publish_link = publish_link
-        self.conn_id = conn_id
-        self.poll_interval_s = poll_interval_s
-        self.max_return_value_bytes = max_return_value_bytes
-        self.outlets = list(outlets or [])
-        self.spark_app_id: str | None = None
-        """The try's Spark application, once known."""
-        self.spark_ui_url: str | None = None
-        """What the "Spark UI" link shows for the try (the live UI, then the History Server)."""
+    log: Any
+    conn_id: str | None
+    poll_interval_s: float | None
+    max_return_value_bytes: int
+    outlets: Sequence[Any] = ()
+    publish_link: Callable[[Any, str], None] = push_spark_ui_url
+    spark_app_id: str | None = field(default=None, init=False)
+    """The try's Spark application, once known."""
+    spark_ui_url: str | None = field(default=None, init=False)
+    """What the "Spark UI" link shows for the try (the live UI, then the History Server)."""
+
+    def __post_init__(self) -> None:
+        self.outlets = list(self.outlets or [])
 
     def app_started(self, ti: Any, app_id: str, ui_url: str | None) -> ProgressWatcher | None:
         """

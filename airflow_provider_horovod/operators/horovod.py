@@ -8,36 +8,29 @@ implements the job methods Airflow's ``ResumableJobMixin`` asks for.
 
 from __future__ import annotations
 
-import secrets
-import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import BaseOperator, ResumableJobMixin
 
-from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.hooks.connect import HorovodConnectHook
 from airflow_provider_horovod.hooks.horovod import HorovodHook
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_flag
 from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.operators.common import (
-    DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, _default_deferrable, check_spark_arguments, default_artifact_dir,
-    validate_deploy_mode,
+    DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, _default_deferrable, default_artifact_dir, validate_deploy_mode,
 )
+from airflow_provider_horovod.operators._arguments import checked_settings, rendered_slot_wait_timeout, signed_payload
 from airflow_provider_horovod.operators._durable import DurableClusterJob
+from airflow_provider_horovod.operators._hooks import OperatorHooks
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes import resolve_deploy_mode
 from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode, DeployMode, JobRequest
 from airflow_provider_horovod.operators.modes.client import ClientMode
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.operators.modes.connect import ConnectMode
-from airflow_provider_horovod.runtime.errors import PayloadError
-from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_SLOT_WAIT_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, JobSettings,
-    check_barrier_conf, validate_timeout,
+    validate_timeout,
 )
 from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
@@ -47,7 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["HorovodRunnerOperator"]
 
 
-class HorovodRunnerOperator(DelegatesToDeployMode, OpenLineageMixin, ResumableJobMixin, BaseOperator):
+class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMixin, ResumableJobMixin,
+                            BaseOperator):
     """
     Run a Horovod training function on Spark, the way Databricks' ``HorovodRunner`` does in a notebook.
 
@@ -188,16 +182,14 @@ class HorovodRunnerOperator(DelegatesToDeployMode, OpenLineageMixin, ResumableJo
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})
-        check_spark_arguments(conf=conf, env_vars=env_vars, spark_submit_kwargs=spark_submit_kwargs)
-        check_barrier_conf(conf)
         # every knob the runtime shares is checked by JobSettings, as in HorovodRunner and the hooks; a templated
         # slot_wait_timeout_s is checked once rendered (job_settings)
-        settings = JobSettings(
+        settings = checked_settings(
             np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
             start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
-            slot_wait_timeout_s=None if isinstance(slot_wait_timeout_s, str) else slot_wait_timeout_s,
-            use_gpu=use_gpu, gpu_visibility=gpu_visibility, timeline=timeline,
-            max_return_value_bytes=max_return_value_bytes)
+            slot_wait_timeout_s=slot_wait_timeout_s, use_gpu=use_gpu, gpu_visibility=gpu_visibility,
+            timeline=timeline, max_return_value_bytes=max_return_value_bytes, conf=conf, env_vars=env_vars,
+            spark_submit_kwargs=spark_submit_kwargs)
         self.np = settings.np
         self.driver_log_verbosity = settings.driver_log_verbosity
         self.gloo_timeout_s = settings.gloo_timeout_s
@@ -249,46 +241,9 @@ class HorovodRunnerOperator(DelegatesToDeployMode, OpenLineageMixin, ResumableJo
         return ClusterOptions(defer=self.defer, deferrable=self.deferrable, cancel_on_kill=self.cancel_on_kill,
                               poll_interval_s=self.poll_interval_s, staging_dir=self.staging_dir, conf=self.conf)
 
-    @cached_property
-    def hook(self) -> HorovodHook:
-        """The client-mode hook for this task (created on first use, never in ``__init__``)."""
-        return HorovodHook(
-            conn_id=self.conn_id, np=self.np, conf=self.conf,
-            env_vars=self._job_env(),
-            name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}",
-            spark_submit_kwargs=self.spark_submit_kwargs,
-        )
-
-    @cached_property
-    def cluster_hook(self) -> HorovodStandaloneHook:
-        """The standalone cluster-mode hook for this task (created on first use)."""
-        if self.conn_id is None:
-            raise HorovodJobError("deploy_mode='cluster' needs conn_id naming a spark://host:port standalone master")
-        return HorovodStandaloneHook(conn_id=self.conn_id, np=self.np, conf=self.conf,
-                                     env_vars=self._job_env(),
-                                     name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}")
-
-    @cached_property
-    def connect_hook(self) -> HorovodConnectHook:
-        """The Spark Connect hook for this task (created on first use)."""
-        return HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name, np=self.np)
-
-    def _job_env(self) -> dict[str, str]:
-        """``env_vars`` plus what the job adds for the driver and ranks: artifact_dir's credentials."""
-        return {**getattr(self, "_storage_env", {}), **self.env_vars}
-
     def _payload(self) -> tuple[bytes, bytes]:
         """``(key, payload)``: the callable and its arguments, signed with a key made for this try."""
-        key = secrets.token_bytes(32)
-        try:
-            payload = dumps_payload(self.python_callable, self.op_args, self.op_kwargs, key=key)
-        except PayloadError as err:
-            raise HorovodJobError(str(err)) from err
-        if len(payload) > LARGE_PAYLOAD_BYTES:
-            self.log.warning("The training payload is %.0f MiB: data captured in the callable or its arguments "
-                             "travels with every task; pass a path and load it inside the function instead",
-                             len(payload) / 2**20)
-        return key, payload
+        return signed_payload(self.python_callable, self.op_args, self.op_kwargs, log=self.log)
 
     def job_settings(self) -> JobSettings:
         """
@@ -296,19 +251,12 @@ class HorovodRunnerOperator(DelegatesToDeployMode, OpenLineageMixin, ResumableJo
 
         :raises ValueError: the rendered ``slot_wait_timeout_s`` is not a positive number, ``None`` or ``"none"``.
         """
-        value = self.slot_wait_timeout_s
-        if isinstance(value, str):
-            text = value.strip()
-            try:
-                value = None if text.lower() in ("none", "") else float(text)
-            except ValueError:
-                raise ValueError(f"slot_wait_timeout_s must be a positive number of seconds or None, got {text!r} "
-                                 "after rendering") from None
         return JobSettings(
             np=self.np, driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
             start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
-            slot_wait_timeout_s=value, use_gpu=self.use_gpu, gpu_visibility=self.gpu_visibility,
-            timeline=self.timeline, max_return_value_bytes=self.max_return_value_bytes)
+            slot_wait_timeout_s=rendered_slot_wait_timeout(self.slot_wait_timeout_s), use_gpu=self.use_gpu,
+            gpu_visibility=self.gpu_visibility, timeline=self.timeline,
+            max_return_value_bytes=self.max_return_value_bytes)
 
     def execute(self, context: Context) -> Any:
         """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
@@ -346,19 +294,3 @@ class HorovodRunnerOperator(DelegatesToDeployMode, OpenLineageMixin, ResumableJo
         if next_method == "__fail__" and self.cancel_on_kill:
             ClusterMode(None, self.cluster_hook, self._new_reporter()).kill_after_trigger_failure(context)
         return super().resume_execution(next_method, next_kwargs, context)
-
-    def on_kill(self) -> None:
-        """
-        Stop the Spark job and every training process of this try (``cancel_on_kill``).
-
-        Airflow's task runner calls this from its SIGTERM handler: in the main thread, between two steps of whatever
-        that thread was doing, possibly inside a log write that holds a lock the kill's own log lines need. So the
-        kill runs in a thread of its own and, called on the main thread, is not waited for (it is not a daemon: the
-        process does not end before it); the interrupted code goes on, and fails once spark-submit is gone.
-        """
-        if not (self.cancel_on_kill and self._mode is not None):
-            return
-        killer = threading.Thread(target=self._mode.on_kill, name="horovod-on-kill")
-        killer.start()
-        if threading.current_thread() is not threading.main_thread():
-            killer.join()

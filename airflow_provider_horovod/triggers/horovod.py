@@ -10,16 +10,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestError
 
-EVENT_KEYS = frozenset({"status", "submission_id", "driver_state", "app_id", "ui_url", "message", "staging"})
-"""Every event this trigger yields has exactly these keys; ``status`` is ``success`` or ``failed``."""
-
 
 class HorovodSparkJobTrigger(BaseTrigger):
     """
     Poll the standalone master's REST submission server until the driver ends, then yield one event.
 
-    Uses the async REST client (httpx), so the triggerer's event loop is never blocked. Progress (driver state
-    changes, the application id once the driver wrote it) is logged as it happens.
+    Uses the async REST client (httpx), so the triggerer's event loop is never blocked. Each poll is read by
+    :meth:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook.read_poll`, as the task's own wait reads
+    it; the event is its :meth:`~airflow_provider_horovod.utils.driver_poll.DriverPoll.event` (the keys of
+    :data:`~airflow_provider_horovod.utils.driver_poll.EVENT_KEYS`). Progress (driver state changes, the application
+    id once the driver wrote it) is logged as it happens.
 
     :param submission_id: the driver id (``driver-...``).
     :param rest_url: the master's REST submission server, e.g. ``http://master:6066``.
@@ -73,11 +73,6 @@ class HorovodSparkJobTrigger(BaseTrigger):
             self.log.warning("Cannot read %s/status.json yet: %s", self.staging, err)
             return None, None
 
-    async def _event(self, status: str, driver_state: str | None, message: str | None) -> TriggerEvent:
-        app_id, ui_url = await self._app()
-        return TriggerEvent({"status": status, "submission_id": self.submission_id, "driver_state": driver_state,
-                             "app_id": app_id, "ui_url": ui_url, "message": message, "staging": self.staging})
-
     async def _progress(self, ui_url: str, app_id: str, last: dict[str, str]) -> None:
         """
         One poll of the application's monitoring REST API: log the barrier stage's facts that changed, as the
@@ -104,32 +99,27 @@ class HorovodSparkJobTrigger(BaseTrigger):
         Meanwhile log the driver's state changes, the application's start with its Spark UI, and the barrier
         stage's progress (waiting for slots, ranks running on which executors, a failed attempt).
         """
-        last_state = None
-        app_reported = False
-        app_id = ui_url = None
+        from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+
+        poll = None
         facts: dict[str, str] = {}
         async with self._client() as client:
             while True:
                 try:
                     status = await client.driver_status(self.submission_id)
                 except SparkRestError as err:
-                    yield await self._event("failed", last_state,
-                                            f"cannot read driver {self.submission_id}'s state: {err}")
+                    status = err
+                app = poll.app if poll is not None and poll.app_id else await self._app()
+                poll = HorovodStandaloneHook.read_poll(self.submission_id, status, app, poll)
+                if poll.state_changed:
+                    self.log.info("Driver %s is %s", self.submission_id, poll.driver_state)
+                if poll.app_started:
+                    self.log.info("Spark application %s started; Spark UI: %s", poll.app_id, poll.ui_url)
+                if poll.done:
+                    yield TriggerEvent(poll.event(self.staging))
                     return
-                if status.driver_state != last_state:
-                    self.log.info("Driver %s is %s", self.submission_id, status.driver_state)
-                    last_state = status.driver_state
-                if not app_reported:
-                    app_id, ui_url = await self._app()
-                    if app_id:
-                        self.log.info("Spark application %s started; Spark UI: %s", app_id, ui_url)
-                        app_reported = True
-                if status.is_terminal:
-                    yield await self._event("success" if status.is_successful else "failed", status.driver_state,
-                                      status.message)
-                    return
-                if app_reported and ui_url:
-                    await self._progress(ui_url, app_id, facts)
+                if poll.app_id and poll.ui_url:
+                    await self._progress(poll.ui_url, poll.app_id, facts)
                 await asyncio.sleep(self.poll_interval_s)
 
     async def on_kill(self) -> None:
@@ -155,15 +145,3 @@ class HorovodSparkJobTrigger(BaseTrigger):
             response = await client.kill_submission(self.submission_id)
         self.log.info("Kill of driver %s: %s", self.submission_id, response.message or response.success)
 
-
-def validate_event(event: Any) -> dict[str, Any]:
-    """
-    Check a trigger event before the operator acts on it.
-
-    :raises ValueError: not a dict with exactly :data:`EVENT_KEYS`, or an unknown ``status``.
-    """
-    if not isinstance(event, dict) or set(event) != EVENT_KEYS:
-        raise ValueError(f"unexpected trigger event {event!r}: expected the keys {sorted(EVENT_KEYS)}")
-    if event["status"] not in ("success", "failed"):
-        raise ValueError(f"unexpected trigger event status {event['status']!r}: expected 'success' or 'failed'")
-    return event

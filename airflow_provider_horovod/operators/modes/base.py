@@ -10,6 +10,7 @@ the operator, so each mode is tested on its own against a fake hook (``tests/uni
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -143,11 +144,12 @@ class DeployMode:
 
 class DelegatesToDeployMode:
     """
-    The job methods of Airflow's ``ResumableJobMixin``, mixed into the operator: each goes to the deploy mode this
-    try runs in (``self._mode``, chosen once in ``execute``).
+    The job methods of Airflow's ``ResumableJobMixin``, mixed into the operator, and its ``on_kill``: each goes to the
+    deploy mode this try runs in (``self._mode``, chosen once in ``execute``).
     """
 
-    _mode: DeployMode
+    _mode: DeployMode | None
+    cancel_on_kill: bool
 
     def submit_job(self, context: Context) -> Any:
         """Submit the job (see :meth:`DeployMode.submit_job`); return its id, which ``durable`` persists."""
@@ -172,3 +174,19 @@ class DelegatesToDeployMode:
     def get_job_result(self, external_id: Any, context: Context) -> Any:
         """Push the result's XComs, return rank 0's value (see :meth:`DeployMode.get_job_result`)."""
         return self._mode.get_job_result(external_id, context)
+
+    def on_kill(self) -> None:
+        """
+        Stop the Spark job and every training process of this try (``cancel_on_kill``).
+
+        Airflow's task runner calls this from its SIGTERM handler: in the main thread, between two steps of whatever
+        that thread was doing, possibly inside a log write that holds a lock the kill's own log lines need. So the
+        kill runs in a thread of its own and, called on the main thread, is not waited for (it is not a daemon: the
+        process does not end before it); the interrupted code goes on, and fails once spark-submit is gone.
+        """
+        if not (self.cancel_on_kill and self._mode is not None):
+            return
+        killer = threading.Thread(target=self._mode.on_kill, name="horovod-on-kill")
+        killer.start()
+        if threading.current_thread() is not threading.main_thread():
+            killer.join()

@@ -23,7 +23,8 @@ from airflow_provider_horovod.operators._durable import (
     ABANDONED, KILL_MARKER, NOT_FOUND, REATTACHABLE_STATES, DurableClusterJob, abandoned_by, cluster_job, job_record,
 )
 from airflow_provider_horovod.operators.modes.base import DeployMode, JobRequest
-from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger, validate_event
+from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
+from airflow_provider_horovod.utils.driver_poll import SUCCESS, driver_failure, validate_event
 from airflow_provider_horovod.utils.job_result import read_job_result
 from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
@@ -169,9 +170,13 @@ class ClusterMode(DurableClusterJob, DeployMode):
         return self._job_value
 
     def _wait_for_driver(self, ti: Any, submission_id: str, staging: Staging) -> DriverStatus:
-        """Poll the driver's state every ``poll_interval_s`` until it ends, logging state changes."""
+        """
+        Poll the driver's state every ``poll_interval_s`` until it ends (the decision:
+        :meth:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook.read_poll`, as the trigger's), logging
+        its state changes and reporting the application once it started.
+        """
         interval = self.options.poll_interval_s
-        last_state, watcher, tick = None, None, threading.Event()
+        poll, watcher, tick = None, None, threading.Event()
         slots = None if not interval else ClusterSlotsWatcher(  # what the job waits for, from the master
             master_ui_url=self.hook.endpoints.master_ui_url, submission_id=submission_id,
             app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=self.hook.np,
@@ -179,14 +184,13 @@ class ClusterMode(DurableClusterJob, DeployMode):
         try:
             while True:
                 status = self.hook.status(submission_id)
-                if status.driver_state != last_state:
-                    self.log.info("Driver %s is %s", submission_id, status.driver_state)
-                    last_state = status.driver_state
-                if watcher is None:
-                    app_id, ui_url = HorovodStandaloneHook.app_started(staging)
-                    if app_id:
-                        watcher = self.reporter.app_started(ti, app_id, ui_url) or False
-                if status.is_terminal:
+                app = poll.app if poll is not None and poll.app_id else HorovodStandaloneHook.app_started(staging)
+                poll = HorovodStandaloneHook.read_poll(submission_id, status, app, poll)
+                if poll.state_changed:
+                    self.log.info("Driver %s is %s", submission_id, poll.driver_state)
+                if poll.app_started:
+                    watcher = self.reporter.app_started(ti, poll.app_id, poll.ui_url)
+                if poll.done:
                     return status
                 tick.wait(interval or 5.0)  # the poll interval
         finally:
@@ -235,8 +239,8 @@ class ClusterMode(DurableClusterJob, DeployMode):
                 reporter.spark_ui_url = event["ui_url"]
             reporter.link_history(ti)
         cause = headline = None
-        if event["status"] != "success":
-            cause = RuntimeError(f"driver state {event['driver_state']}: {event['message'] or 'no message'}")
+        if event["status"] != SUCCESS:
+            cause = driver_failure(event["driver_state"], event["message"])
             headline = self._kill_headline(event["submission_id"], event["driver_state"], event["app_id"])
         return reporter.finish(ti, read_job_result(Staging(event["staging"]), app_id=event["app_id"],
                                                    ui_url=event["ui_url"], submit_error=cause, headline=headline))

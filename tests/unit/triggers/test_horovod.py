@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_horovod.triggers.horovod import EVENT_KEYS, HorovodSparkJobTrigger, validate_event
+from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
+from airflow_provider_horovod.utils.driver_poll import EVENT_KEYS, validate_event
 
 
 def test_serialize_round_trip():

@@ -31,7 +31,7 @@ def test_a_driver_whose_jvm_is_gone_says_so(tmp_path):
     """The JVM exits when out of memory; its Python program sees a refused connection, and writes its result late."""
     import time
 
-    from airflow_provider_horovod.hooks.horovod import _wait_for_driver_result
+    from airflow_provider_horovod.utils.driver_output import wait_for_driver_result
 
     class Py4JNetworkError(Exception):
         pass
@@ -46,11 +46,11 @@ def test_a_driver_whose_jvm_is_gone_says_so(tmp_path):
     assert driver._jvm_gone(ConnectionRefusedError(111, "Connection refused"))
     assert not driver._jvm_gone(ValueError("a plain error"))
     started = time.monotonic()
-    _wait_for_driver_result(tmp_path, timeout_s=5)  # no status.json: the driver never started the job
+    wait_for_driver_result(tmp_path, timeout_s=5)  # no status.json: the driver never started the job
     (tmp_path / "status.json").write_text("{}")
     (tmp_path / "result.json").write_text("{}")
-    _wait_for_driver_result(tmp_path, timeout_s=5)  # already written
+    wait_for_driver_result(tmp_path, timeout_s=5)  # already written
     assert time.monotonic() - started < 1
     (tmp_path / "result.json").unlink()
-    _wait_for_driver_result(tmp_path, timeout_s=0.3)  # started, never wrote it: bounded
+    wait_for_driver_result(tmp_path, timeout_s=0.3)  # started, never wrote it: bounded
     assert time.monotonic() - started < 2
