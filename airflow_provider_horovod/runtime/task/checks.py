@@ -32,7 +32,7 @@ def _preflight(host: str, launcher_name: str = HOROVOD) -> None:
     """
     Fail fast, naming the interpreter and host, when the executor's Python lacks what the job's ranks need.
 
-    :param host: this task's host, for the message.
+    :param host: this task's host, for the message; ``"the driver"`` for ranks on the driver (``np < 0``).
     :param launcher_name: the job's launcher (:data:`~airflow_provider_horovod.runtime.launchers.LAUNCHERS`).
     :raises LaunchError: a module the launcher needs is not importable.
     """
@@ -46,10 +46,12 @@ def _preflight(host: str, launcher_name: str = HOROVOD) -> None:
             found = False
         if not found:
             hint = "cloudpickle" if module == "cloudpickle" else launcher.install_hint
+            whose = "the driver's" if host == "the driver" else "the executor's"
+            where = "" if host == "the driver" else f" on {host}"
             raise LaunchError(
-                f"{module.split('.')[0]} ({module}) is not importable by the executor's Python {sys.executable} on "
-                f"{host}: install it there ({hint}), or point spark.pyspark.python / PYSPARK_PYTHON at an "
-                "interpreter that has it"
+                f"{module.split('.')[0]} ({module}) is not importable by {whose} Python {sys.executable}{where}: "
+                f"install it there ({hint}), or point spark.pyspark.python / PYSPARK_PYTHON at an interpreter that "
+                "has it"
             )
 
 

@@ -61,6 +61,7 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
     :param stdout: where forwarded ranks' lines go; default: this process's stdout.
     :return: rank 0's cloudpickled return value.
     :raises RankFailedError: a rank exited non-zero.
+    :raises LaunchError: this Python cannot import what the launcher needs (Horovod, or ``torch.distributed``).
     """
 
     def emit(line: str) -> None:
@@ -75,6 +76,7 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
         else:
             stderr_sink(slot, line)
 
+    _preflight("the driver", spec.launcher)
     plan = local_plan(spec.np)
     workdir = tempfile.mkdtemp(prefix="horovod-ranks-")
     if spec.launcher == TORCH:  # rank 0's init_process_group() starts the store on the port held here
