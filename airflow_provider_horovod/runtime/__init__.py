@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from airflow_provider_horovod.runtime.observability import tensorboard_dir
     from airflow_provider_horovod.runtime.runner import HorovodRunner
+    from airflow_provider_horovod.runtime.torch_distributor import TorchDistributor
 
 _EXPORTS = {
     "HorovodRunner": "airflow_provider_horovod.runtime.runner",
@@ -34,6 +35,7 @@ _EXPORTS = {
     "artifact_dir": "airflow_provider_horovod.runtime.artifacts",
     "rank_shard": "airflow_provider_horovod.runtime.data",
     "tensorboard_dir": "airflow_provider_horovod.runtime.observability",
+    "TorchDistributor": "airflow_provider_horovod.runtime.torch_distributor",
 }
 
 __all__ = sorted(_EXPORTS)

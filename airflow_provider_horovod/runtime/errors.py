@@ -5,7 +5,7 @@ Hierarchy::
     HorovodRuntimeError (RuntimeError)
     ├── PayloadError        the serialized training function is corrupt, tampered with or incompatible
     ├── LaunchError         the job could not be started (bad plan, not enough slots, Spark refused it)
-    ├── RankFailedError     a Horovod rank exited non-zero; carries the rank, exit status and output tail
+    ├── RankFailedError     a rank exited non-zero; carries the rank, exit status and output tail
     └── ReturnValueTooLargeError  rank 0's return value was above max_return_value_bytes and was not sent
 
 :class:`ReturnValueRefused` is not an error: it is what rank 0 sends instead of a value that is too large.
@@ -19,6 +19,8 @@ import re
 import signal
 from typing import Any
 
+from airflow_provider_horovod.runtime.launchers import HOROVOD, get_launcher
+
 START_TIMEOUT = "airflow_provider_horovod.StartTimeout"
 """``exc_type`` of a rank stopped because it was still loading the function when ``start_timeout_s`` ran out."""
 WAITING_FOR_PEERS = "airflow_provider_horovod.WaitingForPeers"
@@ -30,6 +32,9 @@ LOAD_ERROR = "airflow_provider_horovod.LoadError"
 PEER_LEFT = "airflow_provider_horovod.PeerLeft"
 """``exc_type`` of a rank stopped inside ``hvd.init()`` because another rank ended without ever calling it."""
 TIMEOUTS = (START_TIMEOUT, WAITING_FOR_PEERS, TRAINING_TIMEOUT)
+
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+"""What Gloo's errors say when a collective's peer process went away."""
 
 _MARK_START = "<<horovod-rank-failure:"
 _MARK_END = ":horovod-rank-failure>>"
@@ -101,7 +106,7 @@ class ReturnValueTooLargeError(HorovodRuntimeError):
 
 class RankFailedError(HorovodRuntimeError):
     """
-    A Horovod rank (one training process) failed.
+    A rank (one training process, Horovod's or ``torch.distributed``'s) failed.
 
     The message names the rank, the exit status (or the signal that killed it), the exception type raised
     by the training function when there was one, and the last lines of that rank's output, which include
@@ -115,6 +120,7 @@ class RankFailedError(HorovodRuntimeError):
     :param output_tail: the last lines the rank printed (stdout and stderr merged), oldest first.
     :param host: the executor host the rank ran on, if known.
     :param failed_at: when the rank failed (seconds since the epoch, the worker's clock), if known.
+    :param launcher: the job's launcher (``"horovod"`` or ``"torch"``), which the message names the rank by.
     """
 
     def __init__(
@@ -128,8 +134,10 @@ class RankFailedError(HorovodRuntimeError):
         output_tail: list[str] | None = None,
         host: str | None = None,
         failed_at: float | None = None,
+        launcher: str = HOROVOD,
     ) -> None:
         self.rank = rank
+        self.launcher = launcher
         self.exit_code = exit_code
         self.exc_type = exc_type
         self.exc_message = exc_message
@@ -144,11 +152,17 @@ class RankFailedError(HorovodRuntimeError):
         """
         True when this rank most likely failed *because* another rank did.
 
-        Horovod shuts every rank down when one fails (``HorovodInternalError: Horovod has been shut down``);
-        such a rank is a bystander, not the root cause. (Ranks the launcher itself stops are never reported.)
+        Horovod shuts every rank down when one fails (``HorovodInternalError: Horovod has been shut down``), and
+        ``torch.distributed``'s Gloo fails a collective whose peer went away (``DistBackendError``, "Connection
+        closed by peer"); such a rank is a bystander, not the root cause. (Ranks the launcher itself stops are never
+        reported.)
         """
-        return bool(self.exc_type and (self.exc_type.endswith("HorovodInternalError")
-                                       or self.exc_type == WAITING_FOR_PEERS))
+        if not self.exc_type:
+            return False
+        if self.exc_type.endswith(("HorovodInternalError", "DistBackendError", "DistNetworkError")) \
+                or self.exc_type == WAITING_FOR_PEERS:
+            return True
+        return any(s in (self.exc_message or "") for s in _PEER_GONE)
 
     @property
     def exit_reason(self) -> str:
@@ -166,14 +180,15 @@ class RankFailedError(HorovodRuntimeError):
     def headline(self) -> str:
         """The first line of the message: which rank, where, and what actually happened to it."""
         where = f" on {self.host}" if self.host else ""
+        label = get_launcher(self.launcher).label
         if self.exc_type in TIMEOUTS:  # a limit the launcher enforced
-            return f"Horovod rank {self.rank}{where} timed out and was stopped: {self.exc_message}"
+            return f"{label} rank {self.rank}{where} timed out and was stopped: {self.exc_message}"
         if self.exc_type == PEER_LEFT:
-            return f"Horovod rank {self.rank}{where} was stopped: {self.exc_message}"
+            return f"{label} rank {self.rank}{where} was stopped: {self.exc_message}"
         if self.exc_type == LOAD_ERROR:
-            return (f"Horovod rank {self.rank}{where} could not load the training function ({self.exit_reason}): "
+            return (f"{label} rank {self.rank}{where} could not load the training function ({self.exit_reason}): "
                     f"{self.exc_message}{_module_hint(self.exc_message)}")
-        head = f"Horovod rank {self.rank}{where} failed ({self.exit_reason})"
+        head = f"{label} rank {self.rank}{where} failed ({self.exit_reason})"
         if self.exc_type == "SystemExit":
             return f"{head}: {self.exc_message}"
         if self.exc_type:
@@ -209,13 +224,15 @@ class RankFailedError(HorovodRuntimeError):
             "output_tail": self.output_tail,
             "host": self.host,
             "failed_at": self.failed_at,
+            "launcher": self.launcher,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankFailedError:
         """Rebuild the error from :meth:`to_dict` output."""
         return cls(**{k: data.get(k) for k in ("rank", "exit_code", "exc_type", "exc_message",
-                                                 "traceback", "output_tail", "host", "failed_at")})
+                                                 "traceback", "output_tail", "host", "failed_at")},
+                   launcher=data.get("launcher") or HOROVOD)
 
     def marker(self) -> str:
         """
@@ -262,5 +279,6 @@ def root_cause(failures: list[RankFailedError]) -> RankFailedError:
                                           f.rank))
     never_joined = sorted({f.rank for f in failures if f.exc_type == START_TIMEOUT})
     if never_joined:
-        chosen.args = (f"{chosen.args[0]}\nRanks that never reached hvd.init(): {never_joined}",)
+        init_call = get_launcher(chosen.launcher).init_call
+        chosen.args = (f"{chosen.args[0]}\nRanks that never reached {init_call}: {never_joined}",)
     return chosen

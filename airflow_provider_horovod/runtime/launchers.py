@@ -1,25 +1,88 @@
 """
-What differs between the launchers a job can use (Horovod, and PyTorch's ``torch.distributed``): the modules a
-rank started ahead of its rendezvous imports meanwhile (:func:`preimports`). Standard library only: the barrier
-task imports it before its checks of the executor's Python.
+What differs between the launchers a job can use: Horovod (``launcher="horovod"``, the default) and PyTorch's
+``torch.distributed`` (``launcher="torch"``, the torchrun environment contract). One :class:`Launcher` each, in
+:data:`LAUNCHERS`. Standard library only: the barrier task imports it before its checks of the executor's Python.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
-FRAMEWORKS = ("horovod.torch", "horovod.tensorflow", "horovod.keras")
-"""Horovod framework modules a deferred rank imports ahead when its payload names them."""
+HOROVOD = "horovod"
+TORCH = "torch"
 
 
-def preimports(payload: bytes) -> list[str]:
+@dataclass(frozen=True)
+class Launcher:
     """
-    The Horovod framework modules a payload's function imports, read from the payload bytes without loading them.
+    One way of starting the ranks.
 
-    A function pickled by value carries its code's names as plain strings (``import horovod.torch as hvd`` puts
-    ``horovod.torch`` there), so a byte search finds them; a false hit only costs an import. Functions pickled by
-    reference (an installed module) name no imports: nothing is imported ahead for them.
-
-    :param payload: the payload (:mod:`~airflow_provider_horovod.runtime.wire.payload` format).
-    :return: module names from :data:`FRAMEWORKS`, in that order.
+    :param name: the ``launcher`` setting's value.
+    :param label: how messages name a rank's framework (``"Horovod rank 1 failed"``).
+    :param init_call: the call that joins a rank to the others, as messages name it (the launcher's
+        ``start_timeout_s`` clock runs while a rank is inside it).
+    :param required_modules: what the executor's Python must be able to import (checked before a rank starts).
+    :param frameworks: modules a rank started ahead of its rendezvous imports meanwhile when its payload names them.
+    :param always_preimport: modules such a rank imports meanwhile whatever its payload names.
+    :param install_hint: what to install where a required module is missing.
     """
-    return [name for name in FRAMEWORKS if name.encode() in payload]
+
+    name: str
+    label: str
+    init_call: str
+    required_modules: tuple[str, ...]
+    frameworks: tuple[str, ...] = ()
+    always_preimport: tuple[str, ...] = ()
+    install_hint: str = ""
+
+    def preimports(self, payload: bytes) -> list[str]:
+        """
+        The modules a rank started ahead of its rendezvous imports while it waits, read from the payload bytes
+        without loading them: :attr:`always_preimport`, then the :attr:`frameworks` the payload names.
+
+        A function pickled by value carries its code's names as plain strings (``import horovod.torch as hvd`` puts
+        ``horovod.torch`` there), so a byte search finds them; a false hit only costs an import. Functions pickled
+        by reference (an installed module) name no imports: only :attr:`always_preimport` is imported for them.
+
+        :param payload: the payload (:mod:`~airflow_provider_horovod.runtime.wire.payload` format).
+        """
+        return [*self.always_preimport, *(name for name in self.frameworks if name.encode() in payload)]
+
+
+LAUNCHERS = {
+    HOROVOD: Launcher(
+        name=HOROVOD, label="Horovod", init_call="hvd.init()",
+        required_modules=("horovod.runner.http.http_server", "horovod.torch", "cloudpickle"),
+        frameworks=("horovod.torch", "horovod.tensorflow", "horovod.keras"),
+        install_hint="Horovod built with Gloo and PyTorch: pip install 'airflow-provider-horovod[horovod]' where "
+                     "it builds, or scripts/build_horovod.sh"),
+    TORCH: Launcher(
+        name=TORCH, label="torch.distributed", init_call="init_process_group()",
+        required_modules=("torch.distributed", "cloudpickle"),
+        always_preimport=("torch.distributed",),
+        install_hint="PyTorch"),
+}
+"""The launchers by the ``launcher`` setting's value."""
+
+
+def get_launcher(name: str) -> Launcher:
+    """
+    The launcher named ``name``.
+
+    :raises ValueError: not a key of :data:`LAUNCHERS` (the message lists them).
+    """
+    try:
+        return LAUNCHERS[name]
+    except KeyError:
+        raise ValueError(f"launcher must be one of {tuple(LAUNCHERS)}, got {name!r}") from None
+
+
+def preimports(payload: bytes, launcher_name: str = HOROVOD) -> list[str]:
+    """
+    The modules a rank of ``launcher_name`` started ahead of its rendezvous imports meanwhile
+    (:meth:`Launcher.preimports`).
+
+    :param payload: the payload bytes.
+    :param launcher_name: the job's ``launcher``.
+    """
+    return get_launcher(launcher_name).preimports(payload)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -12,34 +10,26 @@ from typing import Any
 import cloudpickle
 
 from airflow_provider_horovod.runtime.driver.connect import is_connect_session, run_barrier_connect
-from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
-from airflow_provider_horovod.runtime.task.gpus import check_gpu_conf
-from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.task.launch import barrier_task, run_on_driver
-from airflow_provider_horovod.runtime.wire.logs import LogServer
-from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
-from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
+from airflow_provider_horovod.runtime.driver.shipping import runtime_zip, ship_runtime
+from airflow_provider_horovod.runtime.driver.slots import local_master_slots, not_enough_slots, wait_for_slots
+from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
+from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
 from airflow_provider_horovod.runtime.settings import (
-    DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_MAX_RETURN_VALUE_BYTES, DEFAULT_SLOT_WAIT_TIMEOUT_S,
-    DEFAULT_START_TIMEOUT_S, JobSettings, check_barrier_conf,
+    DEFAULT_GLOO_TIMEOUT_S,
+    DEFAULT_GPU_VISIBILITY,
+    DEFAULT_LAUNCHER,
+    DEFAULT_MAX_RETURN_VALUE_BYTES,
+    DEFAULT_SLOT_WAIT_TIMEOUT_S,
+    DEFAULT_START_TIMEOUT_S,
+    JobSettings,
+    check_barrier_conf,
 )
-from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
-from airflow_provider_horovod.runtime.driver.slots import own_slots, wait_for_slots
-
-_shipped_to: set[str] = set()
-
-
-def _local_master_slots(master: str) -> int | None:
-    """Task slots of a ``local``/``local[N]``/``local[*]``/``local[N,F]`` master; ``None`` for other masters."""
-    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master.strip())
-    if match is None:
-        return None
-    if match.group(1) is None:
-        return 1
-    if match.group(1) == "*":
-        return os.cpu_count() or 1
-    return int(match.group(1))
+from airflow_provider_horovod.runtime.task.gpus import check_gpu_conf
+from airflow_provider_horovod.runtime.task.launch import barrier_task, run_on_driver
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.wire.logs import LogServer
+from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 
 
 class HorovodRunner:
@@ -80,12 +70,16 @@ class HorovodRunner:
         ``<artifact_dir>/horovod_timeline.json``, closed as valid JSON when rank 0 ends; needs ``artifact_dir``.
         See :mod:`~airflow_provider_horovod.runtime.observability`.
     :param max_return_value_bytes: the largest return value rank 0 sends back, in bytes of its cloudpickle (a
-        positive int; default 64 MiB, far above metrics and paths, well below what a default 1 GiB driver and a
-        512 MiB executor hold while the value crosses them in a few copies). Rank measures its value's pickle and, when it is
-        larger, does not send it: :meth:`run` raises
-        :class:`~airflow_provider_horovod.runtime.errors.ReturnValueTooLargeError` as soon as the job has ended,
-        and the files the ranks wrote stay. Databricks' ``HorovodRunner`` has no such limit; there the value travels through the executor's and the driver's JVM memory (a few copies of it), and one too
-        large for them makes the job fail or hang. Return paths and metrics; write models under ``artifact_dir``.
+        positive int; default 64 MiB, far above metrics and paths, well below what a default 1 GiB driver and a 512
+        MiB executor hold while the value crosses them in a few copies). Rank 0 measures its value's pickle and, when
+        it is larger, does not send it: :meth:`run` raises
+        :class:`~airflow_provider_horovod.runtime.errors.ReturnValueTooLargeError` as soon as the job has ended, and
+        the files the ranks wrote stay. Databricks' ``HorovodRunner`` has no such limit; there the value travels
+        through the executor's and the driver's JVM memory (a few copies of it), and one too large for them makes
+        the job fail or hang. Return paths and metrics; write models under ``artifact_dir``.
+    :param launcher: ``"horovod"`` (default: Horovod's Gloo rendezvous; the function calls ``hvd.init()``) or
+        ``"torch"`` (the torchrun environment; the function calls ``torch.distributed.init_process_group()``;
+        :class:`~airflow_provider_horovod.runtime.torch_distributor.TorchDistributor` is the API made for it).
     :raises ValueError: an argument is invalid (raised here, before any Spark work), with the same message as the
         operator's and the decorator's (:class:`~airflow_provider_horovod.runtime.settings.JobSettings`).
     """
@@ -106,12 +100,13 @@ class HorovodRunner:
         slot_wait_timeout_s: float | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
         timeline: bool = False,
         max_return_value_bytes: int = DEFAULT_MAX_RETURN_VALUE_BYTES,
+        launcher: str = DEFAULT_LAUNCHER,
     ) -> None:
         self.settings = JobSettings(
             np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
             start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
             slot_wait_timeout_s=slot_wait_timeout_s, use_gpu=use_gpu, gpu_visibility=gpu_visibility,
-            timeline=timeline, max_return_value_bytes=max_return_value_bytes)
+            timeline=timeline, max_return_value_bytes=max_return_value_bytes, launcher=launcher)
         """The job's knobs, checked."""
         if timeline and not artifact_dir:
             raise ValueError("timeline=True needs artifact_dir: the Horovod Timeline is written there as "
@@ -144,7 +139,7 @@ class HorovodRunner:
         ``main`` and ``kwargs`` travel with cloudpickle; functions defined in a module that executors cannot
         import (an Airflow DAG file, a notebook) travel by value. Imports belong inside ``main``.
 
-        :param main: the training function; it calls ``hvd.init()`` itself.
+        :param main: the training function; it calls ``hvd.init()`` (``init_process_group()``) itself.
         :param kwargs: keyword arguments for ``main``.
         :return: what rank 0's ``main`` returned.
         :raises ReturnValueTooLargeError: that value's pickle was larger than ``max_return_value_bytes``; rank 0
@@ -154,13 +149,25 @@ class HorovodRunner:
             GPU scheduling, Spark error).
         :raises PayloadError: ``main`` or ``kwargs`` cannot be pickled.
         """
-        payload = dumps_payload(main, (), kwargs)
+        return self.run_call(main, (), kwargs)
+
+    def run_call(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+                 ) -> Any:
+        """
+        Run ``fn(*args, **kwargs)`` on every rank and return rank 0's return value (:meth:`run` with positional
+        arguments too; the errors are :meth:`run`'s).
+
+        :param fn: the training function.
+        :param args: its positional arguments.
+        :param kwargs: its keyword arguments.
+        """
+        payload = dumps_payload(fn, tuple(args), dict(kwargs or {}))
         if len(payload) > LARGE_PAYLOAD_BYTES:
             import warnings
 
             warnings.warn(f"the training payload is {len(payload) / 2**20:.0f} MiB: a dataset captured in the function "
                           "or its arguments travels with every task; pass a path and load it inside main instead",
-                          stacklevel=2)
+                          stacklevel=3)
         result = self.run_payload(payload)
         value = None if result is None else cloudpickle.loads(result)
         if isinstance(value, ReturnValueRefused):
@@ -185,7 +192,7 @@ class HorovodRunner:
                        forward_all=s.driver_log_verbosity == "all", gloo_timeout_s=s.gloo_timeout_s, env=self.env,
                        start_timeout_s=s.start_timeout_s, training_timeout_s=s.training_timeout_s,
                        use_gpu=s.use_gpu, gpu_visibility=s.gpu_visibility,
-                       max_return_value_bytes=s.max_return_value_bytes)
+                       max_return_value_bytes=s.max_return_value_bytes, launcher=s.launcher)
         if self.np < 0:
             return run_on_driver(spec)
         return self._run_barrier(spec)
@@ -204,11 +211,11 @@ class HorovodRunner:
             raise LaunchError(str(err)) from None
         if spec.use_gpu:
             check_gpu_conf(dict(conf.getAll()))
-        slots = _local_master_slots(sc.master)
+        slots = local_master_slots(sc.master)
         if slots is not None and spec.np > slots:
             raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {sc.master} has {slots}; "
                               f"use local[{spec.np}] or a smaller np")
-        self._ship_runtime(sc)
+        ship_runtime(sc)
         host = conf.get("spark.driver.host", "127.0.0.1")
         group = f"horovod-{uuid.uuid4().hex[:12]}"
         stage_error: Exception | None = None
@@ -218,7 +225,8 @@ class HorovodRunner:
                               "executors_share_driver_stderr": sc.master.startswith("local")})
             rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))
             rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
-            wait_for_slots(sc, spec.np, self.settings.slot_wait_timeout_s)  # ... so, once the slots come, only the job is left
+            # ... so, once the slots come, only the job is left
+            wait_for_slots(sc, spec.np, self.settings.slot_wait_timeout_s)
             sc.setJobGroup(group, f"HorovodRunner np={spec.np}", interruptOnCancel=True)
             try:
                 results = rdd.collect()
@@ -231,64 +239,5 @@ class HorovodRunner:
                 sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         # The log server is closed: every failure report a task sent has arrived.
         if stage_error is not None:
-            raise_for_stage_failure(stage_error, logs.failures, lambda: _not_enough_slots(sc, spec.np))
+            raise_for_stage_failure(stage_error, logs.failures, lambda: not_enough_slots(sc, spec.np))
         return results[0] if results else None
-
-    @staticmethod
-    def _ship_runtime(sc: Any) -> None:
-        """Make the runtime importable on executors that do not have this package installed."""
-        if RUNTIME_ZIP_NAME in (sc.getConf().get("spark.submit.pyFiles", "") or ""):
-            return
-        if sc.applicationId in _shipped_to:
-            return
-        # one directory per application, the zip under its own name: executors fetch it into their working
-        # directory as RUNTIME_ZIP_NAME, where the hooks' spark.executorEnv.PYTHONPATH expects it (spark_conf.py)
-        path = os.path.join(_runtime_dir(), sc.applicationId, RUNTIME_ZIP_NAME)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(runtime_zip())
-        sc.addPyFile(path)
-        _shipped_to.add(sc.applicationId)
-
-
-@functools.cache
-def _runtime_dir() -> str:
-    """
-    This process's directory for the shipped runtime zip, removed when the interpreter exits.
-
-    Spark serves an ``addPyFile`` file from where it lies for as long as the application runs (executors that join
-    later fetch it then), so it cannot be deleted after the call; one directory per process, not one per job.
-    """
-    import atexit
-    import shutil
-    import tempfile
-
-    path = tempfile.mkdtemp(prefix="horovod-runtime-")
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
-    return path
-
-
-def _not_enough_slots(sc: Any, np_: int) -> str:
-    """
-    Explain Spark's barrier slot check failure (SPARK-24819) with the numbers it leaves out.
-
-    :func:`wait_for_slots` saw the slots before the stage was submitted, so the application lost executors
-    in between (or the stage ran through another path).
-    """
-    conf = sc.getConf()
-    detail = ""
-    try:  # the JVM's own count of concurrent task slots for the default resource profile
-        slots, executors = own_slots(sc)
-        detail = (", but this application has no executors" if executors == 0 else
-                  f", but this application has {slots} task slot{'s' if slots != 1 else ''} on {executors} "
-                  f"executor{'s' if executors != 1 else ''}")
-    except Exception:  # noqa: BLE001 - a private API: the message is still useful without the count
-        pass
-    return (
-        f"np={np_} needs {np_} task slots at the same time (one barrier task per rank){detail} "
-        f"(spark.task.cpus={conf.get('spark.task.cpus', '1')}); it had them when the stage was submitted, and "
-        f"Spark's barrier check gave up after spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures="
-        f"{conf.get('spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures', '40')} checks: executors were "
-        "lost meanwhile. Look at the executors' logs in the Spark UI, add executors or cores, or lower np"
-    )
-

@@ -1,5 +1,5 @@
 """
-:class:`JobSettings`: every knob of one Horovod job, validated once, whichever entry point it came through.
+:class:`JobSettings`: every knob of one training job, validated once, whichever entry point it came through.
 
 ``HorovodRunner``, ``HorovodRunnerOperator``, ``@task.horovod``, the hooks (client, standalone cluster, Spark
 Connect) and the Spark driver program all build a :class:`JobSettings` from what they were given, so a value one of
@@ -8,8 +8,8 @@ entry point against one table). The settings travel to the driver program as its
 (:meth:`JobSettings.to_args`, read back by :meth:`JobSettings.from_args`), and to ``HorovodRunner`` as its keyword
 arguments (:meth:`JobSettings.runner_kwargs`).
 
-This module imports nothing but the standard library: a DAG file that uses the operator imports it when it is parsed,
-and the driver program reads its flags with it.
+This module imports nothing but the standard library, and the launchers' table (stdlib only too): a DAG file that
+uses the operator imports it when it is parsed, and the driver program reads its flags with it.
 """
 
 from __future__ import annotations
@@ -19,11 +19,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from airflow_provider_horovod.runtime.launchers import HOROVOD, LAUNCHERS
+
 DRIVER_LOG_VERBOSITIES = ("log_callback_only", "all")
 """``driver_log_verbosity``: rank 0's output only, or every rank's, in the driver's (the task's) log."""
 GPU_VISIBILITIES = ("host", "rank")
 """``gpu_visibility``: see :mod:`airflow_provider_horovod.runtime.task.gpus`."""
 DEFAULT_GPU_VISIBILITY = "host"
+LAUNCHER_NAMES = tuple(LAUNCHERS)
+"""``launcher``: Horovod's Gloo rendezvous (``hvd.init()``), or the torchrun environment for ``torch.distributed``
+(the function calls ``init_process_group()``); see :mod:`airflow_provider_horovod.runtime.launchers`."""
+DEFAULT_LAUNCHER = HOROVOD
 DEFAULT_GLOO_TIMEOUT_S = 300
 """Default ``gloo_timeout_s``: Horovod's 30 s is too short for ranks that start on busy executors."""
 DEFAULT_START_TIMEOUT_S = 600.0
@@ -87,6 +93,17 @@ def validate_gpu_visibility(value: object) -> str:
     :raises ValueError: any other value.
     """
     return validate_choice("gpu_visibility", value, GPU_VISIBILITIES)
+
+
+def validate_launcher(value: object) -> str:
+    """
+    Check ``launcher``.
+
+    :param value: the argument as given.
+    :return: ``"horovod"`` or ``"torch"``.
+    :raises ValueError: any other value.
+    """
+    return validate_choice("launcher", value, LAUNCHER_NAMES)
 
 
 def validate_timeout(name: str, value: object) -> float | None:
@@ -155,7 +172,7 @@ def _seconds_or_none(value: str) -> float | None:
 @dataclass(frozen=True)
 class JobSettings:
     """
-    The knobs of one Horovod job, checked when the object is made (see the module docstring).
+    The knobs of one training job, checked when the object is made (see the module docstring).
 
     :param np: number of processes (non-zero int): ``> 0`` Spark barrier tasks, ``< 0`` processes on the driver.
     :param driver_log_verbosity: ``"log_callback_only"`` (rank 0's output) or ``"all"`` (every rank's).
@@ -167,6 +184,8 @@ class JobSettings:
     :param gpu_visibility: with ``use_gpu``: ``"host"`` or ``"rank"``.
     :param timeline: record the Horovod Timeline into the artifact directory.
     :param max_return_value_bytes: the largest pickled return value rank 0 sends back, bytes (positive int).
+    :param launcher: ``"horovod"`` (Horovod's Gloo rendezvous) or ``"torch"`` (the torchrun environment; the
+        function calls ``torch.distributed.init_process_group()``). ``timeline`` needs ``"horovod"``.
     :raises ValueError: a value is invalid; the message names the parameter and what it allows.
     """
 
@@ -180,6 +199,7 @@ class JobSettings:
     gpu_visibility: str = DEFAULT_GPU_VISIBILITY
     timeline: bool = False
     max_return_value_bytes: int = DEFAULT_MAX_RETURN_VALUE_BYTES
+    launcher: str = DEFAULT_LAUNCHER
 
     def __post_init__(self) -> None:
         checked = {
@@ -194,7 +214,11 @@ class JobSettings:
             "timeline": validate_flag("timeline", self.timeline),
             "max_return_value_bytes": validate_positive_int("max_return_value_bytes", self.max_return_value_bytes,
                                                             "bytes"),
+            "launcher": validate_launcher(self.launcher),
         }
+        if checked["timeline"] and checked["launcher"] != HOROVOD:
+            raise ValueError("timeline=True records the Horovod Timeline and needs launcher='horovod', got "
+                             f"launcher={self.launcher!r}; with torch.distributed use torch.profiler")
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -249,7 +273,7 @@ class JobSettings:
         :param parser: the driver program's parser.
         """
         kinds = {"np": int, "gloo_timeout_s": int, "max_return_value_bytes": int, "driver_log_verbosity": str,
-                 "gpu_visibility": str}
+                 "gpu_visibility": str, "launcher": str}
         for f in fields(cls):
             flag = "--" + f.name.replace("_", "-")
             if f.type in ("bool", bool):

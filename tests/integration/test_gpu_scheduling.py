@@ -41,8 +41,20 @@ def main():
             "nccl_if": os.environ.get("NCCL_SOCKET_IFNAME"), "gloo_if": os.environ.get("HOROVOD_GLOO_IFACE")}
     return sorted(hvd.allgather_object(mine), key=lambda r: r["rank"])
 
+def main_torch():
+    import os
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    mine = {"rank": dist.get_rank(), "local_rank": int(os.environ["LOCAL_RANK"]),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "nccl_if": os.environ.get("NCCL_SOCKET_IFNAME"),
+            "gloo_if": os.environ.get("GLOO_SOCKET_IFNAME")}
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return sorted(everyone, key=lambda r: r["rank"])
+
 try:
-    out = {"ranks": HorovodRunner(np=np_, **runner_kwargs).run(main)}
+    fn = main_torch if runner_kwargs.get("launcher") == "torch" else main
+    out = {"ranks": HorovodRunner(np=np_, **runner_kwargs).run(fn)}
 except LaunchError as err:
     out = {"launch_error": str(err)}
 print("RESULT " + json.dumps(out), flush=True)
@@ -93,6 +105,16 @@ def test_two_gpus_on_the_host_host_visibility(cluster, tmp_path):
     assert [r["local_rank"] for r in ranks] == [0, 1]
     devices = ranks[0]["cuda"].split(",")
     # every rank sees the host's two task GPUs in the same order; device local_rank differs per rank
+    assert [r["cuda"] for r in ranks] == [ranks[0]["cuda"]] * 2
+    assert len(devices) == 2 and len(set(devices)) == 2 and set(devices) <= set(FAKE_GPUS)
+    assert all(r["nccl_if"] == r["gloo_if"] == "lo" for r in ranks)
+
+
+def test_torch_distributed_ranks_index_their_hosts_gpus_with_local_rank(cluster, tmp_path):
+    ranks = _ranks(_run(cluster, tmp_path, 2, _gpu_conf(2, 1), use_gpu=True, launcher="torch"))
+    assert [r["local_rank"] for r in ranks] == [0, 1]
+    devices = ranks[0]["cuda"].split(",")
+    # as with Horovod: both see the host's two task GPUs in one order, torch.cuda.set_device(LOCAL_RANK) is each one's
     assert [r["cuda"] for r in ranks] == [ranks[0]["cuda"]] * 2
     assert len(devices) == 2 and len(set(devices)) == 2 and set(devices) <= set(FAKE_GPUS)
     assert all(r["nccl_if"] == r["gloo_if"] == "lo" for r in ranks)

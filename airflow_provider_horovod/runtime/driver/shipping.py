@@ -1,15 +1,20 @@
 """
 The runtime as a zip for executors (``--py-files``, ``addPyFile``, Spark Connect ``addArtifacts``):
-:func:`runtime_zip` and the file name it ships under, shared by the classic and the Connect path.
+:func:`runtime_zip` and the file name it ships under, shared by the classic and the Connect path, and
+:func:`ship_runtime`, the classic path's ``addPyFile``.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import zipfile
+from typing import Any
 
 RUNTIME_ZIP_NAME = "airflow_provider_horovod_runtime.zip"
+
+_shipped_to: set[str] = set()
 
 
 def runtime_zip() -> bytes:
@@ -47,3 +52,41 @@ def runtime_files(pkg_dir: str) -> list[str]:
         rel = os.path.relpath(dirpath, pkg_dir).replace(os.sep, "/")
         found += [f"{rel}/{name}" for name in filenames if name.endswith(".py")]
     return sorted(found)
+
+
+def ship_runtime(sc: Any) -> None:
+    """
+    Make the runtime importable on executors that do not have this package installed: :func:`runtime_zip` added
+    with ``addPyFile`` once per application, unless ``spark.submit.pyFiles`` already ships it.
+
+    :param sc: the ``SparkContext``.
+    """
+    if RUNTIME_ZIP_NAME in (sc.getConf().get("spark.submit.pyFiles", "") or ""):
+        return
+    if sc.applicationId in _shipped_to:
+        return
+    # one directory per application, the zip under its own name: executors fetch it into their working
+    # directory as RUNTIME_ZIP_NAME, where the hooks' spark.executorEnv.PYTHONPATH expects it (spark_conf.py)
+    path = os.path.join(_runtime_dir(), sc.applicationId, RUNTIME_ZIP_NAME)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(runtime_zip())
+    sc.addPyFile(path)
+    _shipped_to.add(sc.applicationId)
+
+
+@functools.cache
+def _runtime_dir() -> str:
+    """
+    This process's directory for the shipped runtime zip, removed when the interpreter exits.
+
+    Spark serves an ``addPyFile`` file from where it lies for as long as the application runs (executors that join
+    later fetch it then), so it cannot be deleted after the call; one directory per process, not one per job.
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="horovod-runtime-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path

@@ -182,3 +182,43 @@ def wait_for_slots(sc: Any, np_: int, timeout_s: float | None, *, log: Callable[
             waited = time.monotonic() - started
             log(f"{np_} task slots available after waiting {waited:.1f} s; starting the barrier stage")
             return waited
+
+
+def local_master_slots(master: str) -> int | None:
+    """Task slots of a ``local``/``local[N]``/``local[*]``/``local[N,F]`` master; ``None`` for other masters."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return 1
+    if match.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(match.group(1))
+
+
+def not_enough_slots(sc: Any, np_: int) -> str:
+    """
+    Explain Spark's barrier slot check failure (SPARK-24819) with the numbers it leaves out.
+
+    :param sc: the ``SparkContext``.
+    :param np_: the job's barrier tasks.
+
+    :func:`wait_for_slots` saw the slots before the stage was submitted, so the application lost executors
+    in between (or the stage ran through another path).
+    """
+    conf = sc.getConf()
+    detail = ""
+    try:  # the JVM's own count of concurrent task slots for the default resource profile
+        slots, executors = own_slots(sc)
+        detail = (", but this application has no executors" if executors == 0 else
+                  f", but this application has {slots} task slot{'s' if slots != 1 else ''} on {executors} "
+                  f"executor{'s' if executors != 1 else ''}")
+    except Exception:  # noqa: BLE001 - a private API: the message is still useful without the count
+        pass
+    return (
+        f"np={np_} needs {np_} task slots at the same time (one barrier task per rank){detail} "
+        f"(spark.task.cpus={conf.get('spark.task.cpus', '1')}); it had them when the stage was submitted, and "
+        f"Spark's barrier check gave up after spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures="
+        f"{conf.get('spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures', '40')} checks: executors were "
+        "lost meanwhile. Look at the executors' logs in the Spark UI, add executors or cores, or lower np"
+    )

@@ -43,10 +43,11 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
 
 from airflow_provider_horovod.runtime.errors import LOAD_ERROR
+from airflow_provider_horovod.runtime.launchers import HOROVOD, TORCH
 from airflow_provider_horovod.runtime.observability import start_timeline
+from airflow_provider_horovod.runtime.rank.guards import Progress, guard_init, guard_process_group_init
 from airflow_provider_horovod.runtime.rank.report import (
     error_record,
     exit_status,
@@ -57,16 +58,14 @@ from airflow_provider_horovod.runtime.rank.report import (
 from airflow_provider_horovod.runtime.wire.protocol import (
     ENV_CHECK_SIZE,
     ENV_ERROR,
+    ENV_LAUNCHER,
     ENV_LIFELINE,
     ENV_MAX_RESULT,
     ENV_PAYLOAD,
     ENV_PREIMPORT,
-    ENV_PROGRESS,
     ENV_RELEASE,
     ENV_RESULT,
-    PROGRESS_INIT,
     PROGRESS_LOADED,
-    PROGRESS_READY,
 )
 
 
@@ -78,59 +77,6 @@ def _hold_lifeline(fd: int) -> None:
         pass
     # The launcher is gone: take the whole group (this process and anything it started) down with it.
     os.killpg(os.getpgrp(), signal.SIGKILL)
-
-
-class _Progress:
-    """Milestones for the launcher, which enforces ``start_timeout_s`` with them (one byte each)."""
-
-    def __init__(self) -> None:
-        fd = os.environ.get(ENV_PROGRESS)
-        self._fd = int(fd) if fd else None
-        if self._fd is not None:
-            os.set_inheritable(self._fd, False)  # not into the function's own subprocesses
-
-    def report(self, milestone: bytes) -> None:
-        if self._fd is None:
-            return
-        try:
-            os.write(self._fd, milestone)
-        except OSError:
-            pass
-
-
-def guard_init(expected_size: int | None, progress: _Progress) -> None:
-    """
-    Wrap ``horovod.common.basics.HorovodBasics.init`` so every ``hvd.init(...)`` the function makes reports its
-    start and end to the launcher and, when it asks for the whole world (no ``comm`` subset), checks that Horovod
-    sees ``expected_size`` ranks. Arguments are passed through untouched. Without Horovod importable, nothing is
-    wrapped (the function's own ``import horovod...`` then fails with its usual error).
-
-    :param expected_size: the job's ``np``; ``None`` skips the size check.
-    :param progress: where milestones go.
-    """
-    try:
-        from horovod.common.basics import HorovodBasics
-    except ImportError:
-        return
-    original = HorovodBasics.init
-    if getattr(original, "__wrapped_by_airflow_provider_horovod__", False):
-        return
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> Any:
-        progress.report(PROGRESS_INIT)
-        value = original(self, *args, **kwargs)
-        comm = args[0] if args else kwargs.get("comm")
-        if expected_size is not None and not comm and self.size() != expected_size:
-            raise RuntimeError(
-                f"Horovod initialized with size {self.size()} but the job has np={expected_size}: the rank "
-                "environment (HOROVOD_RANK/SIZE/...) did not reach this process, so it would train alone."
-            )
-        progress.report(PROGRESS_READY)
-        return value
-
-    init.__wrapped_by_airflow_provider_horovod__ = True  # type: ignore[attr-defined]
-    init.__doc__ = original.__doc__
-    HorovodBasics.init = init
 
 
 def wait_for_release(fd: int, modules: str) -> bool:
@@ -165,15 +111,27 @@ def main() -> int:
     lifeline = os.environ.get(ENV_LIFELINE)
     if lifeline is not None:
         threading.Thread(target=_hold_lifeline, args=(int(lifeline),), name="lifeline", daemon=True).start()
-    rank = int(os.environ.get("HOROVOD_RANK", "0"))
+    torch = os.environ.get(ENV_LAUNCHER, HOROVOD) == TORCH
+    rank = int(os.environ.get("RANK" if torch else "HOROVOD_RANK", "0"))
     error_path = os.environ[ENV_ERROR]
-    progress = _Progress()
+    progress = Progress()
     check_size = os.environ.get(ENV_CHECK_SIZE)
-    guard_init(int(check_size) if check_size else None, progress)  # before any import binds hvd.init
-    start_timeline(rank)  # before the function's hvd.init(): its atexit handler must run after Horovod's
+    expected = int(check_size) if check_size else None
+    if not torch:
+        guard_init(expected, progress)  # before any import binds hvd.init
+        start_timeline(rank)  # before the function's hvd.init(): its atexit handler must run after Horovod's
     release = os.environ.get(ENV_RELEASE)
     if release is not None and not wait_for_release(int(release), os.environ.get(ENV_PREIMPORT, "")):
         return 1
+    if torch:
+        try:  # after the release: CUDA_VISIBLE_DEVICES is set before torch can look at the GPUs
+            guard_process_group_init(expected, progress)
+        except ImportError as err:
+            tb = traceback.format_exc()
+            sys.stderr.write(tb)
+            write_atomic(error_path, error_record(LOAD_ERROR, f"torch.distributed is not importable by this rank's "
+                                                  f"Python {sys.executable}: {err}", tb))
+            return 1
     from airflow_provider_horovod.runtime.wire.payload import loads_payload
 
     try:

@@ -9,6 +9,7 @@ import os
 import sys
 
 from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.launchers import HOROVOD, get_launcher
 from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, GPU_RESOURCE, owned_gpus
 from airflow_provider_horovod.runtime.task.plan import (
     IFACE_ENV,
@@ -27,20 +28,30 @@ def _host_of(address: str) -> str:
     return socket.gethostbyname(host.strip("[]"))
 
 
-def _preflight(host: str) -> None:
-    """Fail fast, naming the interpreter and host, when the executor's Python lacks what ranks need."""
+def _preflight(host: str, launcher_name: str = HOROVOD) -> None:
+    """
+    Fail fast, naming the interpreter and host, when the executor's Python lacks what the job's ranks need.
+
+    :param host: this task's host, for the message; ``"the driver"`` for ranks on the driver (``np < 0``).
+    :param launcher_name: the job's launcher (:data:`~airflow_provider_horovod.runtime.launchers.LAUNCHERS`).
+    :raises LaunchError: a module the launcher needs is not importable.
+    """
     import importlib.util
 
-    for module in ("horovod.runner.http.http_server", "horovod.torch", "cloudpickle"):
+    launcher = get_launcher(launcher_name)
+    for module in launcher.required_modules:
         try:
             found = importlib.util.find_spec(module) is not None
         except ImportError:
             found = False
         if not found:
+            hint = "cloudpickle" if module == "cloudpickle" else launcher.install_hint
+            whose = "the driver's" if host == "the driver" else "the executor's"
+            where = "" if host == "the driver" else f" on {host}"
             raise LaunchError(
-                f"{module.split('.')[0]} ({module}) is not importable by the executor's Python {sys.executable} on "
-                f"{host}: install it there (Horovod built with Gloo and PyTorch), or point spark.pyspark.python / "
-                "PYSPARK_PYTHON at an interpreter that has it"
+                f"{module.split('.')[0]} ({module}) is not importable by {whose} Python {sys.executable}{where}: "
+                f"install it there ({hint}), or point spark.pyspark.python / PYSPARK_PYTHON at an interpreter that "
+                "has it"
             )
 
 

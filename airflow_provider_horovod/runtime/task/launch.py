@@ -1,5 +1,6 @@
 """
-Starting and watching Horovod ranks: inside Spark barrier tasks (``np > 0``, :func:`barrier_task`) or on the
+Starting and watching ranks (Horovod's, or ``torch.distributed``'s with the torchrun environment): inside Spark
+barrier tasks (``np > 0``, :func:`barrier_task`) or on the
 driver (``np < 0``, :func:`run_on_driver`).
 
 Both paths share :class:`~.rank_process.RankProcess` (one child process per rank). The rendezvous store is in
@@ -17,9 +18,11 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 
 from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
+from airflow_provider_horovod.runtime.launchers import TORCH
 from airflow_provider_horovod.runtime.task.checks import (
     _check_host_name,
     _host_of,
@@ -28,7 +31,7 @@ from airflow_provider_horovod.runtime.task.checks import (
     _task_gpus,
 )
 from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
-from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, gloo_env, local_plan
+from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, gloo_env, local_plan, torch_env
 from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess, stderr_sink
 from airflow_provider_horovod.runtime.task.rendezvous import (
@@ -36,6 +39,7 @@ from airflow_provider_horovod.runtime.task.rendezvous import (
     _start_rendezvous,
     _stop_rendezvous,
     _stop_rendezvous_soon,
+    reserve_port,
 )
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 from airflow_provider_horovod.runtime.wire.logs import LogClient
@@ -57,6 +61,7 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
     :param stdout: where forwarded ranks' lines go; default: this process's stdout.
     :return: rank 0's cloudpickled return value.
     :raises RankFailedError: a rank exited non-zero.
+    :raises LaunchError: this Python cannot import what the launcher needs (Horovod, or ``torch.distributed``).
     """
 
     def emit(line: str) -> None:
@@ -71,12 +76,20 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
         else:
             stderr_sink(slot, line)
 
+    _preflight("the driver", spec.launcher)
     plan = local_plan(spec.np)
     workdir = tempfile.mkdtemp(prefix="horovod-ranks-")
-    server, port = _start_rendezvous(plan)
+    if spec.launcher == TORCH:  # rank 0's init_process_group() starts the store on the port held here
+        server, reserved = None, reserve_port("127.0.0.1")
+        port, run_id = reserved.getsockname()[1], uuid.uuid4().hex
+        envs = [torch_env(s, plan, master_addr="127.0.0.1", master_port=port, iface="lo", run_id=run_id)
+                for s in plan]
+    else:
+        (server, port), reserved = _start_rendezvous(plan), None
+        envs = [gloo_env(s, rendezvous_addr="127.0.0.1", rendezvous_port=port, iface="lo",
+                         gloo_timeout_s=spec.gloo_timeout_s) for s in plan]
     owned = driver_owned_gpus(spec.np, os.environ.get(CUDA_VISIBLE_DEVICES)) if spec.use_gpu else []
-    procs = [RankProcess(s, spec, gloo_env(s, rendezvous_addr="127.0.0.1", rendezvous_port=port, iface="lo",
-                                           gloo_timeout_s=spec.gloo_timeout_s), workdir, sink,
+    procs = [RankProcess(s, spec, envs[i], workdir, sink,
                          devices=device_env(spec.use_gpu, owned, plan, i, spec.gpu_visibility))
              for i, s in enumerate(plan)]
     exited: queue.Queue[tuple[RankProcess, RankFailedError | None]] = queue.Queue()
@@ -106,7 +119,10 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
     finally:
         for p in procs:
             p.kill()
-        _stop_rendezvous(server)
+        if server is not None:
+            _stop_rendezvous(server)
+        if reserved is not None:
+            reserved.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -134,12 +150,14 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     ctx = BarrierTaskContext.get()
     partition = ctx.partitionId()
     addresses = [_host_of(info.address) for info in ctx.getTaskInfos()]
-    _preflight(addresses[partition])
+    _preflight(addresses[partition], spec.launcher)
     if len(addresses) != spec.np:
         raise LaunchError(f"barrier stage has {len(addresses)} tasks but np={spec.np}")
     plan = build_plan(addresses)
     slot = plan[partition]
-    _check_host_name(plan, addresses[partition])
+    torch = spec.launcher == TORCH
+    if not torch:
+        _check_host_name(plan, addresses[partition])
     mine = _task_gpus(ctx, addresses[partition]) if spec.use_gpu else []
     rendezvous_addr = addresses[0]
     iface = _rank_interface(spec, rendezvous_addr, addresses[partition])
@@ -152,25 +170,34 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
         if forward:
             client.send(f"[rank {s.rank}] {line}")
 
+    def launch_env(port: int | None, run_id: str | None) -> dict[str, str]:
+        if torch:
+            return torch_env(slot, plan, master_addr=rendezvous_addr, master_port=port, iface=iface, run_id=run_id)
+        return gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=port or 0, iface=iface,
+                        gloo_timeout_s=spec.gloo_timeout_s)
+
     # The rank starts before the allGather below and imports its framework while the tasks gather (about a
     # second for all but the last task to arrive); the port and devices follow with release().
-    gloo = gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=0, iface=iface,
-                    gloo_timeout_s=spec.gloo_timeout_s)
+    gloo = launch_env(None, None)
     devices = {} if spec.use_gpu else device_env(False, [], plan, partition, spec.gpu_visibility)
     workdir = tempfile.mkdtemp(prefix="horovod-rank-")
     proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices)
     server = None
+    reserved = None
     port = None
+    run_id = None
     try:
         try:
             proc.start(deferred=True)
-            if partition == 0:
+            if partition == 0 and torch:  # rank 0's init_process_group() starts the store on the port held here
+                reserved = reserve_port(addresses[0])
+                port, run_id = reserved.getsockname()[1], uuid.uuid4().hex
+            elif partition == 0:
                 server, port = _start_rendezvous(plan, peers=addresses, bind=addresses[0])
                 server.ranks_done.on_uninitialized(lambda rank: proc.peer_left(_left_uninitialized(int(rank))))
-            infos = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "gpus": mine}))]
+            infos = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "run_id": run_id, "gpus": mine}))]
             port = int(infos[0]["port"])
-            proc.release(gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=port, iface=iface,
-                                  gloo_timeout_s=spec.gloo_timeout_s),
+            proc.release(launch_env(port, infos[0]["run_id"]),
                          device_env(spec.use_gpu, [info["gpus"] for info in infos], plan, partition,
                                     spec.gpu_visibility))
             err = proc.run_to_end(host=addresses[partition])
@@ -189,12 +216,14 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             result = proc.result()
         finally:
             proc.kill()
+            if reserved is not None:
+                reserved.close()
             if client is not None:
                 client.close()
             shutil.rmtree(workdir, ignore_errors=True)
         if server is not None:  # task 0: the store must outlive every rank
             server.ranks_done.wait_for(s.rank for s in plan if s.rank != slot.rank)
-        else:
+        elif not torch:  # torch.distributed's store lives in rank 0's process: nothing to report to
             _report_done(rendezvous_addr, port, slot.rank, initialized=proc.ever_initialized)
         if result is not None:
             yield result

@@ -1,8 +1,7 @@
 """
-Pure functions that turn the barrier stage's task addresses into a Horovod slot plan and a Gloo environment.
-
-Uses Horovod's own helpers (``horovod.runner.common.util.hosts`` and ``horovod.runner.gloo_run``) so the
-variables a rank sees are exactly those ``horovodrun --gloo`` would give it.
+Pure functions that turn the barrier stage's task addresses into a slot plan and a rank's environment: Horovod's
+(:func:`gloo_env`, built with Horovod's own ``horovod.runner.gloo_run`` helpers, so the variables a rank sees are
+exactly those ``horovodrun --gloo`` would give it) or torchrun's (:func:`torch_env`).
 """
 
 from __future__ import annotations
@@ -17,7 +16,10 @@ from airflow_provider_horovod.runtime.settings import DEFAULT_GLOO_TIMEOUT_S
 IFACE_ENV = "HOROVOD_AIRFLOW_IFACE"
 """Overrides the interface choice: comma-separated names; each host uses the first one it has."""
 
-_SCRUBBED_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_", "PMIX_")
+_SCRUBBED_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_")
+_SCRUBBED_NAMES = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                             "GROUP_RANK", "NODE_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME", "ROLE_RANK",
+                             "ROLE_WORLD_SIZE"})
 
 
 @dataclass(frozen=True)
@@ -49,39 +51,35 @@ class Slot:
 
 def build_plan(addresses: Sequence[str]) -> list[Slot]:
     """
-    Assign Horovod ranks to barrier tasks.
+    Assign ranks to barrier tasks.
 
     Tasks are grouped by host address; hosts are ordered by their lowest partition id (so partition 0, which
-    runs the rendezvous server, is always rank 0) and ranks are contiguous per host, as
-    ``horovod.runner.common.util.hosts.get_host_assignments`` lays them out.
+    runs the rendezvous, is always rank 0) and ranks are contiguous per host, laid out exactly as
+    ``horovod.runner.common.util.hosts.get_host_assignments`` does (a unit test compares the two where Horovod is
+    installed; this module does not need it, so a ``torch.distributed`` job runs without Horovod).
 
     :param addresses: ``addresses[p]`` is the host address (IP or name, no port) of partition ``p``.
     :return: one :class:`Slot` per partition, indexed by partition id.
     :raises ValueError: ``addresses`` is empty.
     """
-    from horovod.runner.common.util.hosts import HostInfo, get_host_assignments
-
     if not addresses:
         raise ValueError("addresses must name at least one task")
-    host_order: list[str] = []
     partitions_by_host: dict[str, list[int]] = {}
     for partition, address in enumerate(addresses):
-        if address not in partitions_by_host:
-            host_order.append(address)
-            partitions_by_host[address] = []
-        partitions_by_host[address].append(partition)
-    keys = {address: f"h{i}" for i, address in enumerate(host_order)}
-    hosts = [HostInfo(keys[a], len(partitions_by_host[a])) for a in host_order]
-    np_ = len(addresses)
-    slots_by_host: dict[str, list] = {}
-    for info in get_host_assignments(hosts, np_, np_):
-        slots_by_host.setdefault(info.hostname, []).append(info)
-    plan: list[Slot | None] = [None] * np_
-    for address in host_order:
-        infos = sorted(slots_by_host[keys[address]], key=lambda s: s.local_rank)
-        for partition, info in zip(sorted(partitions_by_host[address]), infos):
-            plan[partition] = Slot(partition, info.hostname, address, info.rank, info.local_rank,
-                                   info.cross_rank, info.size, info.local_size, info.cross_size)
+        partitions_by_host.setdefault(address, []).append(partition)  # dicts keep first-seen order
+    hosts_at_local_rank: dict[int, list[str]] = {}
+    for address, partitions in partitions_by_host.items():
+        for local_rank in range(len(partitions)):
+            hosts_at_local_rank.setdefault(local_rank, []).append(address)
+    keys = {address: f"h{i}" for i, address in enumerate(partitions_by_host)}
+    plan: list[Slot | None] = [None] * len(addresses)
+    rank = 0
+    for address, partitions in partitions_by_host.items():
+        for local_rank, partition in enumerate(partitions):
+            cross = hosts_at_local_rank[local_rank]
+            plan[partition] = Slot(partition, keys[address], address, rank, local_rank, cross.index(address),
+                                   len(addresses), len(partitions), len(cross))
+            rank += 1
     return [slot for slot in plan if slot is not None]
 
 
@@ -97,6 +95,45 @@ def to_slot_info(slot: Slot):  # -> horovod.runner.common.util.hosts.SlotInfo
 def local_plan(np_: int) -> list[Slot]:
     """The plan for ``np_`` processes on this machine (``HorovodRunner(np=-N)``), partition = -1."""
     return [Slot(-1, "h0", "127.0.0.1", r, r, 0, np_, np_, 1) for r in range(np_)]
+
+
+def torch_env(slot: Slot, plan: Sequence[Slot], *, master_addr: str, master_port: int | None, iface: str,
+              run_id: str | None) -> dict[str, str]:
+    """
+    The torchrun environment of one rank, all as strings: what ``torchrun`` gives each worker it starts, so
+    ``torch.distributed.init_process_group(backend, init_method="env://")`` (the default) joins the job.
+
+    ``MASTER_ADDR``/``MASTER_PORT`` (rank 0's ``TCPStore``, which rank 0's ``init_process_group`` starts),
+    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` and ``NODE_RANK`` (this host's
+    index), ``GROUP_WORLD_SIZE`` (hosts), ``ROLE_RANK``/``ROLE_WORLD_SIZE``/``ROLE_NAME``,
+    ``TORCHELASTIC_RESTART_COUNT``/``TORCHELASTIC_MAX_RESTARTS`` (0: Airflow's retries restart a job, not
+    torchelastic) and ``TORCHELASTIC_RUN_ID``; ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` name the interface
+    that routes to rank 0, as :func:`gloo_env` does for Horovod.
+
+    :param slot: the rank's place in the plan.
+    :param plan: the whole plan (hosts are counted from it).
+    :param master_addr: rank 0's host address.
+    :param master_port: the port rank 0's store listens on; ``None`` while it is not known yet (a rank started
+        ahead of the rendezvous gets it with the release).
+    :param iface: the interface this rank uses to reach ``master_addr``.
+    :param run_id: the job's id (``TORCHELASTIC_RUN_ID``), ``None`` while not known.
+    """
+    hosts = list(dict.fromkeys(s.host_key for s in plan))
+    env = {
+        "MASTER_ADDR": master_addr,
+        "RANK": slot.rank, "WORLD_SIZE": slot.size,
+        "LOCAL_RANK": slot.local_rank, "LOCAL_WORLD_SIZE": slot.local_size,
+        "GROUP_RANK": hosts.index(slot.host_key), "NODE_RANK": hosts.index(slot.host_key),
+        "GROUP_WORLD_SIZE": len(hosts),
+        "ROLE_NAME": "default", "ROLE_RANK": slot.rank, "ROLE_WORLD_SIZE": slot.size,
+        "TORCHELASTIC_RESTART_COUNT": 0, "TORCHELASTIC_MAX_RESTARTS": 0,
+        "GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface,
+    }
+    if master_port is not None:
+        env["MASTER_PORT"] = master_port
+    if run_id is not None:
+        env["TORCHELASTIC_RUN_ID"] = run_id
+    return {k: str(v) for k, v in env.items()}
 
 
 def interface_for(destination: str) -> str:
@@ -227,8 +264,9 @@ def child_environ(base: Mapping[str, str], extra: Mapping[str, str], pythonpath:
     """
     The full environment of a rank's process.
 
-    Inherited ``HOROVOD_*``, ``OMPI_*``, ``PMI_*`` variables are dropped (a stale ``HOROVOD_RANK`` would give
-    the wrong identity), then ``extra`` is applied, and ``pythonpath`` is put in front of ``PYTHONPATH`` so the
+    Inherited ``HOROVOD_*``, ``OMPI_*``, ``PMI_*``, ``TORCHELASTIC_*`` variables and torchrun's (``RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR``, ...) are dropped (a stale ``HOROVOD_RANK`` or ``RANK`` would give the wrong
+    identity), then ``extra`` is applied, and ``pythonpath`` is put in front of ``PYTHONPATH`` so the
     process imports what the Spark Python worker imports (``--py-files``, ``addPyFile``).
 
     Every path entry is made absolute against the current working directory: the rank process starts in
@@ -241,7 +279,7 @@ def child_environ(base: Mapping[str, str], extra: Mapping[str, str], pythonpath:
     :param pythonpath: the launcher's import path (``sys.path``), put in front of ``base``'s ``PYTHONPATH``.
     :return: the environment, with ``PYTHONPATH`` absolute and de-duplicated, and ``PYTHONUNBUFFERED=1``.
     """
-    env = {k: v for k, v in base.items() if not k.startswith(_SCRUBBED_PREFIXES)}
+    env = {k: v for k, v in base.items() if not k.startswith(_SCRUBBED_PREFIXES) and k not in _SCRUBBED_NAMES}
     env.update(extra)
     paths = list(pythonpath)
     if env.get("PYTHONPATH"):

@@ -16,6 +16,7 @@ from airflow_provider_horovod.runtime.errors import (
     WAITING_FOR_PEERS,
     RankFailedError,
 )
+from airflow_provider_horovod.runtime.launchers import HOROVOD, get_launcher
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 FAILURE_GRACE_S = 10.0
@@ -31,15 +32,16 @@ def next_deadline(spec: JobSpec, phase: str, started_at: float, init_entered_at:
     :param spec: the job (``start_timeout_s``, ``training_timeout_s``, seconds).
     :param phase: the rank's phase (``starting``, ``running``, ``init``, ``ready``).
     :param started_at: when the rank was started (or released), ``time.monotonic()``.
-    :param init_entered_at: when it last entered ``hvd.init()``, ``time.monotonic()``; ``None`` before that.
+    :param init_entered_at: when it last entered ``hvd.init()`` (``init_process_group()``), ``time.monotonic()``;
+        ``None`` before that.
     """
     limits: list[tuple[float, str]] = []
     if spec.start_timeout_s is not None:
         if phase == "starting":
             limits.append((started_at + spec.start_timeout_s, "start"))
         elif phase == "init" and init_entered_at is not None:
-            # Waiting in hvd.init() means another rank is late: give that rank FAILURE_GRACE_S to be reported
-            # first, as the one that never joined.
+            # Waiting in hvd.init() (init_process_group()) means another rank is late: give that rank
+            # FAILURE_GRACE_S to be reported first, as the one that never joined.
             limits.append((init_entered_at + spec.start_timeout_s + FAILURE_GRACE_S, "init"))
     if spec.training_timeout_s is not None:
         limits.append((started_at + spec.training_timeout_s, "training"))
@@ -52,33 +54,34 @@ def timeout_failure(which: str, *, rank: int, spec: JobSpec, peer_left: str | No
     The error of a rank its launcher stopped at a limit.
 
     :param which: the limit: ``training`` (``training_timeout_s``), ``start`` (loading the function within
-        ``start_timeout_s``), ``init`` (waiting in ``hvd.init()`` for the other ranks past ``start_timeout_s``) or
-        ``peer`` (a peer ended without ever joining while this rank waited in ``hvd.init()``).
+        ``start_timeout_s``), ``init`` (waiting in ``hvd.init()``, or ``init_process_group()``, for the other ranks
+        past ``start_timeout_s``) or ``peer`` (a peer ended without ever joining while this rank waited there).
     :param rank: the rank.
-    :param spec: the job (its timeouts, in seconds, are named in the message).
+    :param spec: the job (its timeouts, in seconds, are named in the message; its launcher names the call).
     :param peer_left: with ``which="peer"``: why the peer left.
     :param exit_code: the stopped process's exit status.
     :param host: the rank's host.
     :param output_tail: the rank's last output lines.
     """
+    init = get_launcher(spec.launcher).init_call
     if which == "training":
         kind, message = TRAINING_TIMEOUT, (f"rank {rank} was still running when training_timeout_s="
                                            f"{spec.training_timeout_s:g} ran out")
     elif which == "peer":
-        kind, message = PEER_LEFT, f"{peer_left}, so rank {rank} waited for it in hvd.init() in vain"
+        kind, message = PEER_LEFT, f"{peer_left}, so rank {rank} waited for it in {init} in vain"
     elif which == "start":
-        kind, message = START_TIMEOUT, (f"rank {rank} never reached hvd.init() within start_timeout_s="
+        kind, message = START_TIMEOUT, (f"rank {rank} never reached {init} within start_timeout_s="
                                         f"{spec.start_timeout_s:g}: it was still loading the training function "
                                         "(unpickling, imports)")
     else:
-        kind, message = WAITING_FOR_PEERS, (f"rank {rank} was waiting in hvd.init() for the other ranks when "
+        kind, message = WAITING_FOR_PEERS, (f"rank {rank} was waiting in {init} for the other ranks when "
                                             f"start_timeout_s={spec.start_timeout_s:g} ran out")
     return RankFailedError(rank=rank, exit_code=exit_code, host=host, exc_type=kind, exc_message=message,
-                           output_tail=output_tail, failed_at=time.time())
+                           output_tail=output_tail, failed_at=time.time(), launcher=spec.launcher)
 
 
 def exit_failure(*, rank: int, exit_code: int | None, error_path: str, host: str | None, output_tail: list[str],
-                 exited_at: float | None) -> RankFailedError:
+                 exited_at: float | None, launcher_name: str = HOROVOD) -> RankFailedError:
     """
     The error of a rank that exited with a non-zero status: what its error file says (exception type, message,
     traceback, when it failed), or only the status and output for a rank that died without writing one.
@@ -90,6 +93,7 @@ def exit_failure(*, rank: int, exit_code: int | None, error_path: str, host: str
     :param output_tail: the rank's last output lines.
     :param exited_at: when the process exit was seen, seconds since the epoch (the failure time of a rank that
         wrote no error file).
+    :param launcher_name: the job's launcher.
     """
     details: dict[str, str] = {}
     try:
@@ -99,4 +103,5 @@ def exit_failure(*, rank: int, exit_code: int | None, error_path: str, host: str
         pass
     return RankFailedError(rank=rank, exit_code=exit_code, host=host, exc_type=details.get("exc_type"),
                            exc_message=details.get("exc_message"), traceback=details.get("traceback"),
-                           output_tail=output_tail, failed_at=details.get("failed_at", exited_at))
+                           output_tail=output_tail, failed_at=details.get("failed_at", exited_at),
+                           launcher=launcher_name)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.errors import RankFailedError
-from airflow_provider_horovod.runtime.launchers import preimports
+from airflow_provider_horovod.runtime.launchers import HOROVOD, preimports
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
 from airflow_provider_horovod.runtime.wire import protocol
@@ -108,6 +108,7 @@ class RankProcess:
             protocol.ENV_LIFELINE: str(read_end),
             protocol.ENV_PROGRESS: str(progress_write),
             protocol.ENV_CHECK_SIZE: str(self._spec.np),
+            protocol.ENV_LAUNCHER: self._spec.launcher,
         }
         if self._spec.artifact_dir:
             extra[ARTIFACT_DIR_ENV] = self._spec.artifact_dir
@@ -118,8 +119,8 @@ class RankProcess:
             env_read, self._release = os.pipe()
             fds.append(env_read)
             extra[protocol.ENV_RELEASE] = str(env_read)
-            if not self._spec.use_gpu:  # GPU jobs import after their CUDA_VISIBLE_DEVICES is set
-                extra[protocol.ENV_PREIMPORT] = ",".join(preimports(self._spec.payload))
+            if not self._spec.use_gpu or self._spec.launcher != HOROVOD:  # horovod.torch: after CUDA_VISIBLE_DEVICES
+                extra[protocol.ENV_PREIMPORT] = ",".join(preimports(self._spec.payload, self._spec.launcher))
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", protocol.WORKER_MODULE],
@@ -261,7 +262,7 @@ class RankProcess:
         :param host: the rank's host, named in the error.
         """
         return exit_failure(rank=self.slot.rank, exit_code=self.returncode, error_path=self.error_path, host=host,
-                            output_tail=list(self.tail), exited_at=self.exited_at)
+                            output_tail=list(self.tail), exited_at=self.exited_at, launcher_name=self._spec.launcher)
 
     def result(self) -> bytes | None:
         """

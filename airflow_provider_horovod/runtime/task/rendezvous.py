@@ -1,10 +1,12 @@
 """
 Horovod's rendezvous store as task 0 runs it: start and stop the server, and the "rank done" reports
-(:data:`DONE_SCOPE`, :class:`RanksDone`, :func:`_report_done`) that let task 0 outlive every rank.
+(:data:`DONE_SCOPE`, :class:`RanksDone`, :func:`_report_done`) that let task 0 outlive every rank; for
+``torch.distributed``, the port task 0 holds for rank 0's store (:func:`reserve_port`).
 """
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
@@ -73,6 +75,26 @@ class RanksDone:
         expected = {str(r) for r in ranks}
         with self._cond:
             return self._cond.wait_for(lambda: expected <= self._ranks, timeout=timeout_s)
+
+
+def reserve_port(bind: str) -> socket.socket:
+    """
+    Hold a free TCP port on ``bind`` for ``torch.distributed``'s store, which rank 0's ``init_process_group()``
+    starts on it (``MASTER_PORT``): a socket bound with ``SO_REUSEADDR`` and never listening, which keeps every
+    other socket from being given the port while the store (also ``SO_REUSEADDR``) can still bind and listen on it.
+    ``torchrun`` instead closes its socket just before it starts the workers, leaving a window for another process.
+
+    :param bind: the address rank 0's store listens on (``MASTER_ADDR``).
+    :return: the socket; close it when the job has ended. Its port: ``getsockname()[1]``.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((bind, 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = (), bind: str = "127.0.0.1"):

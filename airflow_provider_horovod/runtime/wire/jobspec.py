@@ -40,6 +40,7 @@ class JobSpec:
     :param max_return_value_bytes: the largest cloudpickled return value rank 0 sends back, bytes; a larger one is
         replaced by a :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` on rank 0. ``None``: no
         limit.
+    :param launcher: ``"horovod"`` or ``"torch"`` (:mod:`~airflow_provider_horovod.runtime.launchers`).
     """
 
     payload: bytes
@@ -56,6 +57,7 @@ class JobSpec:
     use_gpu: bool = False
     gpu_visibility: str = DEFAULT_GPU_VISIBILITY
     max_return_value_bytes: int | None = None
+    launcher: str = "horovod"
 
     def forwards(self, slot: Slot) -> bool:
         """

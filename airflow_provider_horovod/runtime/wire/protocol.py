@@ -14,7 +14,11 @@ ENV_ERROR = "HOROVOD_AIRFLOW_ERROR"
 ENV_LIFELINE = "HOROVOD_AIRFLOW_LIFELINE_FD"
 """File descriptor of the lifeline pipe's read end (EOF = the launcher is gone)."""
 ENV_CHECK_SIZE = "HOROVOD_AIRFLOW_CHECK_SIZE"
-"""The expected ``hvd.size()``; the worker checks it each time the function's own ``hvd.init()`` returns."""
+"""The expected ``hvd.size()`` (world size); the worker checks it each time the function's own ``hvd.init()``
+(``init_process_group()``) returns."""
+ENV_LAUNCHER = "HOROVOD_AIRFLOW_LAUNCHER"
+"""The job's launcher (``horovod`` or ``torch``): which init call the worker watches (``hvd.init()`` or
+``torch.distributed.init_process_group()``)."""
 ENV_PROGRESS = "HOROVOD_AIRFLOW_PROGRESS_FD"
 """File descriptor the rank writes its milestones to: ``L`` function loaded (about to be called), ``I`` entering
 ``hvd.init()``, ``R`` ``hvd.init()`` returned with the right size. ``I``/``R`` repeat for every ``hvd.init()``."""

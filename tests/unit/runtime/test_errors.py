@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from airflow_provider_horovod.runtime.errors import RankFailedError
 
 
@@ -70,3 +72,26 @@ def test_exit_without_exception_and_sys_exit_heads():
     exited = RankFailedError(rank=1, exit_code=3, exc_type="SystemExit",
                              exc_message="the training function called sys.exit(3)")
     assert str(exited) == "Horovod rank 1 failed (exit code 3): the training function called sys.exit(3)"
+
+
+def test_a_torch_distributed_rank_is_named_by_its_launcher_and_survives_the_marker():
+    err = RankFailedError(rank=1, exit_code=1, exc_type="ValueError", exc_message="bad shard", host="h",
+                          launcher="torch")
+    assert str(err).startswith("torch.distributed rank 1 on h failed (exit code 1): ValueError: bad shard")
+    again = RankFailedError.find_in(f"wrapped by Spark: {err.marker()} ...")
+    assert again is not None and again.launcher == "torch" and str(again) == str(err)
+    # a marker written before the launcher field existed reads as Horovod's
+    old = RankFailedError.from_dict({"rank": 0, "exit_code": 1, "exc_type": "ValueError", "exc_message": "x"})
+    assert old.launcher == "horovod" and str(old).startswith("Horovod rank 0 failed")
+
+
+@pytest.mark.parametrize(("exc_type", "message", "secondary"), [
+    ("torch.distributed.DistBackendError", "NCCL error", True),
+    ("RuntimeError", "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:1",
+     True),
+    ("RuntimeError", "Connection reset by peer", True),
+    ("ValueError", "bad shard", False),
+])
+def test_a_rank_whose_collective_lost_its_peer_is_a_bystander(exc_type, message, secondary):
+    err = RankFailedError(rank=0, exit_code=1, exc_type=exc_type, exc_message=message, launcher="torch")
+    assert err.is_secondary is secondary

@@ -68,3 +68,21 @@ def test_a_patched_build_is_known_by_its_version_label(monkeypatch, installed, p
 
     monkeypatch.setattr(importlib.metadata, "version", version)
     assert horovod_honours_gloo_iface() is patched
+
+
+def test_ranks_on_a_driver_without_horovod_are_refused_naming_the_extra():
+    """np < 0 with launcher='horovod' where Horovod is missing: one clear error, before any rank starts."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['horovod'] = None\n"
+            "from airflow_provider_horovod.runtime import HorovodRunner, LaunchError\n"
+            "try:\n"
+            "    HorovodRunner(np=-2).run(print)\n"
+            "except LaunchError as err:\n"
+            "    print('LAUNCH', err)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("LAUNCH horovod (horovod.runner.http.http_server) is not importable by the "
+                                  f"driver's Python {sys.executable}: install it there (Horovod built with Gloo and "
+                                  "PyTorch: pip install 'airflow-provider-horovod[horovod]'"), proc.stdout

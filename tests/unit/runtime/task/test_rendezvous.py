@@ -122,3 +122,25 @@ def test_the_store_listens_on_the_given_address_only():
         assert bound == {"127.0.0.1"}  # not 0.0.0.0, as Horovod's own start() binds
     finally:
         _stop_rendezvous_soon(server).join(timeout=10)
+
+
+def test_the_port_held_for_torch_distributed_is_taken_by_its_store_and_by_nothing_else():
+    from datetime import timedelta
+
+    from airflow_provider_horovod.runtime.task.rendezvous import reserve_port
+
+    torch_dist = pytest.importorskip("torch.distributed")
+    held = reserve_port("127.0.0.1")
+    try:
+        port = held.getsockname()[1]
+        # while it is held, a plain bind to it fails (no other process is given the port) ...
+        with socket.socket() as other:
+            with pytest.raises(OSError):
+                other.bind(("127.0.0.1", port))
+        # ... but rank 0's store (what init_process_group(init_method="env://") starts) binds and serves on it
+        store = torch_dist.TCPStore("127.0.0.1", port, 1, True, timedelta(seconds=10))
+        store.set("k", "v")
+        assert store.get("k") == b"v"
+        del store
+    finally:
+        held.close()
