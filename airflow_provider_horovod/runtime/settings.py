@@ -95,17 +95,6 @@ def validate_gpu_visibility(value: object) -> str:
     return validate_choice("gpu_visibility", value, GPU_VISIBILITIES)
 
 
-def validate_launcher(value: object) -> str:
-    """
-    Check ``launcher``.
-
-    :param value: the argument as given.
-    :return: ``"horovod"`` or ``"torch"``.
-    :raises ValueError: any other value.
-    """
-    return validate_choice("launcher", value, LAUNCHER_NAMES)
-
-
 def validate_timeout(name: str, value: object) -> float | None:
     """
     Check an optional timeout in seconds.
@@ -214,7 +203,7 @@ class JobSettings:
             "timeline": validate_flag("timeline", self.timeline),
             "max_return_value_bytes": validate_positive_int("max_return_value_bytes", self.max_return_value_bytes,
                                                             "bytes"),
-            "launcher": validate_launcher(self.launcher),
+            "launcher": validate_choice("launcher", self.launcher, LAUNCHER_NAMES),
         }
         if checked["timeline"] and checked["launcher"] != HOROVOD:
             raise ValueError("timeline=True records the Horovod Timeline and needs launcher='horovod', got "
