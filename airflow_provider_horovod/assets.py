@@ -37,7 +37,7 @@ def artifact_uri(location: str) -> str:
 
 
 def model_event_extra(*, artifact_dir: str, artifact_paths: Sequence[str], app_id: str | None,
-                      return_value: Any) -> dict[str, Any]:
+                      return_value: Any, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """
     The ``extra`` of a model asset event.
 
@@ -46,9 +46,12 @@ def model_event_extra(*, artifact_dir: str, artifact_paths: Sequence[str], app_i
     :param app_id: the Spark application id.
     :param return_value: rank 0's return value; kept when ``json.dumps`` takes it and it is at most
         :data:`MAX_EVENT_RETURN_VALUE_BYTES` long, else left out (it is always in the ``return_value`` XCom).
+    :param metrics: rank 0's last ``report()`` metrics, kept under ``metrics`` when there are any.
     """
     extra: dict[str, Any] = {"artifact_dir": artifact_dir, "artifact_paths": list(artifact_paths),
                              "spark_app_id": app_id}
+    if metrics:
+        extra["metrics"] = dict(metrics)
     try:
         encoded = json.dumps(return_value)
     except (TypeError, ValueError):

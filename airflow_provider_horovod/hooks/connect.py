@@ -64,9 +64,9 @@ class HorovodConnectHook(BaseHook):
         self.log.info("Spark Connect session to %s (%s)", url.split(";")[0], name)
         ensure_dir(artifact_dir)
         self._session = SparkSession.builder.remote(url).getOrCreate()
+        runner = HorovodRunner.from_settings(settings, artifact_dir=artifact_dir, env=env, spark=self._session)
         try:
-            result = HorovodRunner.from_settings(settings, artifact_dir=artifact_dir, env=env,
-                                                 spark=self._session).run_payload(payload)
+            result = runner.run_payload(payload)
         except RankFailedError as err:
             raise HorovodJobError(str(err), failure=err.to_dict(),
                                   app_id=None) from None  # the rank's own traceback is in the message
@@ -75,7 +75,8 @@ class HorovodConnectHook(BaseHook):
         finally:
             self._session.stop()
             self._session = None
-        return JobResult(app_id=None, ui_url=None, artifact_paths=list_artifacts(artifact_dir), return_value=result)
+        return JobResult(app_id=None, ui_url=None, artifact_paths=list_artifacts(artifact_dir), return_value=result,
+                         metrics=runner.last_metrics)
 
     def on_kill(self) -> None:
         """Interrupt every operation of the session (the barrier stage's tasks, and with them the ranks)."""

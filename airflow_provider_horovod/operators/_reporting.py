@@ -16,7 +16,13 @@ from typing import Any
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, push_spark_ui_url
 from airflow_provider_horovod.operators.common import (
-    XCOM_ARTIFACT_DIR, XCOM_ARTIFACT_PATHS, XCOM_SPARK_APP_ID, XCOM_TENSORBOARD_DIR, check_xcom_value, history_app_url,
+    XCOM_ARTIFACT_DIR,
+    XCOM_ARTIFACT_PATHS,
+    XCOM_METRICS,
+    XCOM_SPARK_APP_ID,
+    XCOM_TENSORBOARD_DIR,
+    check_xcom_value,
+    history_app_url,
     history_server_url,
 )
 from airflow_provider_horovod.runtime.observability import TIMELINE_FILE_NAME, tensorboard_location
@@ -108,6 +114,9 @@ class JobReporter:
         ti.xcom_push(key=XCOM_SPARK_APP_ID, value=result.app_id)
         ti.xcom_push(key=XCOM_ARTIFACT_PATHS, value=result.artifact_paths)
         self.log.info("Artifacts pushed to XCom %r: %s", XCOM_ARTIFACT_PATHS, result.artifact_paths)
+        if result.metrics:
+            ti.xcom_push(key=XCOM_METRICS, value=result.metrics)
+            self.log.info("Rank 0's last metrics pushed to XCom %r: %s", XCOM_METRICS, result.metrics)
         # pushed by execute() before submitting (a deferred or reattached try reads it back from XCom)
         artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
         self._report_observability(ti, artifact_dir, result.artifact_paths)
@@ -140,7 +149,7 @@ class JobReporter:
         from airflow_provider_horovod.assets import attach_model_events, model_event_extra
 
         extra = model_event_extra(artifact_dir=artifact_dir, artifact_paths=result.artifact_paths,
-                                  app_id=result.app_id, return_value=value)
+                                  app_id=result.app_id, return_value=value, metrics=result.metrics)
         attached = attach_model_events(get_current_context().get("outlet_events"), self.outlets, extra)
         if attached:
             self.log.info("Asset events of %s carry the model's location: %s", ", ".join(attached), extra)

@@ -27,6 +27,8 @@ XCOM_ARTIFACT_DIR = "artifact_dir"
 """XCom key of the artifact directory (path or URI) the ranks wrote to."""
 XCOM_TENSORBOARD_DIR = "tensorboard_dir"
 """XCom key of the TensorBoard log directory, pushed when the job wrote logs there (``runtime.tensorboard_dir``)."""
+XCOM_METRICS = "metrics"
+"""XCom key of rank 0's last ``runtime.report()`` metrics (``{"loss": 0.12, ...}``), pushed when it reported some."""
 # XCOM_SPARK_UI_URL ("spark_ui_url", the Spark UI link's key) lives in airflow_provider_horovod.links.
 
 ARTIFACT_ROOT_ENV = "AIRFLOW__HOROVOD__ARTIFACT_ROOT"

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         ReturnValueTooLargeError,
     )
     from airflow_provider_horovod.runtime.observability import tensorboard_dir
+    from airflow_provider_horovod.runtime.progress import report
     from airflow_provider_horovod.runtime.runner import HorovodRunner
     from airflow_provider_horovod.runtime.torch_distributor import TorchDistributor
 
@@ -35,6 +36,7 @@ _EXPORTS = {
     "artifact_dir": "airflow_provider_horovod.runtime.artifacts",
     "rank_shard": "airflow_provider_horovod.runtime.data",
     "tensorboard_dir": "airflow_provider_horovod.runtime.observability",
+    "report": "airflow_provider_horovod.runtime.progress",
     "TorchDistributor": "airflow_provider_horovod.runtime.torch_distributor",
 }
 

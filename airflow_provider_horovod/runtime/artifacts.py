@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
+from airflow_provider_horovod.runtime.wire.progress import METRICS_FILE, PROGRESS_FILE
+
+_PROGRESS_FILES = frozenset({METRICS_FILE, PROGRESS_FILE})
+
 ARTIFACT_DIR_ENV = "HOROVOD_AIRFLOW_ARTIFACT_DIR"
 """Environment variable that carries the artifact directory into every rank."""
 
@@ -57,7 +61,8 @@ def artifact_dir() -> str:
 
 def list_artifacts(location: str) -> list[str]:
     """
-    Every file below ``location``, as full paths (local) or full URIs (remote), sorted.
+    Every file below ``location``, as full paths (local) or full URIs (remote), sorted; the job's own progress
+    files at its top (``metrics.jsonl``, ``progress.json``) are not listed: XCom ``metrics`` and the UI read them.
 
     :param location: the artifact directory (path or URI).
     :return: an empty list when the directory does not exist.
@@ -68,10 +73,13 @@ def list_artifacts(location: str) -> list[str]:
         fs, path = fsspec.core.url_to_fs(location)
         if not fs.exists(path):
             return []
-        return sorted(fs.unstrip_protocol(p) for p in fs.find(path))
+        top = path.rstrip("/")
+        return sorted(fs.unstrip_protocol(p) for p in fs.find(path) if p.rsplit("/", 1)[0] != top
+                      or p.rsplit("/", 1)[-1] not in _PROGRESS_FILES)
     root = _local_path(location)
     found = []
     for dirpath, _dirs, files in os.walk(root):
-        found.extend(os.path.abspath(os.path.join(dirpath, f)) for f in files)
+        mine = os.path.abspath(dirpath) == os.path.abspath(root)
+        found.extend(os.path.abspath(os.path.join(dirpath, f)) for f in files if not (mine and f in _PROGRESS_FILES))
     prefix = "file://" if location.startswith("file://") else ""
     return sorted(prefix + p for p in found)

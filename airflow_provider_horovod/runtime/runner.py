@@ -10,6 +10,7 @@ from typing import Any
 import cloudpickle
 
 from airflow_provider_horovod.runtime.driver.connect import is_connect_session, run_barrier_connect
+from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.driver.shipping import runtime_zip, ship_runtime
 from airflow_provider_horovod.runtime.driver.slots import local_master_slots, not_enough_slots, wait_for_slots
@@ -117,6 +118,8 @@ class HorovodRunner:
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         if timeline:
             self.env.setdefault(ENV_TIMELINE, "1")
+        self.last_metrics: dict[str, Any] = {}
+        """Rank 0's last ``report()`` metrics of the latest run (empty before one, or when it reported none)."""
 
     @classmethod
     def from_settings(cls, settings: JobSettings, *, artifact_dir: str | None = None, env: dict[str, str] | None = None,
@@ -174,13 +177,19 @@ class HorovodRunner:
             raise ReturnValueTooLargeError(value)
         return value
 
-    def run_payload(self, payload: bytes) -> bytes | None:
+    def run_payload(self, payload: bytes, *, progress_mirror: str | None = None) -> bytes | None:
         """
         Run an already serialized payload; return rank 0's cloudpickled return value.
 
         Used by :meth:`run` and by the spark-submit driver program (the operator's path).
 
         :param payload: the payload bytes (:func:`~airflow_provider_horovod.runtime.wire.payload.dumps_payload`).
+        :param progress_mirror: a directory (path or URI) that also gets ``progress.json`` (the driver program's
+            result directory).
+        The ranks' ``report()`` records become the job's progress line, ``<artifact_dir>/metrics.jsonl`` and
+        ``progress.json`` (:class:`~airflow_provider_horovod.runtime.driver.metrics.MetricsCollector`); rank 0's last
+        metrics are in :attr:`last_metrics` afterwards.
+
         :return: rank 0's cloudpickled return value, or ``None`` when it returned nothing to pickle; a pickled
             :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` when that value's pickle was larger
             than ``max_return_value_bytes`` (the caller reports it).
@@ -193,16 +202,24 @@ class HorovodRunner:
                        start_timeout_s=s.start_timeout_s, training_timeout_s=s.training_timeout_s,
                        use_gpu=s.use_gpu, gpu_visibility=s.gpu_visibility,
                        max_return_value_bytes=s.max_return_value_bytes, launcher=s.launcher)
-        if self.np < 0:
-            return run_on_driver(spec)
-        return self._run_barrier(spec)
+        with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror) as collector:
+            try:
+                result = run_on_driver(spec, metrics=collector.add) if self.np < 0 \
+                    else self._run_barrier(spec, collector.add)
+            except BaseException:
+                collector.finish("failed")
+                raise
+            finally:
+                self.last_metrics = collector.last_metrics
+            collector.finish("finished")
+        return result
 
-    def _run_barrier(self, spec: JobSpec) -> bytes | None:
+    def _run_barrier(self, spec: JobSpec, metrics: Callable[[dict], None]) -> bytes | None:
         from pyspark.sql import SparkSession
 
         spark = self.spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
         if is_connect_session(spark):
-            return run_barrier_connect(spark, spec, runtime_zip())
+            return run_barrier_connect(spark, spec, runtime_zip(), metrics)
         sc = spark.sparkContext
         conf = sc.getConf()
         try:
@@ -220,7 +237,7 @@ class HorovodRunner:
         group = f"horovod-{uuid.uuid4().hex[:12]}"
         stage_error: Exception | None = None
         results: list[bytes] = []
-        with LogServer(host) as logs:
+        with LogServer(host, on_metrics=metrics) as logs:
             spec = JobSpec(**{**spec.__dict__, "log_address": logs.address, "log_token": logs.token,
                               "executors_share_driver_stderr": sc.master.startswith("local")})
             rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestError
+from airflow_provider_horovod.utils.driver_poll import ProgressLog, read_progress
 
 
 class HorovodSparkJobTrigger(BaseTrigger):
@@ -101,7 +102,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         """
         from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 
-        poll = None
+        poll, progress = None, ProgressLog()
         facts: dict[str, str] = {}
         async with self._client() as client:
             while True:
@@ -120,6 +121,9 @@ class HorovodSparkJobTrigger(BaseTrigger):
                     return
                 if poll.app_id and poll.ui_url:
                     await self._progress(poll.ui_url, poll.app_id, facts)
+                if self._staging is not None and (line := progress.line(
+                        await asyncio.to_thread(read_progress, self._staging))):
+                    self.log.info("Training: %s", line)
                 await asyncio.sleep(self.poll_interval_s)
 
     async def on_kill(self) -> None:

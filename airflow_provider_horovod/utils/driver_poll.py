@@ -11,10 +11,16 @@ Its keys (:data:`EVENT_KEYS`) are persisted with a deferred task: they never cha
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "driver_failure", "validate_event"]
+from airflow_provider_horovod.runtime.wire.progress import PROGRESS_FILE, progress_line
+
+__all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "ProgressLog", "driver_failure",
+           "read_progress", "validate_event"]
 
 RUNNING, SUCCESS, FAILED = "running", "success", "failed"
 """A poll's outcome: the driver goes on, ended FINISHED, or ended otherwise (or its state could not be read)."""
@@ -94,3 +100,58 @@ def validate_event(event: Any) -> dict[str, Any]:
     if event["status"] not in (SUCCESS, FAILED):
         raise ValueError(f"unexpected trigger event status {event['status']!r}: expected 'success' or 'failed'")
     return event
+
+
+class ProgressLog:
+    """
+    Which progress lines a wait for a cluster-mode driver logs: the driver's ``progress.json`` (in the staging
+    directory) as :func:`~airflow_provider_horovod.runtime.wire.progress.progress_line` puts it, when it is newer
+    than the last line logged and at most every ``interval_s``.
+
+    :param interval_s: seconds between lines at least.
+    :param clock: a monotonic clock (tests).
+    """
+
+    def __init__(self, interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._seen: float | None = None
+        self._logged_at: float | None = None
+
+    def line(self, data: bytes | None) -> str | None:
+        """
+        The line to log for what ``progress.json`` holds now, or ``None`` (nothing new, too soon, or unreadable).
+
+        :param data: the file's bytes, ``None`` when there is none yet.
+        """
+        if not data:
+            return None
+        try:
+            snapshot = json.loads(data)
+        except ValueError:
+            return None  # a write in progress on a store without atomic replace: the next poll reads it
+        if not isinstance(snapshot, dict) or snapshot.get("time") == self._seen:
+            return None
+        now = self._clock()
+        if self._logged_at is not None and now - self._logged_at < self.interval_s:
+            return None
+        line = progress_line(snapshot)
+        if line is not None:
+            self._seen, self._logged_at = snapshot.get("time"), now
+        return line
+
+
+def read_progress(staging: Any) -> bytes | None:
+    """
+    The driver's ``progress.json`` in a try's staging directory (the ranks' ``report()`` progress), ``None`` before
+    there is one.
+
+    :param staging: the staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging`, a path or a
+        URI).
+    """
+    from airflow_provider_horovod.utils.staging import Staging
+
+    try:
+        return Staging.of(staging).read_bytes(PROGRESS_FILE)
+    except OSError:
+        return None

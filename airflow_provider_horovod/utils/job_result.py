@@ -26,12 +26,14 @@ class JobResult:
     :param ui_url: the application's Spark UI URL, if it had one.
     :param artifact_paths: full paths/URIs of every file under the artifact directory, sorted.
     :param return_value: rank 0's cloudpickled return value, or ``None`` if it returned nothing we kept.
+    :param metrics: rank 0's last ``report()`` metrics (empty when it reported none).
     """
 
     app_id: str | None
     ui_url: str | None
     artifact_paths: list[str] = field(default_factory=list)
     return_value: bytes | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 
@@ -74,7 +76,7 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
                               app_id=app_id) from submit_error
     value = staging.read_bytes("result.pkl")
     return JobResult(app_id=app_id, ui_url=ui_url, artifact_paths=list(outcome.get("artifact_paths") or []),
-                     return_value=value)
+                     return_value=value, metrics=dict(outcome.get("metrics") or {}))
 
 
 def cleanup_staging(path: str) -> None:

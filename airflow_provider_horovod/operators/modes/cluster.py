@@ -24,7 +24,13 @@ from airflow_provider_horovod.operators._durable import (
 )
 from airflow_provider_horovod.operators.modes.base import DeployMode, JobRequest
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
-from airflow_provider_horovod.utils.driver_poll import SUCCESS, driver_failure, validate_event
+from airflow_provider_horovod.utils.driver_poll import (
+    SUCCESS,
+    ProgressLog,
+    driver_failure,
+    read_progress,
+    validate_event,
+)
 from airflow_provider_horovod.utils.job_result import read_job_result
 from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
@@ -176,7 +182,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         its state changes and reporting the application once it started.
         """
         interval = self.options.poll_interval_s
-        poll, watcher, tick = None, None, threading.Event()
+        poll, watcher, tick, progress = None, None, threading.Event(), ProgressLog()
         slots = None if not interval else ClusterSlotsWatcher(  # what the job waits for, from the master
             master_ui_url=self.hook.endpoints.master_ui_url, submission_id=submission_id,
             app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=self.hook.np,
@@ -192,6 +198,8 @@ class ClusterMode(DurableClusterJob, DeployMode):
                     watcher = self.reporter.app_started(ti, poll.app_id, poll.ui_url)
                 if poll.done:
                     return status
+                if line := progress.line(read_progress(staging)):
+                    self.log.info("Training: %s", line)
                 tick.wait(interval or 5.0)  # the poll interval
         finally:
             if watcher:

@@ -14,7 +14,7 @@ import os
 import socket
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
@@ -58,9 +58,15 @@ def callback_host(spark: Any) -> str:
         return probe.getsockname()[0]
 
 
-def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes) -> bytes | None:
+def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes,
+                        metrics: Callable[[dict], None] | None = None) -> bytes | None:
     """
     Run the barrier stage through a Spark Connect session; return rank 0's cloudpickled value.
+
+    :param spark: the Spark Connect session.
+    :param spec: the job.
+    :param runtime_zip: the runtime, added to the session as a Python artifact.
+    :param metrics: called with the ranks' ``report()`` records.
 
     :raises RankFailedError: a rank failed (root cause).
     :raises LaunchError: the stage could not run.
@@ -83,7 +89,7 @@ def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes) -> bytes 
     tag = f"horovod-{uuid.uuid4().hex[:12]}"
     stage_error: Exception | None = None
     chunks: list[bytes] = []
-    with LogServer(callback_host(spark)) as logs:
+    with LogServer(callback_host(spark), on_metrics=metrics) as logs:
         spec = JobSpec(**{**spec.__dict__, "log_address": logs.address, "log_token": logs.token})
         spark.addTag(tag)
         try:

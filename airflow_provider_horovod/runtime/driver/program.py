@@ -15,10 +15,13 @@ It verifies the payload, runs it through :class:`~airflow_provider_horovod.runti
 writes into ``--result-dir``:
 
 - ``status.json`` as soon as the Spark application exists: ``{"app_id", "ui_url"}``;
+- ``progress.json`` while the ranks ``report()``: the job's progress snapshot (the one in the artifact directory,
+  :mod:`~airflow_provider_horovod.runtime.wire.progress`), which the Airflow side logs in cluster deploy mode;
 - ``result.pkl``: rank 0's cloudpickled return value (on success); a pickled
   :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` when its pickle was larger than
   ``--max-return-value-bytes`` (rank 0 did not send it; the reader refuses it);
-- ``result.json``: ``{"status": "success"|"failed", "app_id", "ui_url", "artifact_paths", "error", "message"}``.
+- ``result.json``: ``{"status": "success"|"failed", "app_id", "ui_url", "artifact_paths", "error", "message",
+  "metrics"}`` (``metrics``: rank 0's last ``report()`` values).
 
 Exit status 0 on success, 1 when the job failed (``result.json`` says why), 2 for bad arguments.
 """
@@ -181,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = _parse(sys.argv[1:] if argv is None else argv)
     result_dir = args.result_dir
     outcome: dict = {"status": "failed", "app_id": None, "ui_url": None, "artifact_paths": [], "error": None,
-                     "message": None}
+                     "message": None, "metrics": {}}
+    runner = None
     try:
         if args.runtime:  # the runner ships it on to the executors (runtime_zip)
             _fetch_runtime(args.runtime)
@@ -218,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             outcome["app_id"], outcome["ui_url"] = sc.applicationId, ui_url
             _write_json(_join(result_dir, "status.json"), {"app_id": sc.applicationId, "ui_url": ui_url})
             print(f"{APP_MARKER} {sc.applicationId} started; UI {ui_url or '-'}", flush=True)
-        result = runner.run_payload(payload)
+        result = runner.run_payload(payload, progress_mirror=result_dir)
         if result is not None:
             _write_bytes(_join(result_dir, "result.pkl"), result)
         outcome["status"] = "success"
@@ -242,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     finally:
+        if runner is not None:
+            outcome["metrics"] = runner.last_metrics
         if args.artifact_dir:
             try:
                 outcome["artifact_paths"] = list_artifacts(args.artifact_dir)

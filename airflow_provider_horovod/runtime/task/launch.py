@@ -33,7 +33,7 @@ from airflow_provider_horovod.runtime.task.checks import (
 from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
 from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, gloo_env, local_plan, torch_env
 from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
-from airflow_provider_horovod.runtime.task.rank_process import RankProcess, stderr_sink
+from airflow_provider_horovod.runtime.task.rank_process import RankProcess
 from airflow_provider_horovod.runtime.task.rendezvous import (
     _report_done,
     _start_rendezvous,
@@ -45,12 +45,19 @@ from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 from airflow_provider_horovod.runtime.wire.logs import LogClient
 
 
+def stderr_sink(slot: Slot, line: str) -> None:
+    """The executor's own copy of a rank's output line: its stderr (the Spark UI's task log), prefixed with the rank."""
+    sys.stderr.write(f"[rank {slot.rank}] {line}\n")
+    sys.stderr.flush()
+
+
 def _left_uninitialized(rank: int) -> str:
     return (f"rank {rank} ended (exit code 0) without calling hvd.init(); call hvd.init() on every rank, or on none "
             "(a function that does not use Horovod)")
 
 
-def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) -> bytes | None:
+def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
+                  metrics: Callable[[dict], None] | None = None) -> bytes | None:
     """
     Run ``spec.np`` ranks as processes on this machine (``HorovodRunner(np=-N)``); no Spark tasks.
 
@@ -59,6 +66,7 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
 
     :param spec: the job.
     :param stdout: where forwarded ranks' lines go; default: this process's stdout.
+    :param metrics: called with every rank's ``report()`` records; ``None``: ``report()`` is a no-op.
     :return: rank 0's cloudpickled return value.
     :raises RankFailedError: a rank exited non-zero.
     :raises LaunchError: this Python cannot import what the launcher needs (Horovod, or ``torch.distributed``).
@@ -90,7 +98,7 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None) ->
                          gloo_timeout_s=spec.gloo_timeout_s) for s in plan]
     owned = driver_owned_gpus(spec.np, os.environ.get(CUDA_VISIBLE_DEVICES)) if spec.use_gpu else []
     procs = [RankProcess(s, spec, envs[i], workdir, sink,
-                         devices=device_env(spec.use_gpu, owned, plan, i, spec.gpu_visibility))
+                         devices=device_env(spec.use_gpu, owned, plan, i, spec.gpu_visibility), metrics=metrics)
              for i, s in enumerate(plan)]
     exited: queue.Queue[tuple[RankProcess, RankFailedError | None]] = queue.Queue()
     try:
@@ -181,7 +189,8 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     gloo = launch_env(None, None)
     devices = {} if spec.use_gpu else device_env(False, [], plan, partition, spec.gpu_visibility)
     workdir = tempfile.mkdtemp(prefix="horovod-rank-")
-    proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices)
+    proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices,
+                       metrics=client.send_metrics if client is not None else None)
     server = None
     reserved = None
     port = None

@@ -3,7 +3,7 @@
 
 One fresh ``python -m airflow_provider_horovod.runtime.rank.worker`` process per rank, in its own process group, tied
 to its launcher by a lifeline pipe, with its output prefixed by rank, kept as a tail for error messages, and routed
-to the driver by a sink (:data:`Sink`, :func:`stderr_sink`).
+to the driver by a sink (:data:`Sink`; the executor's own copy: :func:`~.launch.stderr_sink`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.errors import RankFailedError
-from airflow_provider_horovod.runtime.launchers import HOROVOD, preimports
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
+from airflow_provider_horovod.runtime.task.rank_env import worker_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
@@ -30,6 +29,8 @@ OUTPUT_TAIL_LINES = 100
 """How many of a rank's last output lines an error carries."""
 
 Sink = Callable[[Slot, str], None]
+MetricsSink = Callable[[dict], None]
+"""Called with each record a rank's ``report()`` sent (a dict, see :mod:`~airflow_provider_horovod.runtime.progress`)."""
 
 
 class RankProcess:
@@ -42,16 +43,19 @@ class RankProcess:
     :param workdir: a private directory for the payload copy, the result and the error file.
     :param sink: called with every output line of the rank (without the newline).
     :param devices: the rank's device variables (from :func:`~.gpus.device_env`); ``spec.env`` overrides them.
+    :param metrics: called with each record the rank's ``report()`` sends; ``None``: the rank's ``report()`` is
+        a no-op.
     """
 
     def __init__(self, slot: Slot, spec: JobSpec, gloo: dict[str, str], workdir: str, sink: Sink,
-                 devices: dict[str, str] | None = None) -> None:
+                 devices: dict[str, str] | None = None, metrics: MetricsSink | None = None) -> None:
         self.slot = slot
         self._devices = dict(devices or {})
         self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
         self._spec = spec
         self._gloo = gloo
         self._sink = sink
+        self._metrics = metrics
         self._dir = os.path.join(workdir, f"rank-{slot.rank}")
         self._proc: subprocess.Popen[bytes] | None = None
         self._lifeline: int | None = None
@@ -98,29 +102,15 @@ class RankProcess:
             f.write(self._spec.payload)
         read_end, self._lifeline = os.pipe()
         progress_read, progress_write = os.pipe()
-        extra = {
-            **self._devices,
-            **self._spec.env,
-            **self._gloo,
-            protocol.ENV_PAYLOAD: payload_path,
-            protocol.ENV_RESULT: self.result_path,
-            protocol.ENV_ERROR: self.error_path,
-            protocol.ENV_LIFELINE: str(read_end),
-            protocol.ENV_PROGRESS: str(progress_write),
-            protocol.ENV_CHECK_SIZE: str(self._spec.np),
-            protocol.ENV_LAUNCHER: self._spec.launcher,
-        }
-        if self._spec.artifact_dir:
-            extra[ARTIFACT_DIR_ENV] = self._spec.artifact_dir
-        if self._spec.max_return_value_bytes is not None:
-            extra[protocol.ENV_MAX_RESULT] = str(self._spec.max_return_value_bytes)
-        fds = [read_end, progress_write]
+        metrics_read, metrics_write = os.pipe() if self._metrics is not None else (None, None)
+        fds = [read_end, progress_write, *([metrics_write] if metrics_write is not None else [])]
+        release_read = None
         if deferred:
-            env_read, self._release = os.pipe()
-            fds.append(env_read)
-            extra[protocol.ENV_RELEASE] = str(env_read)
-            if not self._spec.use_gpu or self._spec.launcher != HOROVOD:  # horovod.torch: after CUDA_VISIBLE_DEVICES
-                extra[protocol.ENV_PREIMPORT] = ",".join(preimports(self._spec.payload, self._spec.launcher))
+            release_read, self._release = os.pipe()
+            fds.append(release_read)
+        extra = worker_environ(self._spec, launch_env=self._gloo, devices=self._devices, payload=payload_path,
+                               result=self.result_path, error=self.error_path, lifeline_fd=read_end,
+                               progress_fd=progress_write, metrics_fd=metrics_write, release_fd=release_read)
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", protocol.WORKER_MODULE],
@@ -130,6 +120,8 @@ class RankProcess:
             )
         except BaseException:
             os.close(progress_read)
+            if metrics_read is not None:
+                os.close(metrics_read)
             raise
         finally:
             for fd in fds:
@@ -140,6 +132,9 @@ class RankProcess:
         self._progress_reader = threading.Thread(target=self._follow_progress, args=(progress_read,),
                                                  name=f"rank-{self.slot.rank}-progress", daemon=True)
         self._progress_reader.start()
+        if metrics_read is not None:
+            threading.Thread(target=self._follow_metrics, args=(metrics_read,), name=f"rank-{self.slot.rank}-metrics",
+                             daemon=True).start()
         threading.Thread(target=self._watch_exit, name=f"rank-{self.slot.rank}-exit", daemon=True).start()
 
     def release(self, gloo: dict[str, str], devices: dict[str, str]) -> None:
@@ -180,6 +175,17 @@ class RankProcess:
             pass
         finally:
             os.close(fd)
+
+    def _follow_metrics(self, fd: int) -> None:
+        assert self._metrics is not None
+        with os.fdopen(fd, "rb") as lines:
+            for raw in lines:
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    self._metrics(record)
 
     def _watch_exit(self) -> None:
         assert self._proc is not None
@@ -291,9 +297,3 @@ class RankProcess:
         if self._release is not None:
             os.close(self._release)
             self._release = None
-
-
-def stderr_sink(slot: Slot, line: str) -> None:
-    """The executor's own copy of a rank's output line: its stderr (the Spark UI's task log), prefixed with the rank."""
-    sys.stderr.write(f"[rank {slot.rank}] {line}\n")
-    sys.stderr.flush()

@@ -1,5 +1,6 @@
 """
-A small authenticated channel that carries rank output from the executors to the driver's stdout.
+A small authenticated channel that carries rank output (and the ranks' ``report()`` records and failure reports)
+from the executors to the driver.
 
 Executors may run on other machines than the driver, so output cannot be read from a local pipe. The
 driver listens on its own address (``spark.driver.host``); each barrier task connects, proves it belongs
@@ -23,6 +24,7 @@ from typing import TextIO
 
 _LEN = struct.Struct(">I")
 _FAILURE_PREFIX = "\x00failure "
+_METRICS_PREFIX = "\x00metrics "
 MAX_LINE_CHARS = 8000
 """Longer lines are truncated before they are sent (the executor's stderr keeps them whole)."""
 _MAX_FRAME = 1 << 20
@@ -57,13 +59,18 @@ class LogServer:
 
     :param host: the address to listen on (the driver's address, e.g. ``spark.driver.host``).
     :param on_line: called with each received line (thread-safe: calls are serialized).
+    :param stream: where the default ``on_line`` prints (default: ``sys.stdout``).
+    :param on_metrics: called with each ``report()`` record a task sent (serialized with ``on_line``); without it
+        they are dropped.
     """
 
-    def __init__(self, host: str, on_line: Callable[[str], None] | None = None, stream: TextIO | None = None) -> None:
+    def __init__(self, host: str, on_line: Callable[[str], None] | None = None, stream: TextIO | None = None,
+                 on_metrics: Callable[[dict], None] | None = None) -> None:
         self.token = secrets.token_hex(16)
         self._host = host
         self._stream = stream
         self._on_line = on_line or self._print
+        self._on_metrics = on_metrics
         self._lock = threading.Lock()
         self._server: socketserver.ThreadingTCPServer | None = None
         self._thread: threading.Thread | None = None
@@ -96,6 +103,13 @@ class LogServer:
                     with owner._lock:
                         if line.startswith(_FAILURE_PREFIX):
                             owner.failures.append(json.loads(line[len(_FAILURE_PREFIX):]))
+                        elif line.startswith(_METRICS_PREFIX):
+                            if owner._on_metrics is not None:
+                                try:
+                                    record = json.loads(line[len(_METRICS_PREFIX):])
+                                except ValueError:
+                                    continue  # cut at the frame limit: the next record follows
+                                owner._on_metrics(record)
                         else:
                             owner._on_line(line)
 
@@ -175,6 +189,10 @@ class LogClient:
             report["output_tail"] = report["output_tail"][-10:]
             text = _FAILURE_PREFIX + json.dumps(report)
         return self._send(self._frame(text, limit=_MAX_FRAME // 4))
+
+    def send_metrics(self, record: dict) -> None:
+        """Send one ``report()`` record (dropped, like lines, once the channel is broken)."""
+        self._send(self._frame(_METRICS_PREFIX + json.dumps(record, separators=(",", ":")), limit=_MAX_FRAME // 4))
 
     def send(self, line: str) -> None:
         """Send one line (without its newline); silently drop it once the channel is broken."""

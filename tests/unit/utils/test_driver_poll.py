@@ -192,3 +192,25 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
     assert any(r.getMessage() == "Spark application app-1 started; Spark UI: None" for r in caplog.records)
     assert event.payload == {"status": "failed", "submission_id": "driver-1", "driver_state": "KILLED",
                              "app_id": "app-1", "ui_url": None, "message": None, "staging": str(tmp_path)}
+
+
+def test_the_progress_log_logs_new_snapshots_at_most_every_interval():
+    import json
+
+    from airflow_provider_horovod.utils.driver_poll import ProgressLog
+
+    now = [0.0]
+    log = ProgressLog(interval_s=5.0, clock=lambda: now[0])
+
+    def snap(at, step):
+        return json.dumps({"time": at, "started_at": 0.0, "state": "running", "step": step, "total_steps": None,
+                           "metrics": {}, "steps_per_s": None}).encode()
+
+    assert log.line(None) is None and log.line(b"{half") is None
+    assert log.line(snap(1.0, 10)).startswith("step 10")
+    now[0] = 2.0
+    assert log.line(snap(2.0, 20)) is None  # too soon
+    now[0] = 6.0
+    assert log.line(snap(2.0, 20)).startswith("step 20")
+    now[0] = 12.0
+    assert log.line(snap(2.0, 20)) is None  # nothing new

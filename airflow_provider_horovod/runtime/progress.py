@@ -1,0 +1,139 @@
+"""
+:func:`report`: the training function's progress and metrics, for the task log, the metrics history and the Airflow
+UI. Cheap enough to call every step: it only records the values; a thread of the rank process sends the newest
+record to the rank's launcher at most every :data:`SEND_INTERVAL_S` (and the last one when the rank ends), so a slow
+reader never blocks training, let alone a collective. Outside a job (no launcher) it does nothing.
+
+Where the records go (every deploy mode): rank -> its launcher (a pipe) -> the driver (the job's authenticated log
+channel) -> :class:`~airflow_provider_horovod.runtime.driver.metrics.MetricsCollector`, which keeps the history in
+``<artifact_dir>/metrics.jsonl``, the latest snapshot in ``<artifact_dir>/progress.json``, and logs a progress line
+at most every few seconds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import threading
+import time
+from typing import Any
+
+from airflow_provider_horovod.runtime.wire.protocol import ENV_METRICS
+
+SEND_INTERVAL_S = 0.5
+"""The most often a rank sends its newest record, seconds (the history is sampled at this rate, plus the last)."""
+
+
+def _rank() -> int:
+    for name in ("RANK", "HOROVOD_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+class _Sender:
+    """Keeps a rank's newest record and sends it on the launcher's pipe from its own thread."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        os.set_inheritable(fd, False)  # not into the function's own subprocesses
+        self.rank = _rank()
+        self._cond = threading.Condition()
+        self._pending: dict[str, Any] | None = None
+        self._broken = False
+        self._thread = threading.Thread(target=self._run, name="horovod-report", daemon=True)
+        self._thread.start()
+        atexit.register(self.flush)
+
+    def put(self, record: dict[str, Any]) -> None:
+        with self._cond:
+            self._pending = record
+            self._cond.notify()
+
+    def _take(self) -> dict[str, Any] | None:
+        with self._cond:
+            record, self._pending = self._pending, None
+            return record
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._broken:
+            return
+        try:
+            os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+        except OSError:
+            self._broken = True  # the launcher is gone: training goes on
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None:
+                    self._cond.wait()
+            record = self._take()
+            if record is not None:
+                self._write(record)
+            time.sleep(SEND_INTERVAL_S)  # the throttle: at most one record per interval
+
+    def flush(self) -> None:
+        """Send the newest record now (at exit: the last report is never lost to the throttle)."""
+        record = self._take()
+        if record is not None:
+            self._write(record)
+
+
+_sender: _Sender | None = None
+_sender_lock = threading.Lock()
+
+
+def _get_sender() -> _Sender | None:
+    global _sender
+    if _sender is None:
+        fd = os.environ.get(ENV_METRICS)
+        if not fd:
+            return None
+        with _sender_lock:
+            if _sender is None:
+                _sender = _Sender(int(fd))
+    return _sender
+
+
+def _number(name: str, value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) and not hasattr(value, "__float__"):
+        raise TypeError(f"report(): metric {name}={value!r} must be a number (an int, a float, or a one-element "
+                        "tensor/array)")
+    number = float(value)
+    return number if math.isfinite(number) else None  # JSON has no NaN/Infinity: a diverged loss reads as null
+
+
+def _count(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"report(): {name} must be a non-negative int or None, got {value!r}")
+    return value
+
+
+def report(step: int | None = None, total_steps: int | None = None, epoch: int | None = None,
+           **metrics: Any) -> None:
+    """
+    Report this rank's progress and metrics; call it from the training function as often as every step.
+
+    Rank 0's reports make the job's history and the progress line; the other ranks' steps are kept too (only their
+    step and epoch), so a straggler shows (``slowest rank 1 at step 1180``). Throttled: the newest record is sent at
+    most every :data:`SEND_INTERVAL_S` seconds, and the last one when the rank ends. A no-op outside a job.
+
+    :param step: the global step (batches done so far), a non-negative int.
+    :param total_steps: the steps the training will take in all, for the percentage and the time remaining.
+    :param epoch: the current epoch.
+    :param metrics: metric name to number (``loss=0.12, acc=0.93``); one-element tensors and numpy scalars work.
+    :raises TypeError: a metric is not a number, or a count is not a non-negative int.
+    """
+    sender = _get_sender()
+    if sender is None:
+        return
+    record: dict[str, Any] = {"time": time.time(), "rank": sender.rank, "step": _count("step", step),
+                              "total_steps": _count("total_steps", total_steps), "epoch": _count("epoch", epoch)}
+    if sender.rank == 0:
+        record["metrics"] = {str(k): _number(k, v) for k, v in metrics.items()}
+    sender.put(record)

@@ -1,0 +1,57 @@
+"""
+The variables a launcher hands its rank process (:func:`worker_environ`): the launcher's (Horovod's Gloo variables
+or torchrun's), the devices, the job's, and the protocol's (:mod:`~airflow_provider_horovod.runtime.wire.protocol`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
+from airflow_provider_horovod.runtime.launchers import HOROVOD, preimports
+from airflow_provider_horovod.runtime.wire import protocol
+from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+
+
+def worker_environ(spec: JobSpec, *, launch_env: Mapping[str, str], devices: Mapping[str, str], payload: str,
+                   result: str, error: str, lifeline_fd: int, progress_fd: int, metrics_fd: int | None = None,
+                   release_fd: int | None = None) -> dict[str, str]:
+    """
+    The variables a rank's process gets on top of its launcher's environment
+    (:func:`~airflow_provider_horovod.runtime.task.plan.child_environ` applies them). ``spec.env`` overrides the
+    devices; the launcher's variables override both.
+
+    :param spec: the job.
+    :param launch_env: the rank's launcher variables (:func:`~.plan.gloo_env` or :func:`~.plan.torch_env`).
+    :param devices: its device variables (:func:`~.gpus.device_env`).
+    :param payload: the path of the rank's payload copy.
+    :param result: where rank 0 writes its return value.
+    :param error: where a failing rank writes its error.
+    :param lifeline_fd: the lifeline pipe's read end.
+    :param progress_fd: the milestones pipe's write end.
+    :param metrics_fd: the ``report()`` pipe's write end; ``None``: ``report()`` is a no-op.
+    :param release_fd: for a rank started ahead of its rendezvous: the release pipe's read end.
+    """
+    extra = {
+        **devices,
+        **spec.env,
+        **launch_env,
+        protocol.ENV_PAYLOAD: payload,
+        protocol.ENV_RESULT: result,
+        protocol.ENV_ERROR: error,
+        protocol.ENV_LIFELINE: str(lifeline_fd),
+        protocol.ENV_PROGRESS: str(progress_fd),
+        protocol.ENV_CHECK_SIZE: str(spec.np),
+        protocol.ENV_LAUNCHER: spec.launcher,
+    }
+    if spec.artifact_dir:
+        extra[ARTIFACT_DIR_ENV] = spec.artifact_dir
+    if spec.max_return_value_bytes is not None:
+        extra[protocol.ENV_MAX_RESULT] = str(spec.max_return_value_bytes)
+    if metrics_fd is not None:
+        extra[protocol.ENV_METRICS] = str(metrics_fd)
+    if release_fd is not None:
+        extra[protocol.ENV_RELEASE] = str(release_fd)
+        if not spec.use_gpu or spec.launcher != HOROVOD:  # horovod.torch imports after CUDA_VISIBLE_DEVICES is set
+            extra[protocol.ENV_PREIMPORT] = ",".join(preimports(spec.payload, spec.launcher))
+    return extra

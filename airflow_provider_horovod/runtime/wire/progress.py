@@ -1,0 +1,72 @@
+"""
+The progress snapshot a job's driver keeps (``<artifact_dir>/progress.json``) and the one line the task log shows
+for it (:func:`progress_line`), shared by the driver (which prints it in client mode and on a plain
+``HorovodRunner``) and the Airflow side (which logs it in cluster mode from the snapshot, sync or deferred).
+
+The snapshot: ``{"time", "started_at", "state" ("running" | "finished" | "failed"), "step", "total_steps", "epoch",
+"percent", "steps_per_s", "eta_s", "metrics" (rank 0's last values), "ranks" ({"<rank>": {"step", "time"}}),
+"slowest_rank"}``; times are Unix seconds, rates per second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+PROGRESS_FILE = "progress.json"
+"""The snapshot's name in the artifact directory."""
+METRICS_FILE = "metrics.jsonl"
+"""The history's name in the artifact directory: rank 0's records, one JSON object per line."""
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def _value(number: Any) -> str:
+    if number is None:
+        return "nan"
+    return f"{number:.4g}" if isinstance(number, float) else str(number)
+
+
+def progress_line(snapshot: Mapping[str, Any]) -> str | None:
+    """
+    The task log's line for a snapshot, e.g. ``step 1200/3000 (40%) 85 steps/s, ETA 21 s; loss 0.12 acc 0.93;
+    slowest rank 1 at step 1180``; without ``total_steps``: rate and elapsed time.
+
+    :param snapshot: a ``progress.json`` snapshot.
+    :return: the line, or ``None`` when nothing was reported yet.
+    """
+    step, total = snapshot.get("step"), snapshot.get("total_steps")
+    metrics = snapshot.get("metrics") or {}
+    if step is None and not metrics and snapshot.get("epoch") is None:
+        return None
+    parts = []
+    if step is not None:
+        head = f"step {step}/{total}" if total else f"step {step}"
+        if snapshot.get("percent") is not None:
+            head += f" ({snapshot['percent']:.0f}%)"
+        rate = snapshot.get("steps_per_s")
+        if rate is not None:
+            head += f" {rate:.3g} steps/s"
+        if snapshot.get("eta_s") is not None and snapshot.get("state") == "running":
+            head += f", ETA {_duration(snapshot['eta_s'])}"
+        elif snapshot.get("started_at") is not None and snapshot.get("time") is not None:
+            head += f", {_duration(snapshot['time'] - snapshot['started_at'])} elapsed"
+        parts.append(head)
+    if snapshot.get("epoch") is not None:
+        parts.append(f"epoch {snapshot['epoch']}")
+    if metrics:
+        parts.append(" ".join(f"{name} {_value(value)}" for name, value in metrics.items()))
+    slowest = snapshot.get("slowest_rank")
+    if slowest is not None:
+        at = (snapshot.get("ranks") or {}).get(str(slowest), {}).get("step")
+        parts.append(f"slowest rank {slowest} at step {at}")
+    return "; ".join(parts)

@@ -1,0 +1,83 @@
+"""What the driver makes of the ranks' records (runtime/driver/metrics.py): history, snapshot, the progress line."""
+
+from __future__ import annotations
+
+import json
+
+import fsspec
+
+from airflow_provider_horovod.runtime.artifacts import list_artifacts
+from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _record(rank, step, at, **metrics):
+    record = {"time": at, "rank": rank, "step": step, "total_steps": 3000, "epoch": 1}
+    if rank == 0:
+        record["metrics"] = metrics
+    return record
+
+
+def test_the_snapshot_has_rate_eta_and_the_straggler():
+    clock = Clock()
+    collector = MetricsCollector(None, clock=clock)
+    collector.add(_record(0, 100, 1000.0, loss=0.5))
+    collector.add(_record(0, 1100, 1010.0, loss=0.2))  # 100 steps/s
+    collector.add(_record(1, 940, 1010.0))  # more than a second of steps behind
+    clock.now = 1010.0
+    snap = collector.snapshot()
+    assert (snap["step"], snap["total_steps"], snap["percent"]) == (1100, 3000, 1100 / 30)
+    assert snap["steps_per_s"] == 100.0 and snap["eta_s"] == 19.0
+    assert snap["slowest_rank"] == 1 and snap["ranks"]["1"] == {"step": 940, "time": 1010.0}
+    assert snap["metrics"] == {"loss": 0.2} and collector.last_metrics == {"loss": 0.2}
+    collector.add(_record(1, 1099, 1010.2))  # within about a second of steps: not a straggler
+    assert collector.snapshot()["slowest_rank"] is None
+
+
+def test_local_files_get_the_history_and_the_final_state_and_are_not_artifacts(tmp_path):
+    lines = []
+    with MetricsCollector(str(tmp_path), emit=lines.append, flush_interval_s=0.05, log_interval_s=0.05) as c:
+        c.add(_record(0, 1, 1.0, loss=1.0))
+        c.add(_record(1, 1, 1.0))
+        c.add(_record(0, 2, 2.0, loss=0.5))
+        c.finish("finished")
+    history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["metrics"]) for r in history] == [(1, {"loss": 1.0}), (2, {"loss": 0.5})]  # rank 0's
+    snapshot = json.loads((tmp_path / "progress.json").read_text())
+    assert snapshot["state"] == "finished" and snapshot["step"] == 2
+    assert lines and lines[-1].startswith("step 2/3000 (0%)")
+    (tmp_path / "model.pt").write_bytes(b"w")
+    assert list_artifacts(str(tmp_path)) == [str(tmp_path / "model.pt")]
+
+
+def test_appends_across_flushes_and_marks_a_failed_job(tmp_path):
+    with MetricsCollector(str(tmp_path), emit=lambda _: None, flush_interval_s=0.01) as c:
+        c.add(_record(0, 1, 1.0, loss=1.0))
+        c._write()  # noqa: SLF001 - one flush now, as the collector's thread does
+        c.add(_record(0, 2, 2.0, loss=0.9))
+        c.finish("failed")
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+    assert json.loads((tmp_path / "progress.json").read_text())["state"] == "failed"
+
+
+def test_object_storage_gets_the_whole_history_and_the_mirror_a_snapshot():
+    fs = fsspec.filesystem("memory")
+    with MetricsCollector("memory://bucket/art", mirror_dir="memory://bucket/staging", emit=lambda _: None) as c:
+        c.add(_record(0, 1, 1.0, loss=1.0))
+        c.add(_record(0, 2, 2.0, loss=0.5))
+    assert len(fs.cat("/bucket/art/metrics.jsonl").decode().splitlines()) == 2
+    assert json.loads(fs.cat("/bucket/staging/progress.json"))["step"] == 2
+    assert not fs.exists("/bucket/staging/metrics.jsonl")
+
+
+def test_a_job_that_reports_nothing_leaves_no_files(tmp_path):
+    with MetricsCollector(str(tmp_path), emit=lambda _: None):
+        pass
+    assert list(tmp_path.iterdir()) == []
