@@ -44,7 +44,7 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
     import torch
 
     import horovod.torch as hvd
-    from airflow_provider_horovod.runtime import artifact_dir, tensorboard_dir
+    from airflow_provider_horovod.runtime import artifact_dir, report, tensorboard_dir
 
     hvd.init()
     torch.manual_seed(1234)
@@ -56,11 +56,18 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
 
         writer = SummaryWriter(tensorboard_dir())
 
+    total_steps = epochs * trainer.steps_per_epoch
     for epoch in range(1, epochs + 1):
         total = torch.zeros(2)  # (sum of losses, steps) on this rank
-        for _ in range(trainer.steps_per_epoch):
-            total += torch.tensor([trainer.step().item(), 1.0])
+        for i in range(trainer.steps_per_epoch):
+            loss = trainer.step().item()
+            total += torch.tensor([loss, 1.0])
+            # cheap every step (throttled): the task log's progress line, metrics.jsonl, the UI's chart
+            report(step=(epoch - 1) * trainer.steps_per_epoch + i + 1, total_steps=total_steps, epoch=epoch,
+                   loss=loss)
         avg = hvd.allreduce(total, op=hvd.Sum)
+        report(step=epoch * trainer.steps_per_epoch, total_steps=total_steps, epoch=epoch,
+               epoch_loss=float(avg[0] / avg[1]))
         if writer is not None:
             writer.add_scalar("loss/train", float(avg[0] / avg[1]), epoch)
         if hvd.rank() == 0 and (epoch == 1 or epoch % 5 == 0):

@@ -6,7 +6,8 @@ It has the shape of the HorovodRunner announcement's Keras example: ``hvd.init()
 ``hvd.rank()`` / ``hvd.size()``, ``hvd.DistributedOptimizer`` around a Keras optimizer, rank 0's variables
 broadcast (``BroadcastGlobalVariablesCallback(0)``), metrics averaged over the ranks (``MetricAverageCallback``),
 ``model.fit(..., verbose=2)`` on rank 0, and a checkpoint written by rank 0 only under ``artifact_dir()``. Rank 0
-also logs to TensorBoard under ``tensorboard_dir()``.
+also logs to TensorBoard under ``tensorboard_dir()``; every rank reports its progress (``ProgressCallback``: the task
+log's progress line, ``metrics.jsonl``, XCom ``metrics``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def train_keras(data_path: str, epochs: int = 25, batch_size: int = 32, lr: floa
 
     import horovod.tensorflow.keras as hvd
     from airflow_provider_horovod.runtime import artifact_dir, tensorboard_dir
+    from airflow_provider_horovod.runtime.keras_progress import ProgressCallback
 
     hvd.init()
     tf.random.set_seed(1234)
@@ -49,7 +51,8 @@ def train_keras(data_path: str, epochs: int = 25, batch_size: int = 32, lr: floa
     optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=lr * hvd.size(), momentum=0.9))
     model.compile(optimizer=optimizer, metrics=["accuracy"],
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
+                 ProgressCallback()]  # after the averaging: the task log and the UI show the ranks' mean
     if hvd.rank() == 0:  # one writer: rank 0's checkpoint and TensorBoard logs
         callbacks += [tf.keras.callbacks.ModelCheckpoint(os.path.join(artifact_dir(), "checkpoint.h5")),
                       tf.keras.callbacks.TensorBoard(log_dir=tensorboard_dir(), update_freq="epoch")]

@@ -259,3 +259,26 @@ def test_a_deferred_task_returns_its_value_and_puts_the_model_on_its_asset_event
     assert f"Spark application {event['extra']['spark_app_id']} started" in log, log[-4000:]
     staged = s3_server.fs().glob("staging/**/result.json")
     assert len(staged) == 1 and json.loads(s3_server.fs().cat(staged[0]))["status"] == "success"
+
+
+def test_report_progress_reaches_the_task_log_xcom_and_the_asset_event_client_and_deferred(airflow):
+    run_id = airflow.trigger("horovod_progress")
+    assert airflow.wait_for_run("horovod_progress", run_id, timeout_s=500) == "success", \
+        airflow.task_states("horovod_progress", run_id)
+    client = airflow.task_log("horovod_progress", run_id, "client")
+    lines = re.findall(r"airflow-provider-horovod: progress: (step \d+/48 \(\d+%\)[^\n]*)", client)
+    assert len(lines) >= 2 and lines[-1].startswith("step 48/48 (100%)"), client[-4000:]
+    assert any("steps/s, ETA" in line and "loss" in line for line in lines[:-1])
+    deferred = airflow.task_log("horovod_progress", run_id, "deferred")
+    assert "Pausing task as DEFERRED" in deferred
+    # the trigger logs the driver's snapshot from the S3 staging directory while the training runs
+    assert re.search(r"Training: step \d+/48 \(\d+%\) [\d.]+ steps/s, ETA \d+ s; loss [\d.]+", deferred), \
+        deferred[-4000:]
+    for task in ("client", "deferred"):
+        metrics = airflow.xcom("horovod_progress", run_id, task, key="metrics")
+        assert metrics == {"loss": pytest.approx(1 / 48)}, metrics
+    [event] = airflow.asset_events(source_dag_id="horovod_progress", source_run_id=run_id)
+    assert event["extra"]["metrics"] == {"loss": pytest.approx(1 / 48)}
+    history = Path(airflow.xcom("horovod_progress", run_id, "deferred", key="artifact_dir")) / "metrics.jsonl"
+    records = [json.loads(line) for line in history.read_text().splitlines()]
+    assert records[-1]["step"] == 48 and all(r["rank"] == 0 for r in records)

@@ -79,6 +79,12 @@ def test_keras_function_through_horovod_runner(keras_python, digits, tmp_path, n
     assert list((artifacts / "tensorboard").glob("train/events.out.tfevents.*")), sorted(artifacts.rglob("*"))
     # model.fit(verbose=2) on rank 0: an epoch line per epoch reaches the driver's output
     assert "Epoch 25/25" in stdout and "[rank 0]" in stdout and "[rank 1]" not in stdout
+    # ProgressCallback: every batch and epoch reported; the history has Keras' averaged metrics, the last step is all
+    history = [json.loads(line) for line in (artifacts / "metrics.jsonl").read_text().splitlines()]
+    steps = history[-1]["total_steps"]
+    assert steps and history[-1]["step"] == steps and history[-1]["epoch"] == 24
+    assert history[-1]["metrics"]["accuracy"] >= 0.9 and "loss" in history[-1]["metrics"]
+    assert "airflow-provider-horovod: progress: step" in stdout
 
 
 def test_keras_example_dag(keras_python, airflow_home, tmp_path):
@@ -104,3 +110,4 @@ def test_keras_example_dag(keras_python, airflow_home, tmp_path):
     assert xcom["train.tensorboard_dir"] == f"{artifact_dir}/tensorboard"
     assert any(p.startswith(f"{artifact_dir}/tensorboard/train/events.out.tfevents.") for p in paths)
     assert "[rank 0] Epoch 25/25" in log
+    assert xcom["train.metrics"]["accuracy"] >= 0.9  # ProgressCallback's last epoch, rank 0's

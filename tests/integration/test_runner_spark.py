@@ -179,3 +179,13 @@ def test_a_120_mb_return_value_is_refused_at_once_by_default(spark, tmp_path, ca
     assert (f"[rank 0] airflow-provider-horovod: rank 0's return value (a bytes) is {size} bytes pickled, above "
             f"max_return_value_bytes={64 * 2**20}: it is not sent to the driver") in capfd.readouterr().out
     assert HorovodRunner(np=2).run(allreduce_rank_and_size, value=1)["total"] == 3.0  # Spark is still fine
+
+
+def test_a_bystanders_traceback_in_the_log_is_labelled_a_consequence(spark_env, capfd):
+    """Rank 0 is stopped by Horovod's shutdown after rank 1 fails: its traceback is not the log's last word."""
+    with pytest.raises(RankFailedError) as info:
+        HorovodRunner(np=-2).run(fail_on_rank_one)
+    assert info.value.rank == 1
+    out = capfd.readouterr().out
+    assert "[rank 0] ^ rank 0 stopped because another rank failed first" in out, out[-3000:]
+    assert out.index("[rank 0] ^ rank 0 stopped") > out.rindex("[rank 0] Traceback")  # after its traceback

@@ -93,6 +93,7 @@ class MetricsCollector:
         self._history: list[str] = []  # rank 0's records as JSON lines
         self._written = 0  # how many of them are in the local file
         self._last: dict[str, Any] | None = None  # rank 0's newest record
+        self._latest: dict[str, Any] = {}  # each metric's newest value (records may carry different metrics)
         self._ranks: dict[str, dict[str, Any]] = {}
         self._window: collections.deque[tuple[float, int]] = collections.deque()
         self._state = "running"
@@ -116,6 +117,8 @@ class MetricsCollector:
             self._ranks[str(rank)] = {"step": record.get("step"), "time": record.get("time")}
             if rank == 0:
                 self._last = record
+                if isinstance(record.get("metrics"), dict):
+                    self._latest.update(record["metrics"])
                 self._history.append(json.dumps(record, separators=(",", ":")))
                 step, at = record.get("step"), record.get("time")
                 if isinstance(step, int) and isinstance(at, int | float):
@@ -148,16 +151,16 @@ class MetricsCollector:
             "time": self._clock(), "started_at": self._started_at, "state": self._state, "step": step,
             "total_steps": total, "epoch": last.get("epoch"),
             "percent": 100.0 * step / total if step is not None and total else None,
-            "steps_per_s": rate, "eta_s": eta, "metrics": dict(last.get("metrics") or {}),
+            "steps_per_s": rate, "eta_s": eta, "metrics": dict(self._latest),
             "ranks": {r: dict(v) for r, v in sorted(self._ranks.items(), key=lambda kv: int(kv[0]))},
             "slowest_rank": slowest,
         }
 
     @property
     def last_metrics(self) -> dict[str, Any]:
-        """Rank 0's last reported metrics (empty when it reported none)."""
+        """Rank 0's last reported value of each metric (empty when it reported none)."""
         with self._lock:
-            return dict((self._last or {}).get("metrics") or {})
+            return dict(self._latest)
 
     # -- output -------------------------------------------------------------------------------------------------
     def _write(self, final: bool = False) -> None:

@@ -51,6 +51,17 @@ def stderr_sink(slot: Slot, line: str) -> None:
     sys.stderr.flush()
 
 
+def consequence_note(rank: int) -> str:
+    """
+    The log line that follows a bystander rank's traceback (a rank stopped because another one failed: Horovod's
+    "has been shut down", Gloo's "Connection closed by peer"), so the task log does not read it as the cause.
+
+    :param rank: the bystander rank.
+    """
+    return (f"[rank {rank}] ^ rank {rank} stopped because another rank failed first: its traceback above is a "
+            "consequence; the job's error names the rank that failed and why")
+
+
 def _left_uninitialized(rank: int) -> str:
     return (f"rank {rank} ended (exit code 0) without calling hvd.init(); call hvd.init() on every rank, or on none "
             "(a function that does not use Horovod)")
@@ -122,7 +133,11 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
                         break
                     if other_failure is not None:
                         failures.append(other_failure)
-                raise root_cause(failures)
+                cause = root_cause(failures)
+                for bystander in failures:
+                    if bystander is not cause and bystander.is_secondary and spec.forwards(procs[bystander.rank].slot):
+                        out(consequence_note(bystander.rank))
+                raise cause
         return procs[0].result()
     finally:
         for p in procs:
@@ -215,6 +230,8 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
                 # the report lets the driver tell the root cause from bystanders; without a channel the error
                 # text itself must carry it through Spark's exception
                 if err.is_secondary:
+                    if forward:  # its traceback reached the log first: say that it is a consequence
+                        client.send(consequence_note(slot.rank))
                     # This rank failed because another one did (Horovod shut it down). That rank's task, or
                     # Spark's own reason for losing it, should abort the stage and be what the user reads;
                     # this task waits a bounded grace (and is usually killed by the abort meanwhile).

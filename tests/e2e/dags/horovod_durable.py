@@ -79,3 +79,32 @@ for _dag_id, _deferrable in (("horovod_killed_sync", False), ("horovod_killed_de
                               op_kwargs={"seconds": 600, "data_path": "/data/unused"}, np=2,
                               conn_id="spark_cluster", deploy_mode="cluster", deferrable=_deferrable, conf=CONF,
                               poll_interval_s=1)
+
+
+def train_reporting(steps: int):
+    """``steps`` allreduces a quarter second apart, each reported with report(): the task log's progress lines."""
+    import time
+
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_horovod.runtime import report
+
+    hvd.init()
+    for step in range(1, steps + 1):
+        loss = hvd.allreduce(torch.tensor([1.0 / step])).item()
+        report(step=step, total_steps=steps, loss=loss)
+        time.sleep(0.25)
+    return {"steps": steps} if hvd.rank() == 0 else None
+
+
+with DAG(dag_id="horovod_progress", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, default_args={"retries": 0}):
+    # client mode on the embedded local Spark: the driver prints the line, the task log shows spark-submit's output
+    HorovodRunnerOperator(task_id="client", python_callable=train_reporting, op_kwargs={"steps": 48}, np=2,
+                          conf={"spark.pyspark.python": sys.executable})
+    # deferred cluster mode, staged on S3: the trigger reads the driver's progress.json there and logs the line
+    HorovodRunnerOperator(task_id="deferred", python_callable=train_reporting, op_kwargs={"steps": 48}, np=2,
+                          conn_id="spark_cluster", deploy_mode="cluster", deferrable=True, conf=CONF,
+                          poll_interval_s=1, outlets=[Asset("reported_model")],
+                          staging_dir="s3://minio@staging/progress/{{ run_id }}/try-{{ ti.try_number }}")

@@ -39,6 +39,8 @@ def test_the_snapshot_has_rate_eta_and_the_straggler():
     assert snap["metrics"] == {"loss": 0.2} and collector.last_metrics == {"loss": 0.2}
     collector.add(_record(1, 1099, 1010.2))  # within about a second of steps: not a straggler
     assert collector.snapshot()["slowest_rank"] is None
+    collector.add(_record(0, 1200, 1011.0, epoch_loss=0.3))  # a record with other metrics: each keeps its last
+    assert collector.last_metrics == collector.snapshot()["metrics"] == {"loss": 0.2, "epoch_loss": 0.3}
 
 
 def test_local_files_get_the_history_and_the_final_state_and_are_not_artifacts(tmp_path):
