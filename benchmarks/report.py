@@ -82,7 +82,7 @@ def markdown_table(results: dict) -> str:
 
 def only_b5(results: dict) -> bool:
     """Whether ``results`` hold B5 alone (``--only b5``): then only the page's B5 section is rewritten."""
-    return results.get("b5") is not None and all(results.get(k) is None for k in ("b1", "b2", "b3", "b4"))
+    return results.get("b5") is not None and all(results.get(k) is None for k in ("b1", "b2", "b3", "b4", "b7", "b8"))
 
 
 def write_results(results: dict, docs: Path) -> tuple[Path, str]:
