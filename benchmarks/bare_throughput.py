@@ -1,7 +1,9 @@
 """
-The training job of B3/B8 as a plain program, for the bare launchers: ``torchrun --standalone --nproc_per_node=2
--m benchmarks.bare_throughput`` (``--job ddp``: :func:`benchmarks.jobs.ddp_train_throughput`) and ``horovodrun -np 2 --gloo python -m benchmarks.bare_throughput`` (``--job hvd``:
-:func:`benchmarks.jobs.hvd_train_throughput`). Rank 0 writes the job's result as JSON to ``--out``.
+The training job of B3/B8 as a plain program, for the bare launchers:
+``torchrun --standalone --nproc_per_node=2 -m benchmarks.bare_throughput --job ddp ...``
+(:func:`benchmarks.jobs.ddp_train_throughput`) and
+``horovodrun -np 2 --gloo python -m benchmarks.bare_throughput --job hvd ...``
+(:func:`benchmarks.jobs.hvd_train_throughput`). Rank 0 writes the job's result as JSON to ``--out``.
 
 Same function, same arguments, same example model as the in-Spark contenders: only the launcher differs. Needs the
 repository on ``PYTHONPATH`` (:func:`benchmarks.env.bench_environ`).

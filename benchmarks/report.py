@@ -15,8 +15,8 @@ from pathlib import Path
 
 from benchmarks.rows import rows
 
-RERUN = ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus up to ~9 min for B5)\n" \
-        ".venv/bin/python -m benchmarks --quick    # ~5-8 min, fewer repetitions, shorter B4 runs\n" \
+RERUN = ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8 and ~9 for B5)\n" \
+        ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n" \
         ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page"
 
 
