@@ -45,15 +45,15 @@ INSTALL_TIMEOUT_S = 1200
 
 
 def _interpreter(version: str) -> str | None:
-    """``pythonX.Y`` on PATH, else pyenv's (``$PYENV_ROOT/versions/X.Y.*``)."""
-    found = shutil.which(PYTHONS[version])
-    if found:
-        return found
+    """``pythonX.Y`` on PATH when it runs (a pyenv shim of a version not selected does not), else pyenv's
+    (``$PYENV_ROOT/versions/X.Y.*``)."""
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    for candidate in sorted(root.glob(f"{version}.*"), reverse=True):
-        exe = candidate / "bin" / PYTHONS[version]
-        if exe.exists():
-            return str(exe)
+    candidates = [shutil.which(PYTHONS[version])]
+    candidates += [str(d / "bin" / PYTHONS[version]) for d in sorted(root.glob(f"{version}.*"), reverse=True)]
+    for exe in candidates:
+        if exe and os.path.exists(exe) and subprocess.run([exe, "-c", "pass"], capture_output=True,
+                                                          timeout=60).returncode == 0:
+            return exe
     return None
 
 
