@@ -1,5 +1,5 @@
 """
-``python -m benchmarks [--quick]``: run B1-B5 interleaved, print the table, write ``docs/benchmarks.md`` + PNG.
+``python -m benchmarks [--quick]``: run B1-B8 interleaved, print the table, write ``docs/benchmarks.md`` + PNG.
 
 ``--only b5`` rewrites only the B5 section of an existing page (B5 has a table of its own).
 
@@ -24,11 +24,11 @@ from benchmarks.contenders import Series, Unavailable
 from benchmarks.env import REPO, setup_environ
 
 FULL = {"b1_reps": 5, "b3_reps": 3, "b3_warmup": 50, "b3_steps": 1000, "b2_reps": 3, "b4_seconds": 60.0,
-        "b4_cluster_seconds": 20.0, "b5_reps": 3, "min_reps": 2,
-        "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480}}
+        "b4_cluster_seconds": 20.0, "b5_reps": 3, "b7_reps": 5, "b8_reps": 3, "b8_epochs": 45, "min_reps": 2,
+        "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 200}}
 QUICK = {"b1_reps": 2, "b3_reps": 1, "b3_warmup": 30, "b3_steps": 300, "b2_reps": 1, "b4_seconds": 15.0,
-         "b4_cluster_seconds": 10.0, "b5_reps": 1, "min_reps": 1,
-         "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150}}
+         "b4_cluster_seconds": 10.0, "b5_reps": 1, "b7_reps": 2, "b8_reps": 1, "b8_epochs": 14, "min_reps": 1,
+         "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90}}
 """Rounds per benchmark, and a time budget per benchmark (seconds, warm-up included): once the next round would
 end past it, no further round starts (at least ``min_reps`` run), so a run stays bounded on a loaded machine."""
 BATCH_SIZE = 32  # the example DAG's default
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the selected benchmarks, print the table and write the page."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter B4 runs (~5-8 min)")
-    parser.add_argument("--only", default="b1,b2,b3,b4,b5", help="comma-separated subset, e.g. b1,b3")
+    parser.add_argument("--only", default="b1,b2,b3,b4,b5,b7,b8", help="comma-separated subset, e.g. b1,b3")
     parser.add_argument("--no-write", action="store_true", help="print the table only; write no files")
     parser.add_argument("--from-results", metavar="PICKLE", help="rewrite the page from a saved run; measure nothing")
     parser.add_argument("--out", default=str(REPO / "docs"), help="folder for benchmarks.md/.png (default docs/)")
@@ -136,7 +136,7 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
     data_path = prepare_digits(workdir)
     build_model = load_example_model()
 
-    if only & {"b1", "b3"}:
+    if only & {"b1", "b3", "b7", "b8"}:
         log("starting the shared local[2] SparkSession")
         spark = spark_session(2)
         if "b1" in only:
@@ -160,6 +160,25 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
                 contenders.b3_contenders(data_path, build_model, BATCH_SIZE, cfg["b3_warmup"], cfg["b3_steps"]),
                 cfg["b3_reps"], warmup=False, budget_s=budget["b3"], min_reps=cfg["min_reps"], notes=notes,
                 label="B3"))
+        if "b7" in only:
+            section(results, "b7", lambda: interleave(contenders.b7_contenders(spark), cfg["b7_reps"],
+                                                      budget_s=budget["b7"], min_reps=cfg["min_reps"], notes=notes,
+                                                      label="B7"))
+
+            def b7_breakdown() -> dict:
+                out: dict = {}
+                for launcher in ("ours torch",) if args.quick else ("ours torch", "TorchDistributor"):
+                    try:
+                        out[launcher] = profile.probe(launcher)
+                    except Exception as err:
+                        out[launcher] = {"error": f"{type(err).__name__}: {_first_line(str(err))}"}
+                return {"launchers": out}
+
+            section(results, "b7_profile", b7_breakdown)
+        if "b8" in only:
+            section(results, "b8", lambda: interleave(
+                contenders.b8_contenders(data_path, build_model, BATCH_SIZE, cfg["b8_epochs"]), cfg["b8_reps"],
+                warmup=False, budget_s=budget["b8"], min_reps=cfg["min_reps"], notes=notes, label="B8"))
         spark.stop()
 
     if only & {"b2", "b4"}:

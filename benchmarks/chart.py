@@ -1,4 +1,4 @@
-"""The PNG chart of B1 (launch seconds) and B3 (samples/s), drawn with matplotlib when it is installed."""
+"""The PNG chart of B1/B7 (launch seconds) and B3/B8 (samples/s), drawn with matplotlib when it is installed."""
 
 from __future__ import annotations
 
@@ -24,15 +24,32 @@ def draw(results: dict, path: Path) -> str:
                        [(lab, b1[n]) for n, lab in zip(names, labels)]))
     b3 = results.get("b3")
     if isinstance(b3, dict) and "error" not in b3:
-        names = ["ours np=2", "horovod.spark.run np=2", "ours np=1"]
-        labels = ["ours\nnp=2", "horovod.spark.run\nnp=2", "ours\nnp=1"]
+        names = ["ours np=2", "horovod.spark.run np=2", "bare horovodrun -np 2 --gloo", "ours np=1"]
+        labels = ["ours\nnp=2", "horovod.spark.run\nnp=2", "bare\nhorovodrun", "ours\nnp=1"]
         panels.append(("B3: example model training (samples/s, higher is better)",
-                       [(lab, b3[n]) for n, lab in zip(names, labels)]))
+                       [(lab, b3[n]) for n, lab in zip(names, labels) if n in b3]))
+    b7 = results.get("b7")
+    if isinstance(b7, dict) and "error" not in b7:
+        names = ["ours", "TorchDistributor", "floor: fresh import", "floor: empty barrier job"]
+        labels = ["ours\nTorchDistributor", "pyspark\nTorchDistributor", "floor: 2 fresh\nimport torch",
+                  "floor: empty\nbarrier job"]
+        panels.append(("B7: trivial np=2 DDP job, call -> rank-0 value (s, lower is better)",
+                       [(lab, b7[n]) for n, lab in zip(names, labels)]))
+    b8 = results.get("b8")
+    if isinstance(b8, dict) and "error" not in b8:
+        names = ["ours DDP", "TorchDistributor DDP", "bare torchrun DDP", "ours Horovod (HorovodRunner)"]
+        labels = ["ours\nDDP", "pyspark\nTorchDistributor", "bare\ntorchrun", "ours\nHorovod"]
+        panels.append(("B8: DDP training, steady state (samples/s, higher is better)",
+                       [(lab, b8[n]) for n, lab in zip(names, labels)]))
     if not panels:
-        return "skipped: neither B1 nor B3 ran"
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
+        return "skipped: none of B1, B3, B7, B8 ran"
+    cols = min(len(panels), 2)
+    rows_n = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(6.5 * cols, 4.2 * rows_n), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
     colors = ["#d9822b", "#4c72b0", "#55a868", "#999999", "#bbbbbb"]
-    for ax, (title, bars) in zip(axes[0], panels):
+    for ax, (title, bars) in zip(axes.flat, panels):
         for i, (label, series) in enumerate(bars):
             if series.median is None:
                 ax.text(i, 0, "could not run", rotation=90, ha="center", va="bottom", fontsize=8)

@@ -1,5 +1,6 @@
 """
-The in-process contenders of B1 (launch overhead) and B3 (training throughput), all on the shared SparkSession.
+The contenders of B1/B7 (launch overhead) and B3/B8 (training throughput): in-process ones on the shared
+SparkSession, and the bare launchers (``horovodrun``, ``torchrun``) as subprocesses on the same machine.
 
 Each contender is a zero-argument callable that runs one job and returns a measurement; it raises
 :class:`Unavailable` (with the exact reason) when it cannot run at all, e.g. ``horovod.spark`` fails to import.
@@ -7,8 +8,11 @@ Each contender is a zero-argument callable that runs one job and returns a measu
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,10 +77,18 @@ def run_horovod_spark(fn: Callable[..., Any], np: int = 2, **kwargs: Any) -> Any
     return hs.run(fn, kwargs=kwargs, num_proc=np, use_gloo=True, verbose=0)[0]
 
 
-def run_torch_distributor(fn: Callable[..., Any], np: int = 2) -> Any:
-    """``TorchDistributor(num_processes=np, local_mode=False, use_gpu=False).run(fn)``: rank 0's value."""
+def run_torch_distributor(fn: Callable[..., Any], *args: Any, np: int = 2) -> Any:
+    """PySpark's ``TorchDistributor(num_processes=np, local_mode=False, use_gpu=False).run(fn, *args)``: rank 0's
+    value."""
     td = _torch_distributor()
-    return td(num_processes=np, local_mode=False, use_gpu=False).run(fn)
+    return td(num_processes=np, local_mode=False, use_gpu=False).run(fn, *args)
+
+
+def run_ours_torch(fn: Callable[..., Any], *args: Any, np: int = 2) -> Any:
+    """This provider's ``TorchDistributor(num_processes=np, local_mode=False, use_gpu=False).run(fn, *args)``."""
+    from airflow_provider_horovod.runtime import TorchDistributor
+
+    return TorchDistributor(num_processes=np, local_mode=False, use_gpu=False).run(fn, *args)
 
 
 def b1_contenders(spark) -> dict[str, Callable[[], float]]:
@@ -116,6 +128,38 @@ def b1_contenders(spark) -> dict[str, Callable[[], float]]:
             "floor: fresh import": floor_import, "floor: empty barrier job": floor_barrier}
 
 
+def b7_contenders(spark) -> dict[str, Callable[[], float]]:
+    """B7: seconds from the call to rank 0's value of a trivial np=2 DDP job (gloo, one all_reduce), per
+    ``TorchDistributor``, plus the floor's parts (2 fresh interpreters importing torch at once; empty barrier job)."""
+    sc = spark.sparkContext
+
+    def check(value: Any, expected: Any = 2.0) -> None:
+        if value != expected:
+            raise RuntimeError(f"rank 0 returned {value!r}, expected {expected!r}")
+
+    def ours() -> float:
+        seconds, value = timed(lambda: run_ours_torch(jobs.torch_dist_trivial))
+        check(value)
+        return seconds
+
+    def torch_distributor() -> float:
+        _torch_distributor()
+        seconds, value = timed(lambda: run_torch_distributor(jobs.torch_dist_trivial))
+        check(value)
+        return seconds
+
+    def floor_import() -> float:
+        return fresh_import_seconds("import torch", processes=2)
+
+    def floor_barrier() -> float:
+        seconds, value = timed(lambda: sc.parallelize(range(2), 2).barrier().mapPartitions(lambda it: [1]).collect())
+        check(value, [1, 1])
+        return seconds
+
+    return {"ours": ours, "TorchDistributor": torch_distributor, "floor: fresh import": floor_import,
+            "floor: empty barrier job": floor_barrier}
+
+
 def fresh_import_seconds(statement: str, processes: int = 1) -> float:
     """Wall seconds for ``processes`` fresh interpreters started together to run ``statement`` and exit."""
     env = bench_environ()
@@ -145,4 +189,79 @@ def b3_contenders(data_path: str, build_model, batch_size: int, warmup: int, ste
     def ours_np1() -> float:
         return run_ours(jobs.hvd_train_throughput, np=1, **kwargs)["samples_per_s"]
 
-    return {"ours np=2": ours_np2, "horovod.spark.run np=2": horovod_spark_np2, "ours np=1": ours_np1}
+    def bare_horovodrun() -> float:
+        return run_bare("hvd", **kwargs)["samples_per_s"]
+
+    return {"ours np=2": ours_np2, "horovod.spark.run np=2": horovod_spark_np2,
+            "bare horovodrun -np 2 --gloo": bare_horovodrun, "ours np=1": ours_np1}
+
+
+# --- bare launchers (B3, B8) -----------------------------------------------------------------------------------
+
+BARE_MODULE = "benchmarks.bare_throughput"
+"""Run as a module (``-m``): as a script, its folder would come first on ``sys.path``, and ``benchmarks/profile.py``
+would shadow the standard library's ``profile`` (which torch imports)."""
+BARE_TIMEOUT_S = 300
+
+
+def bare_command(job: str) -> list[str]:
+    """The launcher's command line before the script: ``torchrun`` (``ddp``) or ``horovodrun`` (``hvd``), np=2."""
+    bin_dir = os.path.dirname(PYTHON)
+    if job == "ddp":
+        return [os.path.join(bin_dir, "torchrun"), "--standalone", "--nproc_per_node=2", "-m", BARE_MODULE]
+    return [os.path.join(bin_dir, "horovodrun"), "-np", "2", "--gloo", "-H", "localhost:2",
+            "--network-interfaces", "lo", PYTHON, "-m", BARE_MODULE]
+
+
+def run_bare(job: str, *, data_path: str, build_model=None, batch_size: int, warmup_steps: int,
+             steps: int) -> dict:
+    """
+    The throughput job under a bare launcher (:data:`BARE_MODULE`, same function and model as in Spark); rank 0's
+    result. ``build_model`` is unused (the script imports the example's own).
+
+    :raises Unavailable: the launcher's executable is missing.
+    :raises RuntimeError: the launcher failed (its output's tail in the message).
+    """
+    cmd = bare_command(job)
+    if not os.path.exists(cmd[0]):
+        raise Unavailable(f"{cmd[0]} not found")
+    with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp:
+        out = os.path.join(tmp, "result.json")
+        args = ["--job", job, "--data-path", data_path, "--batch-size", str(batch_size),
+                "--warmup-steps", str(warmup_steps), "--steps", str(steps), "--out", out]
+        env = {**os.environ, **bench_environ()}
+        proc = subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=BARE_TIMEOUT_S,
+                              cwd=tmp)
+        if proc.returncode != 0 or not os.path.exists(out):
+            raise RuntimeError(f"{os.path.basename(cmd[0])} exited {proc.returncode}: "
+                               f"{(proc.stdout + proc.stderr).strip()[-600:]}")
+        with open(out) as f:
+            return json.load(f)
+
+
+# --- B8 -------------------------------------------------------------------------------------------------------
+
+def b8_contenders(data_path: str, build_model, batch_size: int, epochs: int) -> dict[str, Callable]:
+    """
+    B8: steady-state global samples/s of the example model trained with DDP (one epoch untimed, then ``epochs``
+    timed), per launcher; and the same under Horovod (``HorovodRunner``, same steps) for DDP vs Horovod.
+    """
+    spe = jobs.steps_per_epoch(data_path, batch_size, 2)
+    args = (data_path, build_model, batch_size, spe, spe * epochs)
+    kwargs = dict(data_path=data_path, build_model=build_model, batch_size=batch_size, warmup_steps=spe,
+                  steps=spe * epochs)
+
+    def ours() -> float:
+        return run_ours_torch(jobs.ddp_train_throughput, *args)["samples_per_s"]
+
+    def torch_distributor() -> float:
+        return run_torch_distributor(jobs.ddp_train_throughput, *args)["samples_per_s"]
+
+    def bare_torchrun() -> float:
+        return run_bare("ddp", **kwargs)["samples_per_s"]
+
+    def horovod() -> float:
+        return run_ours(jobs.hvd_train_throughput, np=2, **kwargs)["samples_per_s"]
+
+    return {"ours DDP": ours, "TorchDistributor DDP": torch_distributor, "bare torchrun DDP": bare_torchrun,
+            "ours Horovod (HorovodRunner)": horovod}

@@ -152,3 +152,100 @@ def torch_dist_probe() -> dict:
     dist.destroy_process_group()
     return {"parent_created": process_created(os.getppid()), "created": process_created(), "entry": entry,
             "imported": imported, "init": init, "done": time.time()}
+
+
+def ddp_trainer(model, data_path: str, batch_size: int, lr: float = 0.05, cuda: bool = False):
+    """
+    :func:`horovod_trainer` with ``torch.distributed`` DDP instead of Horovod (B8), call it after
+    ``init_process_group``: the same shard (every ``world_size``-th sample from ``rank``), SGD (momentum 0.9,
+    learning rate ``lr * world_size``), loss, batches and step; gradients averaged by
+    ``DistributedDataParallel`` (which broadcasts rank 0's parameters when it wraps the model). On the CPU with
+    one torch thread per rank, or with ``cuda`` on GPU ``LOCAL_RANK`` of the visible ones (the torchrun contract;
+    the GPU check's DDP/NCCL case).
+
+    :return: a namespace like :func:`horovod_trainer`'s: ``step()``, ``steps_per_epoch``, ``x``, ``y``,
+        ``device``, ``model`` (the DDP-wrapped module).
+    """
+    import os
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    data = np.load(data_path)
+    x = torch.tensor(data["x_train"][rank::size], dtype=torch.float32, device=device)
+    y = torch.tensor(data["y_train"][rank::size], dtype=torch.long, device=device)
+    steps_per_epoch = (len(data["x_train"]) // size) // batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(f"{len(data['x_train'])} samples make no batch of {batch_size} on each of {size} ranks")
+    model.to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr * size, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    order, done = None, 0
+
+    def step() -> torch.Tensor:
+        nonlocal order, done
+        j = done % steps_per_epoch
+        if j == 0:  # a new epoch, a new order
+            order = torch.randperm(len(x), device=device)
+        idx = order[j * batch_size : (j + 1) * batch_size]
+        optimizer.zero_grad()
+        loss = loss_fn(ddp(x[idx]), y[idx])
+        loss.backward()
+        optimizer.step()
+        done += 1
+        return loss.detach()
+
+    return SimpleNamespace(step=step, steps_per_epoch=steps_per_epoch, x=x, y=y, device=device, model=ddp)
+
+
+def ddp_train_throughput(data_path: str, build_model, batch_size: int, warmup_steps: int, steps: int,
+                         lr: float = 0.05) -> dict:
+    """
+    B8 job: :func:`hvd_train_throughput` with DDP (:func:`ddp_trainer`): ``init_process_group("gloo")`` from the
+    torchrun environment, ``warmup_steps`` untimed, then ``steps`` timed between two all_reduces.
+
+    Positional arguments only where PySpark's ``TorchDistributor.run`` passes them (it takes ``*args``).
+
+    :return: on every rank: ``samples_per_s`` (global), ``size``, ``seconds``, ``rank``, ``final_loss``.
+    """
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        torch.manual_seed(1234)
+        trainer = ddp_trainer(build_model(), data_path, batch_size, lr)
+        for _ in range(warmup_steps):
+            trainer.step()
+        dist.all_reduce(torch.zeros(1))
+        start = time.perf_counter()
+        loss = None
+        for _ in range(steps):
+            loss = trainer.step()
+        dist.all_reduce(torch.zeros(1))
+        seconds = time.perf_counter() - start
+        size = dist.get_world_size()
+        return {"samples_per_s": steps * batch_size * size / seconds, "size": size, "seconds": seconds,
+                "rank": dist.get_rank(), "final_loss": float(loss) if loss is not None else None}
+    finally:
+        dist.destroy_process_group()
+
+
+def steps_per_epoch(data_path: str, batch_size: int, size: int) -> int:
+    """The trainers' steps per epoch on ``size`` ranks (each rank's shard // ``batch_size``)."""
+    import numpy as np
+
+    return (len(np.load(data_path)["x_train"]) // size) // batch_size

@@ -22,7 +22,7 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
         "",
         table,
         "",
-        "Ratios are of medians. B1/B2: seconds, lower is better; B3: samples/s, higher is better. B5 (queueing on "
+        "Ratios are of medians. B1/B2/B7: seconds, lower is better; B3/B8: samples/s, higher is better. B5 (queueing on "
         "a busy cluster) has a table of its own, [below](#b5-queueing-on-a-busy-cluster).",
         "",
         *_conditions(results),
@@ -31,6 +31,7 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
     ]
     out += _targets(results)
     out += _b1_breakdown(results)
+    out += _b7_breakdown(results)
     out += _b2_breakdown(results)
     out += _b4_details(results)
     if results.get("b5") is not None:
@@ -130,6 +131,28 @@ def _b1_reading(ours: dict, ref: dict) -> list[str]:
                 "waiting for the other tasks' reports that their ranks exited (through the rendezvous store, not a "
                 "Spark `barrier()`), task completion and `collect`.")
     return [" ".join(text), ""]
+
+
+def _b7_breakdown(results: dict) -> list[str]:
+    """B7's probe jobs (the DDP launch), phase by phase, as B1's (same phases, torch.distributed's init)."""
+    prof = results.get("b7_profile")
+    if results.get("b7") is None:
+        return []
+    if not isinstance(prof, dict) or "error" in prof:
+        return ["## Where the time goes: B7 DDP launch", "",
+                f"Not profiled: {(prof or {}).get('error', 'no probe ran')}.", ""]
+    launchers = prof["launchers"]
+    names = list(launchers)
+    lines = ["## Where the time goes: B7 DDP launch", "",
+             "One probe job per `TorchDistributor` (not part of the medians above), phases as for B1; "
+             "`init_process_group()` is the Gloo rendezvous through rank 0's TCP store. Single runs: rough "
+             "proportions.", "",
+             "| Phase | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for phase, _ in PHASES + [("total", "call -> value")]:
+        cells = [launchers[n].get("error", "") if "error" in launchers[n] else _s(launchers[n].get(phase))
+                 for n in names]
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _pct(value: float, probe: dict) -> str:
@@ -279,6 +302,21 @@ def _method(cfg: dict) -> list[str]:
         "np=2 is slower than np=1 here: a small MLP on 2 cores shared with Spark, where each step's gradient "
         "allreduce costs more than the compute it splits; B3 compares launchers at equal np (the training loop "
         "is the same function under both), not scaling.",
+        f"- B3 also runs the same function under bare `horovodrun -np 2 --gloo -H localhost:2 --network-interfaces "
+        "lo` (`benchmarks/bare_throughput.py`), the launcher-free limit for ours.",
+        f"- B7 (up to {cfg.get('b7_reps', 0)} rounds after an untimed one, within a time budget): a trivial np=2 "
+        "DDP job (`init_process_group(\"gloo\")`, one `all_reduce`, return) from the call to rank 0's value: this "
+        "provider's `TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run` vs PySpark's "
+        "`pyspark.ml.torch.distributor.TorchDistributor` with the same arguments, on the same SparkSession. "
+        "Floor: two fresh interpreters running `import torch` at once, plus the empty barrier job.",
+        f"- B8 (up to {cfg.get('b8_reps', 0)} rounds, within a time budget): the example model trained with DDP "
+        "(`benchmarks/jobs.py: ddp_trainer`, the example's `horovod_trainer` with `DistributedDataParallel` "
+        "instead of `hvd.DistributedOptimizer`: same shard, batches, SGD), np=2, batch "
+        f"{cfg['batch_size']} per rank; one epoch untimed, then {cfg.get('b8_epochs', 0)} epochs timed inside "
+        "the function between two all_reduces (steady state: launch and the first epoch excluded). Ours "
+        "(`TorchDistributor`, barrier tasks) vs PySpark's `TorchDistributor` vs bare `torchrun --standalone "
+        "--nproc_per_node=2` of the same function (`benchmarks/bare_throughput.py`); and the same steps under "
+        "Horovod (`HorovodRunner`, the example's `horovod_trainer`) for DDP vs Horovod.",
         f"- B4: peak RSS while `airflow dags test` trains the example model for ~{cfg['b4_seconds']:.0f} s "
         "through the operator (client mode, sync), beside the same `airflow dags test` of a no-op `@task` in the "
         "same run (Airflow's own peak RSS; the operator's cost is the difference); then, on a standalone cluster "

@@ -24,10 +24,15 @@ PHASES = [
 
 
 def probe(launcher: str) -> dict[str, float]:
-    """Run one probe job with ``launcher`` (``ours``, ``horovod.spark.run``, ``TorchDistributor``); phase seconds."""
+    """
+    Run one probe job with ``launcher`` (``ours``, ``horovod.spark.run``, ``TorchDistributor``, or ``ours torch``:
+    this provider's ``TorchDistributor``, B7); phase seconds.
+    """
     t0 = time.time()
     if launcher == "ours":
         ts = contenders.run_ours(jobs.hvd_probe)
+    elif launcher == "ours torch":
+        ts = contenders.run_ours_torch(jobs.torch_dist_probe)
     elif launcher == "horovod.spark.run":
         ts = contenders.run_horovod_spark(jobs.hvd_probe)
     else:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from benchmarks.rows import rows
 
-RERUN = ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus up to ~9 min for B5)\n" \
-        ".venv/bin/python -m benchmarks --quick    # ~5-8 min, fewer repetitions, shorter B4 runs\n" \
+RERUN = ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8 and ~9 for B5)\n" \
+        ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n" \
         ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page"
 
 
@@ -82,7 +82,7 @@ def markdown_table(results: dict) -> str:
 
 def only_b5(results: dict) -> bool:
     """Whether ``results`` hold B5 alone (``--only b5``): then only the page's B5 section is rewritten."""
-    return results.get("b5") is not None and all(results.get(k) is None for k in ("b1", "b2", "b3", "b4"))
+    return results.get("b5") is not None and all(results.get(k) is None for k in ("b1", "b2", "b3", "b4", "b7", "b8"))
 
 
 def write_results(results: dict, docs: Path) -> tuple[Path, str]:

@@ -11,6 +11,12 @@ B1_TARGET, B2_TARGET, B3_TARGET = 0.5, 1.15, 0.98
 """B1: ours <= 0.5x each alternative; B2: operator/hand <= 1.15x; B3: ours >= 0.98x."""
 B1_FLOOR_TARGET = 1.25
 """B1: ours <= 1.25x the floor (issue #15)."""
+B3_BARE_TARGET = 0.97
+"""B3: ours >= 0.97x bare ``horovodrun -np 2 --gloo`` (issue #24)."""
+B7_TARGET, B7_FLOOR_TARGET = 0.20, 1.15
+"""B7: ours <= 0.20x PySpark's TorchDistributor; ours <= 1.15x the floor (issue #24)."""
+B8_TARGET, B8_BARE_TARGET = 1.0, 0.97
+"""B8: ours >= 1.0x PySpark's TorchDistributor; ours >= 0.97x bare ``torchrun`` (issue #24)."""
 B4_ABOVE_NOOP_MIB = 25
 """B4: the operator task process's peak RSS at most this many MiB above a no-op task's (issue #15)."""
 
@@ -127,9 +133,53 @@ def rows(results: dict) -> list[dict]:
         add("B3 throughput", "horovod.spark.run np=2", theirs.reason or _fmt(theirs.median, "samples/s"),
             _samples(theirs, "samples/s"), f"ours/this = {ratio:.3f}x" if ratio else "", f">= {B3_TARGET}x",
             _verdict(ratio, B3_TARGET, False))
+        bare = b3.get("bare horovodrun -np 2 --gloo")
+        if bare is not None:
+            ratio = ours.median / bare.median if ours.median and bare.median else None
+            add("B3 throughput", "bare horovodrun -np 2 --gloo (same function)", bare.reason
+                or _fmt(bare.median, "samples/s"), _samples(bare, "samples/s"),
+                f"ours/this = {ratio:.3f}x" if ratio else "", f">= {B3_BARE_TARGET}x",
+                _verdict(ratio, B3_BARE_TARGET, False))
         scale = ours.median / one.median if ours.median and one.median else None
         add("B3 throughput", "ours np=1", one.reason or _fmt(one.median, "samples/s"), _samples(one, "samples/s"),
             f"np2/np1 = {scale:.2f}x" if scale else "")
+
+    if results.get("b7") is not None and not add_error("B7 DDP launch", "b7"):
+        b7 = results["b7"]
+        ours = b7["ours"].median
+        add("B7 DDP launch", "ours: TorchDistributor(num_processes=2, local_mode=False).run",
+            b7["ours"].reason or _fmt(ours, "s"), _samples(b7["ours"], "s"))
+        s = b7["TorchDistributor"]
+        ratio = ours / s.median if ours and s.median else None
+        add("B7 DDP launch", "pyspark.ml.torch.distributor.TorchDistributor (same arguments)",
+            s.reason or _fmt(s.median, "s"), _samples(s, "s"), f"ours/this = {ratio:.3f}x" if ratio else "",
+            f"<= {B7_TARGET}x", _verdict(ratio, B7_TARGET, True))
+        parts = [b7["floor: fresh import"], b7["floor: empty barrier job"]]
+        for name, s in zip(("floor: 2 fresh interpreters `import torch` at once", "floor: empty barrier job"), parts):
+            add("B7 DDP launch", name, s.reason or _fmt(s.median, "s"), _samples(s, "s"))
+        if all(p.median is not None for p in parts):
+            floor = sum(p.median for p in parts)
+            add("B7 DDP launch", "floor total (sum of medians)", _fmt(floor, "s"), "",
+                f"ours/floor = {ours / floor:.2f}x" if ours else "", f"<= {B7_FLOOR_TARGET}x",
+                _verdict(ours / floor if ours else None, B7_FLOOR_TARGET, True))
+
+    if results.get("b8") is not None and not add_error("B8 DDP throughput", "b8"):
+        b8 = results["b8"]
+        ours = b8["ours DDP"]
+        add("B8 DDP throughput", "ours: TorchDistributor np=2, DDP", ours.reason or _fmt(ours.median, "samples/s"),
+            _samples(ours, "samples/s"))
+        for name, label, target in (("TorchDistributor DDP", "pyspark TorchDistributor np=2, DDP", B8_TARGET),
+                                    ("bare torchrun DDP", "bare torchrun --standalone --nproc_per_node=2, DDP",
+                                     B8_BARE_TARGET)):
+            s = b8[name]
+            ratio = ours.median / s.median if ours.median and s.median else None
+            add("B8 DDP throughput", label, s.reason or _fmt(s.median, "samples/s"), _samples(s, "samples/s"),
+                f"ours/this = {ratio:.3f}x" if ratio else "", f">= {target}x", _verdict(ratio, target, False))
+        hvd = b8["ours Horovod (HorovodRunner)"]
+        ratio = ours.median / hvd.median if ours.median and hvd.median else None
+        add("B8 DDP throughput", "Horovod: HorovodRunner np=2, same model, data and steps", hvd.reason
+            or _fmt(hvd.median, "samples/s"), _samples(hvd, "samples/s"), f"DDP/Horovod = {ratio:.3f}x" if ratio
+            else "")
 
     if not add_error("B4 memory", "b4"):
         b4 = results["b4"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command on a GPU machine: train the example model with Horovod on every GPU and report samples/s.
 # Falls back to the CPU (and says so) without CUDA or with a CPU-only Horovod. Bounded to 10 minutes.
-# Extra arguments go to benchmarks/gpu_check.py (--np, --epochs, --batch-size, --cpu, --out FILE).
+# Extra arguments go to benchmarks/gpu_check.py (--np, --epochs, --batch-size, --cpu, --launcher ddp, --out FILE);
+# --launcher ddp measures PyTorch DDP (TorchDistributor, NCCL on GPUs) instead of Horovod.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
