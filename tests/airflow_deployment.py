@@ -227,6 +227,12 @@ class AirflowDeployment:
         response.raise_for_status()
         return response.json()["access_token"]
 
+    def token(self) -> str:
+        """A bearer token of the generated admin user (also good as the UI's ``_token`` session cookie)."""
+        if self._token is None:
+            self._token = self._login()
+        return self._token
+
     def api(self, method: str, path: str, *, expect: Iterable[int] = (200,), **kwargs: Any) -> httpx.Response:
         """
         Call the REST API (``path`` like ``/api/v2/dags``) with a bearer token (renewed on 401).

@@ -116,10 +116,15 @@
     if (!Object.keys(history.metrics).length) $("charts").textContent = p ? "no metrics reported" : "";
     const now = p && typeof p.time === "number" ? p.time : Date.now() / 1000;
     const ranks = Object.entries((p && p.ranks) || {}).sort((a, b) => Number(a[0]) - Number(b[0]));
+    const lead = Math.max(...ranks.map(([, r]) => (typeof r.step === "number" ? r.step : -Infinity)));
+    const slowest = p && p.slowest_rank !== null && p.slowest_rank !== undefined && ranks.length > 1
+      ? String(p.slowest_rank) : null;
     fillTable($("ranks").tBodies[0], ranks.map(([rank, r]) => [
-      [[rank, true], [r.step === null || r.step === undefined ? "?" : String(r.step), true],
-       [typeof r.time === "number" ? duration(now - r.time) + " before the snapshot" : "?"]],
-      p.slowest_rank !== null && String(p.slowest_rank) === rank && ranks.length > 1 ? "slowest" : ""]));
+      [[rank + (rank === slowest ? " (slowest)" : ""), true],
+       [typeof r.step === "number" ? String(r.step) : "?", true],
+       [typeof r.step === "number" && lead > r.step ? String(lead - r.step) : "0", true],
+       [typeof r.time === "number" ? duration(now - r.time) + " before" : "?", true]],
+      rank === slowest ? "slowest" : ""]));
     const link = $("spark-ui");
     if (data.spark_ui_url) { link.href = data.spark_ui_url; link.textContent = data.spark_ui_url; }
     $("tensorboard").textContent = data.tensorboard_dir ? "tensorboard --logdir " + data.tensorboard_dir
