@@ -3,7 +3,7 @@ The "Training progress" tab in a real browser (Debian's headless Chromium throug
 deployment's api-server while a training writes its progress: the chart's points grow between two reads, the
 progress text and the ranks appear, the finished history stays; the endpoint refuses requests without a session.
 
-One deployment for the module (api-server, scheduler, dag-processor: ~40 s on 2 cores), one run of ~40 s. Set
+One deployment for the module (api-server, scheduler, dag-processor: ~40 s on 2 cores), one run of ~25 s. Set
 ``APH_PROGRESS_SCREENSHOT=<file.png>`` to keep a screenshot of the tab taken while the run trains.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -20,24 +19,14 @@ import httpx
 import pytest
 
 from tests.airflow_deployment import airflow_deployment, copy_dags
+from tests.integration.shared_cluster_jobs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 DAGS = Path(__file__).resolve().parent / "dags"
 DAG_ID, TASK_ID = "horovod_progress_writer", "train"
-STEPS = 160  # one every 0.25 s: ~40 s of "training"
+STEPS = 100  # one every 0.25 s: ~25 s of "training"
 PLUGIN = "airflow_provider_horovod.plugins.horovod_plugin:HorovodProgressPlugin"
-
-
-def _poll(what, check, timeout_s: float, interval_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(interval_s)  # polling a browser and a server, bounded by the deadline
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +64,7 @@ def browser():
 def training(airflow):
     """A run that trains for ~40 s; the test starts once its task instance runs."""
     run_id = airflow.trigger(DAG_ID, conf={"steps": STEPS, "interval_s": 0.25})
-    _poll("the task to run", lambda: airflow.task_states(DAG_ID, run_id).get(TASK_ID) == "running", 120)
+    wait_until(lambda: airflow.task_states(DAG_ID, run_id).get(TASK_ID) == "running", "the task to run", timeout_s=120)
     return run_id
 
 
@@ -106,13 +95,14 @@ def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, b
     browser.add_cookie({"name": "_token", "value": airflow.token(), "path": "/"})
     browser.get(f"{airflow.url}/dags/{DAG_ID}/runs/{training}/tasks/{TASK_ID}/plugin/horovod-progress")
     # Airflow's own task instance page shows the tab, with the page in an iframe
-    frame = _poll("the tab's iframe", lambda: browser.find_elements("css selector", "iframe[src*='/horovod/page']"),
-                  60)[0]
+    frame = wait_until(lambda: browser.find_elements("css selector", "iframe[src*='/horovod/page']"),
+                       "the tab's iframe", timeout_s=60)[0]
     browser.switch_to.frame(frame)
 
-    first = _poll("the chart's first points", lambda: (t := _tab(browser))["charts"].get("loss") and t, 60)
-    later = _poll("the chart to grow", lambda: (t := _tab(browser))["charts"]["loss"] > first["charts"]["loss"] and t,
-                  20)
+    first = wait_until(lambda: (t := _tab(browser))["charts"].get("loss") and t, "the chart's first points",
+                       timeout_s=60)
+    later = wait_until(lambda: (t := _tab(browser))["charts"]["loss"] > first["charts"]["loss"] and t,
+                       "the chart to grow", timeout_s=20)
     assert set(later["charts"]) == {"loss", "acc"}
     assert re.search(rf"step \d+/{STEPS} \(\d+%\) · .* steps/s · ETA ", later["status"]), later["status"]
     assert len(later["ranks"]) == 2 and later["slowest"] == 1, later
@@ -121,6 +111,7 @@ def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, b
         browser.save_screenshot(os.environ["APH_PROGRESS_SCREENSHOT"])
 
     assert airflow.wait_for_run(DAG_ID, training, timeout_s=120) == "success"
-    done = _poll("the finished history", lambda: "not refreshing" in (t := _tab(browser))["footer"] and t, 30)
+    done = wait_until(lambda: "not refreshing" in (t := _tab(browser))["footer"] and t, "the finished history",
+                      timeout_s=30)
     assert done["charts"] == {"loss": STEPS, "acc": STEPS}, done
     assert done["status"].startswith(f"step {STEPS}/{STEPS} (100%)") and "finished" in done["status"], done
