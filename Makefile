@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make demo   set everything up and run the example retraining DAG on an embedded local Spark
 #   make test   set everything up and run the whole test suite (with the Keras environment, .venv-keras)
-.PHONY: setup setup-keras demo test clean
+#   make up / make down   start / stop a local deployment to watch the example DAGs in Airflow's UI
+.PHONY: setup setup-keras setup-browser demo up down test clean
 
 setup:
 	bash scripts/setup.sh
@@ -12,8 +13,20 @@ setup-keras: setup
 demo: setup
 	bash scripts/demo.sh
 
-test: setup setup-keras
+# a local deployment (Airflow api-server, scheduler, dag-processor, triggerer + Spark standalone and history server)
+# on 127.0.0.1 serving example_dags/, in the background; `make down` stops all of it (docs/getting-started.md)
+up: setup
+	.venv/bin/python scripts/up.py up
+
+down:
+	.venv/bin/python scripts/up.py down
+
+# headless Chromium + chromedriver (apt) and Selenium, for the UI page's browser test; skipped when installed
+setup-browser: setup
+	bash scripts/setup_browser.sh
+
+test: setup setup-keras setup-browser
 	bash scripts/test.sh
 
 clean:
-	rm -rf .venv .venv-keras .venv-byo .airflow .pytest_cache
+	rm -rf .venv .venv-keras .venv-byo .airflow .airflow-up .pytest_cache

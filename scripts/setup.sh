@@ -22,7 +22,8 @@ JAVA_MAJOR=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head
 command -v g++ >/dev/null || die "a C++ compiler (g++) is required to build Horovod; install build-essential"
 command -v make >/dev/null || die "make is required to build Horovod; install build-essential"
 
-STAMP_KEY=$(cat requirements/*.txt scripts/setup.sh scripts/build_horovod.sh | sha256sum | cut -c1-16)
+# pyproject.toml too: its extras and entry points (the UI plugin's) reach .venv only by reinstalling the package
+STAMP_KEY=$(cat requirements/*.txt pyproject.toml scripts/setup.sh scripts/build_horovod.sh | sha256sum | cut -c1-16)
 STAMP=$VENV/.setup-$STAMP_KEY
 if [ -f "$STAMP" ]; then
   echo "setup: environment up to date ($VENV)"

@@ -102,10 +102,10 @@ class AirflowDeployment:
     """
 
     def __init__(self, home: Path, dags_folder: Path, *, extra_env: Mapping[str, str] | None = None,
-                 components: Iterable[str] = tuple(COMPONENTS)) -> None:
+                 components: Iterable[str] = tuple(COMPONENTS), port: int | None = None) -> None:
         self.home = Path(home)
         self.dags_folder = Path(dags_folder)
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.mark = uuid.uuid4().hex
         self.components = list(components)
@@ -226,6 +226,12 @@ class AirflowDeployment:
         response = self._client.post("/auth/token", json={"username": username, "password": password})
         response.raise_for_status()
         return response.json()["access_token"]
+
+    def token(self) -> str:
+        """A bearer token of the generated admin user (also good as the UI's ``_token`` session cookie)."""
+        if self._token is None:
+            self._token = self._login()
+        return self._token
 
     def api(self, method: str, path: str, *, expect: Iterable[int] = (200,), **kwargs: Any) -> httpx.Response:
         """
@@ -365,7 +371,7 @@ def _format_error_detail(detail: Any) -> list[str]:
 @contextlib.contextmanager
 def airflow_deployment(dags_folder: Path, *, home: Path | None = None, extra_env: Mapping[str, str] | None = None,
                        components: Iterable[str] = tuple(COMPONENTS),
-                       start_timeout_s: float = 240) -> Iterator[AirflowDeployment]:
+                       start_timeout_s: float = 240, port: int | None = None) -> Iterator[AirflowDeployment]:
     """
     Start a real Airflow deployment serving ``dags_folder``; stop all of it on exit.
 
@@ -373,12 +379,15 @@ def airflow_deployment(dags_folder: Path, *, home: Path | None = None, extra_env
     :param home: the ``AIRFLOW_HOME`` (default: a fresh temporary directory, removed afterwards).
     :param extra_env: more environment for every component (e.g. ``AIRFLOW__CORE__PARALLELISM``).
     :param components: which of ``api-server``, ``scheduler``, ``dag-processor``, ``triggerer`` to run.
+    :param start_timeout_s: seconds to wait for every component to report healthy.
+    :param port: the api-server's port on 127.0.0.1 (default: a free one).
+    :raises DeploymentError: it did not start (with the components' logs).
     """
     import tempfile
 
     owned = home is None
     home = Path(tempfile.mkdtemp(prefix="airflow-deployment-")) if owned else Path(home)
-    deployment = AirflowDeployment(home, dags_folder, extra_env=extra_env, components=components)
+    deployment = AirflowDeployment(home, dags_folder, extra_env=extra_env, components=components, port=port)
     try:
         deployment.start(timeout_s=start_timeout_s)
         yield deployment

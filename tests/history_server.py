@@ -55,17 +55,18 @@ class HistoryServer:
 
 
 @contextlib.contextmanager
-def history_server(log_dir: Path, *, start_timeout_s: float = 60.0) -> Iterator[HistoryServer]:
+def history_server(log_dir: Path, *, start_timeout_s: float = 60.0, port: int | None = None) -> Iterator[HistoryServer]:
     """
     Start a Spark History Server on 127.0.0.1 reading ``log_dir`` (created), and wait until it answers.
 
     :param log_dir: the event log directory.
     :param start_timeout_s: seconds to wait for ``/api/v1/applications`` to answer.
+    :param port: its port on 127.0.0.1 (default: a free one).
     :raises TimeoutError: it did not answer in time (with its log).
     :raises RuntimeError: it exited while starting.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     log_file = log_dir.parent / f"history-server-{port}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
     env.update({"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": HOST, "SPARK_DAEMON_MEMORY": "256m",

@@ -206,7 +206,8 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
                        master_conf: Mapping[str, str] | None = None, worker_conf: Mapping[str, str] | None = None,
                        extra_env: Mapping[str, str] | None = None, host: str = HOST,
                        worker_hosts: Sequence[str] | None = None,
-                       worker_prefixes: Sequence[Sequence[str]] | None = None) -> Iterator[StandaloneCluster]:
+                       worker_prefixes: Sequence[Sequence[str]] | None = None,
+                       ports: tuple[int, int, int] | None = None) -> Iterator[StandaloneCluster]:
     """
     Start a Spark standalone master (REST submission server enabled) and ``workers`` workers on 127.0.0.1.
 
@@ -238,7 +239,7 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
         conf_dir = work_dir / "conf"
         for sub in (work_dir / "logs", conf_dir):
             sub.mkdir(parents=True, exist_ok=True)
-        master_port, ui_port, rest_port = free_port(host), free_port(host), free_port(host)
+        master_port, ui_port, rest_port = ports or (free_port(host), free_port(host), free_port(host))
         hosts = list(worker_hosts) if worker_hosts is not None else [host] * workers
         prefixes = [list(p) for p in worker_prefixes] if worker_prefixes is not None else [[]] * workers
         if len(hosts) != workers or len(prefixes) != workers:

@@ -1,0 +1,158 @@
+// The "Training progress" tab: polls ../progress for one task instance and draws it (plain JS, inline SVG).
+// The task instance comes from this page's query string (dag_id, run_id, task_id, map_index, try_number).
+"use strict";
+(function () {
+  const POLL_MS = 3000;          // while the task is active: at most 3 s behind, plus the job's own write interval
+  const RETRY_MS = 10000;        // after a network error
+  const SVG = "http://www.w3.org/2000/svg";
+  const query = new URLSearchParams(window.location.search);
+  const mapIndex = /^-?\d+$/.test(query.get("map_index") || "") ? query.get("map_index") : "-1";
+  const params = new URLSearchParams({
+    dag_id: query.get("dag_id") || "", run_id: query.get("run_id") || "", task_id: query.get("task_id") || "",
+    map_index: mapIndex,
+  });
+  if (query.get("try_number")) params.set("try_number", query.get("try_number"));
+  const endpoint = "progress?" + params.toString();
+  const $ = (id) => document.getElementById(id);
+
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined || !isFinite(seconds)) return "?";
+    const s = Math.max(0, Math.round(seconds));
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min " + String(s % 60).padStart(2, "0") + " s";
+    return Math.floor(s / 3600) + " h " + String(Math.floor(s / 60) % 60).padStart(2, "0") + " min";
+  }
+
+  function number(value) {
+    if (typeof value !== "number") return String(value);
+    if (Number.isInteger(value)) return String(value);
+    const abs = Math.abs(value);
+    return abs !== 0 && (abs < 1e-3 || abs >= 1e5) ? value.toExponential(3) : value.toPrecision(4);
+  }
+
+  function statusText(p) {
+    if (!p) return "no progress reported yet";
+    const parts = [];
+    if (p.step !== null && p.step !== undefined) {
+      let text = "step " + p.step + (p.total_steps ? "/" + p.total_steps : "");
+      if (typeof p.percent === "number") text += " (" + p.percent.toFixed(0) + "%)";
+      parts.push(text);
+    }
+    if (p.epoch !== null && p.epoch !== undefined) parts.push("epoch " + p.epoch);
+    if (typeof p.steps_per_s === "number") parts.push(number(p.steps_per_s) + " steps/s");
+    if (p.state === "running" && typeof p.eta_s === "number") parts.push("ETA " + duration(p.eta_s));
+    if (typeof p.started_at === "number" && typeof p.time === "number") {
+      parts.push("elapsed " + duration(p.time - p.started_at));
+    }
+    if (p.state && p.state !== "running") parts.push(p.state);
+    return parts.join(" · ") || "no progress reported yet";
+  }
+
+  function fillTable(tbody, rows) {
+    tbody.replaceChildren(...rows.map(([cells, cls]) => {
+      const tr = document.createElement("tr");
+      if (cls) tr.className = cls;
+      for (const [text, isNumber] of cells) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        if (isNumber) td.className = "num";
+        tr.appendChild(td);
+      }
+      return tr;
+    }));
+  }
+
+  function el(name, attrs, text) {
+    const node = document.createElementNS(SVG, name);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function chart(name, points, xLabel) {
+    const W = 360, H = 180, L = 52, R = 8, T = 8, B = 28;
+    const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
+    let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+    if (x1 === x0) x1 = x0 + 1;
+    if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
+    const sx = (x) => L + (x - x0) / (x1 - x0) * (W - L - R);
+    const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+    const svg = el("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
+                            "aria-label": name + " over " + xLabel });
+    svg.append(el("line", { x1: L, y1: H - B, x2: W - R, y2: H - B }), el("line", { x1: L, y1: T, x2: L, y2: H - B }),
+               el("text", { x: L - 4, y: T + 8, "text-anchor": "end" }, number(y1)),
+               el("text", { x: L - 4, y: H - B, "text-anchor": "end" }, number(y0)),
+               el("text", { x: L, y: H - B + 12 }, number(x0)),
+               el("text", { x: W - R, y: H - B + 12, "text-anchor": "end" }, number(x1)),
+               el("text", { x: (L + W) / 2, y: H - 4, "text-anchor": "middle" }, xLabel),
+               el("polyline", { points: points.map((p) => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ") }));
+    const box = document.createElement("div");
+    box.className = "chart";
+    box.dataset.metric = name;
+    box.dataset.points = String(points.length);
+    const title = document.createElement("div");
+    title.className = "title";
+    title.textContent = name + " (last " + number(ys[ys.length - 1]) + ")";
+    box.append(title, svg);
+    return box;
+  }
+
+  function render(data) {
+    const p = data.progress;
+    $("state").textContent = (data.state || "unknown") + (data.try_number ? " · try " + data.try_number : "");
+    $("status-text").textContent = statusText(p);
+    const percent = p && typeof p.percent === "number" ? Math.min(100, Math.max(0, p.percent))
+                    : (p && p.state === "finished" ? 100 : 0);
+    $("bar-fill").style.width = percent + "%";
+    $("bar").setAttribute("aria-valuenow", String(percent));
+    $("error").hidden = !data.error;
+    $("error").textContent = data.error || "";
+    const metrics = Object.entries((p && p.metrics) || {});
+    fillTable($("metrics").tBodies[0], metrics.map(([k, v]) => [[[k], [number(v), true]]]));
+    const history = data.history || { metrics: {} };
+    const xLabel = history.x === "step" ? "step" : "seconds";
+    $("charts").replaceChildren(...Object.entries(history.metrics).filter(([, pts]) => pts.length)
+      .map(([name, pts]) => chart(name, pts, xLabel)));
+    if (!Object.keys(history.metrics).length) $("charts").textContent = p ? "no metrics reported" : "";
+    const now = p && typeof p.time === "number" ? p.time : Date.now() / 1000;
+    const ranks = Object.entries((p && p.ranks) || {}).sort((a, b) => Number(a[0]) - Number(b[0]));
+    const lead = Math.max(...ranks.map(([, r]) => (typeof r.step === "number" ? r.step : -Infinity)));
+    const slowest = p && p.slowest_rank !== null && p.slowest_rank !== undefined && ranks.length > 1
+      ? String(p.slowest_rank) : null;
+    fillTable($("ranks").tBodies[0], ranks.map(([rank, r]) => [
+      [[rank + (rank === slowest ? " (slowest)" : ""), true],
+       [typeof r.step === "number" ? String(r.step) : "?", true],
+       [typeof r.step === "number" && lead > r.step ? String(lead - r.step) : "0", true],
+       [typeof r.time === "number" ? duration(now - r.time) + " before" : "?", true]],
+      rank === slowest ? "slowest" : ""]));
+    const link = $("spark-ui");
+    if (data.spark_ui_url) { link.href = data.spark_ui_url; link.textContent = data.spark_ui_url; }
+    $("tensorboard").textContent = data.tensorboard_dir ? "tensorboard --logdir " + data.tensorboard_dir
+                                                        : "none reported";
+    $("artifact-dir").textContent = data.artifact_dir || "not known yet";
+    $("footer").textContent = "updated " + new Date().toLocaleTimeString() +
+      (data.active ? "; refreshing every " + POLL_MS / 1000 + " s" : "; the task is not running: not refreshing");
+  }
+
+  async function poll() {
+    let next = null;
+    try {
+      const response = await fetch(endpoint, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (response.status === 401 || response.status === 403) {
+        throw Object.assign(new Error("not allowed to read this task's progress (HTTP " + response.status +
+                                      "): log in to Airflow again"), { final: true });
+      }
+      if (!response.ok) throw new Error("HTTP " + response.status + ": " + (await response.text()).slice(0, 300));
+      const data = await response.json();
+      render(data);
+      if (data.active) next = POLL_MS;
+    } catch (err) {
+      $("error").hidden = false;
+      $("error").textContent = String(err.message || err);
+      if (!err.final) next = RETRY_MS;
+    }
+    if (next !== null) window.setTimeout(poll, next);
+  }
+
+  poll();
+})();

@@ -1,0 +1,117 @@
+"""
+The "Training progress" tab in a real browser (Debian's headless Chromium through chromedriver) against a real
+deployment's api-server while a training writes its progress: the chart's points grow between two reads, the
+progress text and the ranks appear, the finished history stays; the endpoint refuses requests without a session.
+
+One deployment for the module (api-server, scheduler, dag-processor: ~40 s on 2 cores), one run of ~25 s. Set
+``APH_PROGRESS_SCREENSHOT=<file.png>`` to keep a screenshot of the tab taken while the run trains.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.airflow_deployment import airflow_deployment, copy_dags
+from tests.integration.shared_cluster_jobs import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+DAGS = Path(__file__).resolve().parent / "dags"
+DAG_ID, TASK_ID = "horovod_progress_writer", "train"
+STEPS = 100  # one every 0.25 s: ~25 s of "training"
+PLUGIN = "airflow_provider_horovod.plugins.horovod_plugin:HorovodProgressPlugin"
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    registered = [ep.value for ep in entry_points(group="airflow.plugins")]
+    assert PLUGIN in registered, ("the UI plugin's entry point is not installed (an environment from before it): run "
+                                  f"`make setup` to reinstall the package; airflow.plugins entry points: {registered}")
+    dags = copy_dags(tmp_path_factory.mktemp("progress-dags"), DAGS / "horovod_progress_writer.py")
+    with airflow_deployment(dags, home=tmp_path_factory.mktemp("progress-home"),
+                            components=("api-server", "scheduler", "dag-processor")) as deployment:
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver_path, "Chromium and chromedriver are missing: run `make setup-browser`"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1000", "--no-first-run"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def training(airflow):
+    """A run that trains for ~40 s; the test starts once its task instance runs."""
+    run_id = airflow.trigger(DAG_ID, conf={"steps": STEPS, "interval_s": 0.25})
+    wait_until(lambda: airflow.task_states(DAG_ID, run_id).get(TASK_ID) == "running", "the task to run", timeout_s=120)
+    return run_id
+
+
+def _tab(driver):
+    """What the tab shows: ``{metric: points}``, the progress text, the ranks' rows, the footer."""
+    charts = {c.get_attribute("data-metric"): int(c.get_attribute("data-points"))
+              for c in driver.find_elements("css selector", ".chart")}
+    rows = [r.text for r in driver.find_elements("css selector", "#ranks tbody tr")]
+    return {"charts": charts, "status": driver.find_element("id", "status-text").text, "ranks": rows,
+            "footer": driver.find_element("id", "footer").text,
+            "slowest": len(driver.find_elements("css selector", "#ranks tr.slowest"))}
+
+
+def test_the_endpoint_refuses_requests_without_a_session(airflow, training):
+    params = {"dag_id": DAG_ID, "run_id": training, "task_id": TASK_ID}
+    assert httpx.get(f"{airflow.url}/horovod/progress", params=params, timeout=30).status_code == 401
+    forged = httpx.get(f"{airflow.url}/horovod/progress", params=params, timeout=30,
+                       headers={"Authorization": "Bearer not-a-token"})
+    assert forged.status_code == 403
+    allowed = httpx.get(f"{airflow.url}/horovod/progress", params=params, timeout=30,
+                        headers={"Authorization": f"Bearer {airflow.token()}"})
+    assert allowed.status_code == 200 and allowed.json()["active"] is True, allowed.text
+
+
+def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, browser):
+    # log in the way the UI does: its session cookie, on the api-server's origin
+    browser.get(f"{airflow.url}/horovod/static/progress.css")
+    browser.add_cookie({"name": "_token", "value": airflow.token(), "path": "/"})
+    browser.get(f"{airflow.url}/dags/{DAG_ID}/runs/{training}/tasks/{TASK_ID}/plugin/horovod-progress")
+    # Airflow's own task instance page shows the tab, with the page in an iframe
+    frame = wait_until(lambda: browser.find_elements("css selector", "iframe[src*='/horovod/page']"),
+                       "the tab's iframe", timeout_s=60)[0]
+    browser.switch_to.frame(frame)
+
+    first = wait_until(lambda: (t := _tab(browser))["charts"].get("loss") and t, "the chart's first points",
+                       timeout_s=60)
+    later = wait_until(lambda: (t := _tab(browser))["charts"]["loss"] > first["charts"]["loss"] and t,
+                       "the chart to grow", timeout_s=20)
+    assert set(later["charts"]) == {"loss", "acc"}
+    assert re.search(rf"step \d+/{STEPS} \(\d+%\) · .* steps/s · ETA ", later["status"]), later["status"]
+    assert len(later["ranks"]) == 2 and later["slowest"] == 1, later
+    assert "refreshing every" in later["footer"]
+    if os.environ.get("APH_PROGRESS_SCREENSHOT"):
+        browser.save_screenshot(os.environ["APH_PROGRESS_SCREENSHOT"])
+
+    assert airflow.wait_for_run(DAG_ID, training, timeout_s=120) == "success"
+    done = wait_until(lambda: "not refreshing" in (t := _tab(browser))["footer"] and t, "the finished history",
+                      timeout_s=30)
+    assert done["charts"] == {"loss": STEPS, "acc": STEPS}, done
+    assert done["status"].startswith(f"step {STEPS}/{STEPS} (100%)") and "finished" in done["status"], done
