@@ -13,10 +13,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from airflow_provider_horovod.runtime.wire.progress import METRICS_FILE, PROGRESS_FILE, json_records
 from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
-PROGRESS_FILE = "progress.json"
-METRICS_FILE = "metrics.jsonl"
 DEFAULT_MAX_POINTS = 2000
 """Points per metric the endpoint returns by default; longer histories are thinned evenly, the last point kept."""
 
@@ -73,17 +72,7 @@ def parse_snapshot(text: str | None) -> dict[str, Any] | None:
 
 def parse_records(text: str | None) -> list[dict[str, Any]]:
     """The JSON objects of ``metrics.jsonl``, in file order; lines that do not decode (a partial last one) skipped."""
-    records = []
-    for line in (text or "").splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    return list(json_records((text or "").splitlines()))
 
 
 def _thin(points: list[list[float]], max_points: int) -> list[list[float]]:

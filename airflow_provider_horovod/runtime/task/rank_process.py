@@ -24,6 +24,7 @@ from airflow_provider_horovod.runtime.task.rank_env import worker_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+from airflow_provider_horovod.runtime.wire.progress import json_records
 
 OUTPUT_TAIL_LINES = 100
 """How many of a rank's last output lines an error carries."""
@@ -179,13 +180,8 @@ class RankProcess:
     def _follow_metrics(self, fd: int) -> None:
         assert self._metrics is not None
         with os.fdopen(fd, "rb") as lines:
-            for raw in lines:
-                try:
-                    record = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    self._metrics(record)
+            for record in json_records(lines):
+                self._metrics(record)
 
     def _watch_exit(self) -> None:
         assert self._proc is not None

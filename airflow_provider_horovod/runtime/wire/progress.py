@@ -10,13 +10,32 @@ The snapshot: ``{"time", "started_at", "state" ("running" | "finished" | "failed
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 PROGRESS_FILE = "progress.json"
 """The snapshot's name in the artifact directory."""
 METRICS_FILE = "metrics.jsonl"
 """The history's name in the artifact directory: rank 0's records, one JSON object per line."""
+
+
+def json_records(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
+    """
+    The JSON objects among ``lines`` (``metrics.jsonl``'s, or a rank's ``report()`` pipe), in order; blank lines,
+    lines that do not decode (a partial last one) and JSON that is not an object are skipped.
+
+    :param lines: text or bytes lines, with or without their newlines.
+    """
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield record
 
 
 def _duration(seconds: float) -> str:
