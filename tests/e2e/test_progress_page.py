@@ -1,9 +1,10 @@
 """
 The "Training progress" tab in a real browser (Debian's headless Chromium through chromedriver) against a real
-deployment's api-server while a training writes its progress: the chart's points grow between two reads, the
-progress text and the ranks appear, the finished history stays; the endpoint refuses requests without a session.
+deployment's api-server while a real training (np=2 on the embedded local Spark) reports its progress with
+``runtime.report()``: the chart's points grow between two reads, the progress text and the ranks appear (rank 1 is
+the straggler), the finished history stays; the endpoint refuses requests without a session.
 
-One deployment for the module (api-server, scheduler, dag-processor: ~40 s on 2 cores), one run of ~25 s. Set
+One deployment for the module (api-server, scheduler, dag-processor: ~40 s on 2 cores), one run of ~35 s. Set
 ``APH_PROGRESS_SCREENSHOT=<file.png>`` to keep a screenshot of the tab taken while the run trains.
 """
 
@@ -24,8 +25,8 @@ from tests.integration.shared_cluster_jobs import wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 DAGS = Path(__file__).resolve().parent / "dags"
-DAG_ID, TASK_ID = "horovod_progress_writer", "train"
-STEPS = 100  # one every 0.25 s: ~25 s of "training"
+DAG_ID, TASK_ID = "horovod_progress_page", "train"
+STEPS = 100  # rank 0: one every 0.25 s, rank 1: every 0.35 s: ~35 s of training
 PLUGIN = "airflow_provider_horovod.plugins.horovod_plugin:HorovodProgressPlugin"
 
 
@@ -34,7 +35,7 @@ def airflow(tmp_path_factory):
     registered = [ep.value for ep in entry_points(group="airflow.plugins")]
     assert PLUGIN in registered, ("the UI plugin's entry point is not installed (an environment from before it): run "
                                   f"`make setup` to reinstall the package; airflow.plugins entry points: {registered}")
-    dags = copy_dags(tmp_path_factory.mktemp("progress-dags"), DAGS / "horovod_progress_writer.py")
+    dags = copy_dags(tmp_path_factory.mktemp("progress-dags"), DAGS / "horovod_progress_page.py")
     with airflow_deployment(dags, home=tmp_path_factory.mktemp("progress-home"),
                             components=("api-server", "scheduler", "dag-processor")) as deployment:
         yield deployment
@@ -62,8 +63,8 @@ def browser():
 
 @pytest.fixture(scope="module")
 def training(airflow):
-    """A run that trains for ~40 s; the test starts once its task instance runs."""
-    run_id = airflow.trigger(DAG_ID, conf={"steps": STEPS, "interval_s": 0.25})
+    """A run that trains for ~35 s; the test starts once its task instance runs."""
+    run_id = airflow.trigger(DAG_ID)
     wait_until(lambda: airflow.task_states(DAG_ID, run_id).get(TASK_ID) == "running", "the task to run", timeout_s=120)
     return run_id
 
@@ -100,7 +101,7 @@ def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, b
     browser.switch_to.frame(frame)
 
     first = wait_until(lambda: (t := _tab(browser))["charts"].get("loss") and t, "the chart's first points",
-                       timeout_s=60)
+                       timeout_s=120)  # Spark and the ranks start first
     later = wait_until(lambda: (t := _tab(browser))["charts"]["loss"] > first["charts"]["loss"] and t,
                        "the chart to grow", timeout_s=20)
     assert set(later["charts"]) == {"loss", "acc"}
@@ -113,5 +114,7 @@ def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, b
     assert airflow.wait_for_run(DAG_ID, training, timeout_s=120) == "success"
     done = wait_until(lambda: "not refreshing" in (t := _tab(browser))["footer"] and t, "the finished history",
                       timeout_s=30)
-    assert done["charts"] == {"loss": STEPS, "acc": STEPS}, done
+    # the history is sampled (at most two records a second per rank, and the last one): every chart ends at the
+    # last step with more points than while it ran
+    assert set(done["charts"]) == {"loss", "acc"} and done["charts"]["loss"] > later["charts"]["loss"], done
     assert done["status"].startswith(f"step {STEPS}/{STEPS} (100%)") and "finished" in done["status"], done

@@ -1,0 +1,34 @@
+"""Test DAG: a real training (embedded local Spark, np=2) that reports its progress every step, for the UI page."""
+
+from __future__ import annotations
+
+import sys
+
+import pendulum
+
+from airflow.sdk import DAG
+from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+
+
+def train_reporting(steps: int):
+    """``steps`` steps, each reported; rank 1's are slower (no collective per step), so the page marks it."""
+    import math
+    import time
+
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_horovod.runtime import report
+
+    hvd.init()
+    for step in range(1, steps + 1):
+        report(step=step, total_steps=steps, loss=2.0 * math.exp(-step / 40) + 0.05, acc=1 - math.exp(-step / 30))
+        time.sleep(0.25 if hvd.rank() == 0 else 0.35)
+    hvd.allreduce(torch.ones(1), name="done")  # rank 0 waits for the straggler here
+    return steps
+
+
+with DAG(dag_id="horovod_progress_page", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, default_args={"retries": 0}):
+    HorovodRunnerOperator(task_id="train", python_callable=train_reporting, op_kwargs={"steps": 100}, np=2,
+                          conf={"spark.pyspark.python": sys.executable})
