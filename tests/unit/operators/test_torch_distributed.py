@@ -124,11 +124,14 @@ def test_cluster_mode_s_rest_submission_carries_the_launcher(tmp_path):
     from airflow_provider_horovod.utils.staging import Staging
     from airflow_provider_horovod.utils.standalone_submission import driver_submission
 
-    op = TorchDistributedOperator(task_id="t", python_callable=train, np=2, deploy_mode="cluster", deferrable=True)
+    op = TorchDistributedOperator(task_id="t", python_callable=train, np=2, deploy_mode="cluster", deferrable=True,
+                                  use_gpu=True, gpu_visibility="rank")  # GPU scheduling travels alike
     submission = driver_submission(Staging(tmp_path), master_url="spark://127.0.0.1:7077",
                                    master_ui_url="http://127.0.0.1:8080", name="n", np=2, conf={}, env_vars={},
                                    key=b"k" * 32, artifact_dir=str(tmp_path / "art"), settings=op.job_settings())
-    assert _driver_settings(submission.app_args).launcher == "torch"
+    settings = _driver_settings(submission.app_args)
+    assert settings == op.job_settings() and (settings.launcher, settings.use_gpu, settings.gpu_visibility) == (
+        "torch", True, "rank")
 
 
 def test_spark_connect_s_runner_carries_the_launcher():
