@@ -10,8 +10,9 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-provider-horovod",
         "name": "Horovod",
-        "description": "Run Horovod distributed training as Spark barrier stages from Airflow "
-        "(HorovodRunner semantics, Gloo rendezvous, model artifact paths in XCom).",
+        "description": "Run Horovod or PyTorch torch.distributed (DDP, FSDP) training as Spark barrier stages "
+        "from Airflow (HorovodRunner semantics, Gloo rendezvous / the torchrun environment, model artifact paths in "
+        "XCom).",
         "integrations": [
             {
                 "integration-name": "Horovod",
@@ -20,7 +21,8 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "operators": [
-            {"integration-name": "Horovod", "python-modules": ["airflow_provider_horovod.operators.horovod"]}
+            {"integration-name": "Horovod", "python-modules": [
+                "airflow_provider_horovod.operators.horovod", "airflow_provider_horovod.operators.torch_distributed"]}
         ],
         "hooks": [
             {
@@ -37,11 +39,14 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "extra-links": ["airflow_provider_horovod.links.SparkUILink"],
         "task-decorators": [
-            {"class-name": "airflow_provider_horovod.decorators.horovod.horovod_task", "name": "horovod"}
+            {"class-name": "airflow_provider_horovod.decorators.horovod.horovod_task", "name": "horovod"},
+            {"class-name": "airflow_provider_horovod.decorators.torch_distributed.torch_distributed_task",
+             "name": "torch_distributed"},
         ],
         "config": {
             "horovod": {
-                "description": "Defaults of HorovodRunnerOperator and @task.horovod.",
+                "description": "Defaults of HorovodRunnerOperator, TorchDistributedOperator, @task.horovod and "
+                "@task.torch_distributed.",
                 "options": {
                     "artifact_root": {
                         "description": "Where each try's artifact directory goes "

@@ -7,22 +7,26 @@ templated ``slot_wait_timeout_s`` read once rendered, and the callable signed in
 from __future__ import annotations
 
 import secrets
+from dataclasses import fields
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.operators.common import check_spark_arguments
 from airflow_provider_horovod.runtime.errors import PayloadError
-from airflow_provider_horovod.runtime.settings import JobSettings, check_barrier_conf
+from airflow_provider_horovod.runtime.settings import DEFAULT_LAUNCHER, JobSettings, check_barrier_conf
 from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 
-__all__ = ["checked_settings", "rendered_slot_wait_timeout", "signed_payload"]
+__all__ = ["checked_settings", "rendered_slot_wait_timeout", "signed_payload", "SETTING_NAMES"]
+
+SETTING_NAMES = tuple(f.name for f in fields(JobSettings))
+"""The operator's arguments that are :class:`JobSettings` fields, kept under the same attribute names."""
 
 
 def checked_settings(*, np: int, driver_log_verbosity: str, gloo_timeout_s: int, start_timeout_s: float | None,
                      training_timeout_s: float | None, slot_wait_timeout_s: float | str | None, use_gpu: bool,
                      gpu_visibility: str, timeline: bool, max_return_value_bytes: int, conf: Any, env_vars: Any,
-                     spark_submit_kwargs: Any) -> JobSettings:
+                     spark_submit_kwargs: Any, launcher: str = DEFAULT_LAUNCHER) -> JobSettings:
     """
     Check the operator's arguments when the DAG file is parsed; return the job's knobs.
 
@@ -42,6 +46,7 @@ def checked_settings(*, np: int, driver_log_verbosity: str, gloo_timeout_s: int,
     :param conf: the operator's Spark properties.
     :param env_vars: the operator's environment variables.
     :param spark_submit_kwargs: the operator's further ``SparkSubmitHook`` arguments.
+    :param launcher: ``"horovod"`` or ``"torch"``.
     :raises ValueError: an argument is invalid.
     """
     check_spark_arguments(conf=conf, env_vars=env_vars, spark_submit_kwargs=spark_submit_kwargs)
@@ -51,7 +56,7 @@ def checked_settings(*, np: int, driver_log_verbosity: str, gloo_timeout_s: int,
         start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
         slot_wait_timeout_s=None if isinstance(slot_wait_timeout_s, str) else slot_wait_timeout_s,
         use_gpu=use_gpu, gpu_visibility=gpu_visibility, timeline=timeline,
-        max_return_value_bytes=max_return_value_bytes)
+        max_return_value_bytes=max_return_value_bytes, launcher=launcher)
 
 
 def rendered_slot_wait_timeout(value: float | str | None) -> float | None:

@@ -19,7 +19,9 @@ from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.operators.common import (
     DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, _default_deferrable, default_artifact_dir, validate_deploy_mode,
 )
-from airflow_provider_horovod.operators._arguments import checked_settings, rendered_slot_wait_timeout, signed_payload
+from airflow_provider_horovod.operators._arguments import (
+    SETTING_NAMES, checked_settings, rendered_slot_wait_timeout, signed_payload,
+)
 from airflow_provider_horovod.operators._durable import DurableClusterJob
 from airflow_provider_horovod.operators._hooks import OperatorHooks
 from airflow_provider_horovod.operators._reporting import JobReporter
@@ -28,9 +30,10 @@ from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode,
 from airflow_provider_horovod.operators.modes.client import ClientMode
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.operators.modes.connect import ConnectMode
+from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.settings import (
-    DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_SLOT_WAIT_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, JobSettings,
-    validate_timeout,
+    DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_LAUNCHER, DEFAULT_SLOT_WAIT_TIMEOUT_S,
+    DEFAULT_START_TIMEOUT_S, JobSettings, validate_timeout,
 )
 from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
@@ -121,6 +124,10 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
         ``artifact_paths``; open it in ``chrome://tracing`` or Perfetto). TensorBoard logs need no flag: the
         function writes them under :func:`airflow_provider_horovod.runtime.tensorboard_dir`, and the directory is
         pushed as XCom ``tensorboard_dir``. See :mod:`airflow_provider_horovod.runtime.observability`.
+    :param launcher: how the ranks start: ``"horovod"`` (the function calls ``hvd.init()``) or ``"torch"`` (each
+        rank gets the torchrun environment and calls ``torch.distributed.init_process_group()`` itself; see
+        :class:`~airflow_provider_horovod.operators.torch_distributed.TorchDistributedOperator` and
+        ``docs/torch-distributed.md``). ``timeline`` needs ``"horovod"``.
     :raises ValueError: an argument is invalid (raised when the DAG is parsed).
     :raises TypeError: ``python_callable`` is not callable.
     """
@@ -163,6 +170,7 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
         gpu_visibility: str = DEFAULT_GPU_VISIBILITY,
         slot_wait_timeout_s: float | str | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
         timeline: bool = False,
+        launcher: str = DEFAULT_LAUNCHER,
         **kwargs: Any,
     ) -> None:
         # Named here (not left to **kwargs) so default_args={"durable": ...} reaches it, as in SparkSubmitOperator;
@@ -189,18 +197,11 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
             start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
             slot_wait_timeout_s=slot_wait_timeout_s, use_gpu=use_gpu, gpu_visibility=gpu_visibility,
             timeline=timeline, max_return_value_bytes=max_return_value_bytes, conf=conf, env_vars=env_vars,
-            spark_submit_kwargs=spark_submit_kwargs)
-        self.np = settings.np
-        self.driver_log_verbosity = settings.driver_log_verbosity
-        self.gloo_timeout_s = settings.gloo_timeout_s
-        self.start_timeout_s = settings.start_timeout_s
-        self.training_timeout_s = settings.training_timeout_s
-        self.slot_wait_timeout_s = slot_wait_timeout_s if isinstance(slot_wait_timeout_s, str) \
-            else settings.slot_wait_timeout_s
-        self.use_gpu = settings.use_gpu
-        self.gpu_visibility = settings.gpu_visibility
-        self.timeline = settings.timeline
-        self.max_return_value_bytes = settings.max_return_value_bytes
+            spark_submit_kwargs=spark_submit_kwargs, launcher=launcher)
+        for name in SETTING_NAMES:  # np, ..., launcher: the checked values, under the same names (job_settings)
+            setattr(self, name, getattr(settings, name))
+        if isinstance(slot_wait_timeout_s, str):
+            self.slot_wait_timeout_s = slot_wait_timeout_s  # a template, read once rendered
         self.conn_id = conn_id
         self.conf = dict(conf or {})
         self.env_vars = dict(env_vars or {})
@@ -251,12 +252,8 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
 
         :raises ValueError: the rendered ``slot_wait_timeout_s`` is not a positive number, ``None`` or ``"none"``.
         """
-        return JobSettings(
-            np=self.np, driver_log_verbosity=self.driver_log_verbosity, gloo_timeout_s=self.gloo_timeout_s,
-            start_timeout_s=self.start_timeout_s, training_timeout_s=self.training_timeout_s,
-            slot_wait_timeout_s=rendered_slot_wait_timeout(self.slot_wait_timeout_s), use_gpu=self.use_gpu,
-            gpu_visibility=self.gpu_visibility, timeline=self.timeline,
-            max_return_value_bytes=self.max_return_value_bytes)
+        values = {name: getattr(self, name) for name in SETTING_NAMES}
+        return JobSettings(**{**values, "slot_wait_timeout_s": rendered_slot_wait_timeout(self.slot_wait_timeout_s)})
 
     def execute(self, context: Context) -> Any:
         """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
@@ -272,8 +269,8 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
                              has_storage_credentials=bool(self._storage_env))
         mode = self._mode = self._deploy_mode(request)
         mode.check()
-        self.log.info("Horovod job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s", self.np, mode.name,
-                      len(payload), artifact_dir)
+        self.log.info("%s job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s",
+                      get_launcher(self.launcher).label, self.np, mode.name, len(payload), artifact_dir)
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
         if mode.resumable:
             return self.execute_resumable(context)  # submit_job, poll_until_complete, get_job_result below

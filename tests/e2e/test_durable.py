@@ -4,7 +4,8 @@ triggerer, api-server; LocalExecutor): the Airflow task process is SIGKILLed mid
 to the running driver; a deferred task marked failed by a user kills its driver from the triggerer; a deferred task
 that is cleared, or marked failed and re-run, trains a fresh job instead of adopting the driver being killed; a
 driver or application killed through the master fails the task with a headline that says so; OpenLineage events name
-the model output. One cluster and one deployment for the module.
+the model output; a torch.distributed (DDP) task deferred in cluster mode returns its value, model and asset event.
+One cluster and one deployment for the module.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def lineage_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def airflow(cluster, tmp_path_factory, lineage_file, s3_server):  # noqa: F811
-    dags = copy_dags(tmp_path_factory.mktemp("dags"), HERE / "dags" / "horovod_durable.py")
+    dags = copy_dags(tmp_path_factory.mktemp("dags"), HERE / "dags" / "horovod_durable.py",
+                     HERE / "dags" / "torch_cluster.py")
     s3_server.fs().mkdir("staging")
     env = {
         "AIRFLOW_CONN_MINIO": json.dumps({
@@ -282,3 +284,23 @@ def test_report_progress_reaches_the_task_log_xcom_and_the_asset_event_client_an
     history = Path(airflow.xcom("horovod_progress", run_id, "deferred", key="artifact_dir")) / "metrics.jsonl"
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert records[-1]["step"] == 48 and all(r["rank"] == 0 for r in records)
+
+
+def test_a_deferred_torch_distributed_task_trains_ddp_on_the_cluster(airflow, cluster):
+    run_id = airflow.trigger("torch_cluster_deferred")
+    assert airflow.wait_for_run("torch_cluster_deferred", run_id, timeout_s=400) == "success", \
+        _log(airflow, "torch_cluster_deferred", run_id)[-4000:]
+    value = airflow.xcom("torch_cluster_deferred", run_id, "train")  # survived the deferral
+    assert (value["world_size"], value["same_weights"]) == (2, True)  # DDP averaged the ranks' gradients
+    artifact_dir = airflow.xcom("torch_cluster_deferred", run_id, "train", "artifact_dir")
+    assert value["model_path"] == f"{artifact_dir}/model.pt" and Path(value["model_path"]).is_file()
+    assert airflow.xcom("torch_cluster_deferred", run_id, "train", "artifact_paths") == [value["model_path"]]
+    submission = airflow.xcom("torch_cluster_deferred", run_id, "train", "spark_submission_id")
+    assert {d["id"]: d["state"] for d in _drivers(cluster)}[submission] == "FINISHED"
+    [event] = airflow.asset_events(source_dag_id="torch_cluster_deferred", source_run_id=run_id)
+    assert event["extra"]["artifact_paths"] == [value["model_path"]]
+    assert event["extra"]["spark_app_id"].startswith("app-")
+    links = airflow.api("GET", f"/api/v2/dags/torch_cluster_deferred/dagRuns/{run_id}/taskInstances/train/links")
+    assert links.json()["extra_links"]["Spark UI"].startswith("http://"), links.json()
+    log = _log(airflow, "torch_cluster_deferred", run_id)
+    assert "torch.distributed job: np=2, cluster deploy mode" in log and "Pausing task as DEFERRED" in log, log[-4000:]

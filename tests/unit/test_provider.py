@@ -41,3 +41,15 @@ def test_config_options_are_registered_without_defaults():
 
     assert history_server_url(None) is None
     assert default_artifact_root().endswith("horovod-artifacts")
+
+
+def test_task_decorators_are_registered():
+    """``@task.horovod`` and ``@task.torch_distributed`` resolve through the task SDK's providers manager."""
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    from airflow_provider_horovod.decorators.horovod import horovod_task
+    from airflow_provider_horovod.decorators.torch_distributed import torch_distributed_task
+
+    decorators = ProvidersManagerTaskRuntime().taskflow_decorators
+    assert decorators["horovod"] is horovod_task
+    assert decorators["torch_distributed"] is torch_distributed_task

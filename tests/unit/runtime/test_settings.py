@@ -1,6 +1,7 @@
 """
-One table of bad values, refused with one message by every entry point: ``HorovodRunner``, the operator,
-``@task.horovod``, the hooks' :class:`JobSettings` and the driver program's flags (issue #23).
+One table of bad values, refused with one message by every entry point: ``HorovodRunner``, the operators
+(``HorovodRunnerOperator``, ``TorchDistributedOperator``), the decorators (``@task.horovod``,
+``@task.torch_distributed``), the hooks' :class:`JobSettings` and the driver program's flags (issues #23, #24).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import pendulum
 import pytest
 
 from airflow_provider_horovod.decorators.horovod import horovod_task
+from airflow_provider_horovod.decorators.torch_distributed import torch_distributed_task
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
 from airflow_provider_horovod.runtime import HorovodRunner
 from airflow_provider_horovod.runtime.driver.program import _settings
 from airflow_provider_horovod.runtime.settings import JobSettings
@@ -28,6 +31,7 @@ BAD = [
     ("timeline", "yes"), ("timeline", 1),
     ("max_return_value_bytes", 0), ("max_return_value_bytes", -1), ("max_return_value_bytes", True),
     ("max_return_value_bytes", 1.5), ("max_return_value_bytes", None),
+    ("launcher", "mpi"), ("launcher", "Torch"), ("launcher", None), ("launcher", 1),
 ]
 
 
@@ -41,9 +45,9 @@ def _message(call) -> str:
     return str(raised.value)
 
 
-def _decorated(**kwargs):
+def _decorated(decorator=horovod_task, **kwargs):
     with DAG("settings_table", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
-        horovod_task(train, task_id="train", **kwargs)()
+        decorator(train, task_id="train", **kwargs)()
 
 
 @pytest.mark.parametrize(("name", "value"), BAD, ids=[f"{n}={v!r}" for n, v in BAD])
@@ -54,6 +58,23 @@ def test_every_entry_point_refuses_the_same_value_with_the_same_message(name, va
     assert _message(lambda: HorovodRunner(**kwargs)) == expected
     assert _message(lambda: HorovodRunnerOperator(task_id="t", python_callable=train, **kwargs)) == expected
     assert _message(lambda: _decorated(**kwargs)) == expected
+    assert _message(lambda: TorchDistributedOperator(task_id="t", python_callable=train, **kwargs)) == expected
+    assert _message(lambda: _decorated(torch_distributed_task, **kwargs)) == expected
+
+
+def test_every_entry_point_refuses_the_timeline_with_the_torch_launcher_alike():
+    expected = _message(lambda: JobSettings(np=2, timeline=True, launcher="torch"))
+    assert "timeline" in expected and "launcher='horovod'" in expected
+    assert _message(lambda: HorovodRunner(np=2, timeline=True, launcher="torch", artifact_dir="/tmp")) == expected
+    assert _message(lambda: HorovodRunnerOperator(task_id="t", python_callable=train, timeline=True,
+                                                  launcher="torch")) == expected
+    assert _message(lambda: TorchDistributedOperator(task_id="t", python_callable=train, timeline=True)) == expected
+    assert _message(lambda: _decorated(torch_distributed_task, timeline=True)) == expected
+
+
+def test_the_driver_program_refuses_an_unknown_launcher_naming_it():
+    assert _message(lambda: _settings(["--np", "2", "--launcher", "mpi"])) == \
+        "launcher must be one of ('horovod', 'torch'), got 'mpi'"
 
 
 @pytest.mark.parametrize(("name", "value"), [(n, v) for n, v in BAD if isinstance(v, int) and not isinstance(v, bool)
@@ -68,7 +89,8 @@ def test_settings_survive_the_driver_program_s_flags():
     for settings in (JobSettings(np=2), JobSettings(np=-3, driver_log_verbosity="all", gloo_timeout_s=30,
                                                     start_timeout_s=None, training_timeout_s=90.5,
                                                     slot_wait_timeout_s=None, use_gpu=True, gpu_visibility="rank",
-                                                    timeline=True, max_return_value_bytes=1000)):
+                                                    timeline=True, max_return_value_bytes=1000),
+                     JobSettings(np=2, launcher="torch", use_gpu=True)):
         assert _settings(settings.to_args()) == settings
 
 

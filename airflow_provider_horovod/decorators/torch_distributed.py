@@ -1,0 +1,63 @@
+"""
+``@task.torch_distributed``: the TaskFlow form of
+:class:`~airflow_provider_horovod.operators.torch_distributed.TorchDistributedOperator`.
+
+Registered through ``task-decorators`` in ``get_provider_info`` (name ``torch_distributed``), next to
+``@task.horovod``; it is that decorator with ``launcher="torch"``. A DAG file writes::
+
+    from airflow.sdk import task
+
+    @task.torch_distributed(np=2, multiple_outputs=True)
+    def train(data_path: str, epochs: int = 10) -> dict:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")          # MASTER_ADDR, RANK, WORLD_SIZE... are set for it
+        ...
+        return {"model_path": path, "accuracy": acc} if dist.get_rank() == 0 else None
+
+    metrics = train(prepare())
+
+The decorated function is shipped with cloudpickle to the Spark barrier tasks and run once per rank; the task's
+return value is rank 0's. Airflow context values are not passed to it: pass what it needs as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from airflow.providers.common.compat.sdk import TaskDecorator, task_decorator_factory
+
+from airflow_provider_horovod.decorators.horovod import _HorovodDecoratedOperator
+from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator, torch_launcher
+from airflow_provider_horovod.runtime.launchers import TORCH
+
+
+class _TorchDistributedDecoratedOperator(_HorovodDecoratedOperator):
+    """The operator behind ``@task.torch_distributed``: ``@task.horovod``'s with the torch.distributed launcher."""
+
+    custom_operator_name = "@task.torch_distributed"
+    ui_color = TorchDistributedOperator.ui_color
+
+    def __init__(self, *, launcher: str = TORCH, **kwargs: Any) -> None:
+        super().__init__(launcher=torch_launcher(launcher), **kwargs)
+
+
+def torch_distributed_task(
+    python_callable: Callable[..., Any] | None = None,
+    multiple_outputs: bool | None = None,
+    **kwargs: Any,
+) -> TaskDecorator:
+    """
+    Wrap a ``torch.distributed`` training function into a task run like
+    :class:`~airflow_provider_horovod.operators.torch_distributed.TorchDistributedOperator`.
+
+    :param python_callable: the training function (set by the decorator syntax); it calls
+        ``torch.distributed.init_process_group()`` itself.
+    :param multiple_outputs: push each key of rank 0's returned dict as its own XCom (as for ``@task``).
+    :param kwargs: any ``HorovodRunnerOperator`` / ``BaseOperator`` argument but ``timeline``: ``np``, ``conn_id``,
+        ``conf``, ``deploy_mode``, ``deferrable``, ``use_gpu``, ``outlets``, ``retries``...
+    :return: a TaskFlow decorator.
+    :raises ValueError: an argument is invalid (when the DAG is parsed), as for the operator.
+    """
+    return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,
+                                  decorated_operator_class=_TorchDistributedDecoratedOperator, **kwargs)
