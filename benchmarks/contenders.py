@@ -64,11 +64,11 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 # --- B1 -------------------------------------------------------------------------------------------------------
 
-def run_ours(fn: Callable[..., Any], np: int = 2, **kwargs: Any) -> Any:
-    """``HorovodRunner(np).run(fn, **kwargs)``: rank 0's value."""
+def run_ours(fn: Callable[..., Any], np: int = 2, artifact_dir: str | None = None, **kwargs: Any) -> Any:
+    """``HorovodRunner(np, artifact_dir).run(fn, **kwargs)``: rank 0's value."""
     from airflow_provider_horovod.runtime import HorovodRunner
 
-    return HorovodRunner(np=np).run(fn, **kwargs)
+    return HorovodRunner(np=np, artifact_dir=artifact_dir).run(fn, **kwargs)
 
 
 def run_horovod_spark(fn: Callable[..., Any], np: int = 2, **kwargs: Any) -> Any:
@@ -192,8 +192,16 @@ def b3_contenders(data_path: str, build_model, batch_size: int, warmup: int, ste
     def bare_horovodrun() -> float:
         return run_bare("hvd", **kwargs)["samples_per_s"]
 
+    def ours_np2_reporting() -> float:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="b3-report-") as artifacts:  # the files are written, as in a DAG
+            return run_ours(jobs.hvd_train_throughput, np=2, artifact_dir=artifacts, report_steps=True,
+                            **kwargs)["samples_per_s"]
+
     return {"ours np=2": ours_np2, "horovod.spark.run np=2": horovod_spark_np2,
-            "bare horovodrun -np 2 --gloo": bare_horovodrun, "ours np=1": ours_np1}
+            "bare horovodrun -np 2 --gloo": bare_horovodrun, "ours np=2, report() every step": ours_np2_reporting,
+            "ours np=1": ours_np1}
 
 
 # --- bare launchers (B3, B8) -----------------------------------------------------------------------------------

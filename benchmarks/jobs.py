@@ -33,7 +33,7 @@ def torch_dist_trivial() -> float:
 
 
 def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_steps: int, steps: int,
-                         lr: float = 0.05) -> dict:
+                         lr: float = 0.05, report_steps: bool = False) -> dict:
     """
     B3 job: the example DAG's training step (``build_model`` and :func:`horovod_trainer`, one thread per rank) on
     the digits data, ``warmup_steps`` untimed then ``steps`` timed steps of ``batch_size`` per rank.
@@ -44,6 +44,9 @@ def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_st
     :param warmup_steps: untimed steps first.
     :param steps: timed steps, between two barriers.
     :param lr: learning rate of a single rank.
+    :param report_steps: call ``runtime.report(step, total_steps, loss)`` after every timed step (B3's
+        ``report()`` contender: what reporting costs the example model). Either way each step's loss is read
+        (``.item()``), as the example DAG's loop does.
     :return: on rank 0: ``samples_per_s`` (global: steps x batch_size x size / timed seconds), ``size``, ``seconds``.
     """
     import time
@@ -52,6 +55,8 @@ def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_st
 
     import horovod.torch as hvd
 
+    from airflow_provider_horovod.runtime import report
+
     hvd.init()
     torch.manual_seed(1234)
     trainer = horovod_trainer(build_model(), data_path, batch_size, lr)
@@ -59,8 +64,10 @@ def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_st
         trainer.step()
     hvd.allreduce(torch.zeros(1), name="warmup_done")
     start = time.perf_counter()
-    for _ in range(steps):
-        trainer.step()
+    for step in range(1, steps + 1):
+        loss = trainer.step().item()
+        if report_steps:
+            report(step=step, total_steps=steps, loss=loss)
     hvd.allreduce(torch.zeros(1), name="timed_done")
     seconds = time.perf_counter() - start
     return {"samples_per_s": steps * batch_size * hvd.size() / seconds, "size": hvd.size(), "seconds": seconds}

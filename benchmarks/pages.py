@@ -303,7 +303,9 @@ def _method(cfg: dict) -> list[str]:
         "allreduce costs more than the compute it splits; B3 compares launchers at equal np (the training loop "
         "is the same function under both), not scaling.",
         f"- B3 also runs the same function under bare `horovodrun -np 2 --gloo -H localhost:2 --network-interfaces "
-        "lo` (`benchmarks/bare_throughput.py`), the launcher-free limit for ours.",
+        "lo` (`benchmarks/bare_throughput.py`), the launcher-free limit for ours; and ours with "
+        "`runtime.report(step, total_steps, loss)` after every timed step and an artifact directory (the history "
+        "and snapshot files written, as in a DAG), for what reporting costs (target: at most 1.02x slower).",
         f"- B7 (up to {cfg.get('b7_reps', 0)} rounds after an untimed one, within a time budget): a trivial np=2 "
         "DDP job (`init_process_group(\"gloo\")`, one `all_reduce`, return) from the call to rank 0's value: this "
         "provider's `TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run` vs PySpark's "

@@ -13,6 +13,8 @@ B1_FLOOR_TARGET = 1.25
 """B1: ours <= 1.25x the floor (issue #15)."""
 B3_BARE_TARGET = 0.97
 """B3: ours >= 0.97x bare ``horovodrun -np 2 --gloo`` (issue #24)."""
+B3_REPORT_TARGET = 1 / 1.02
+"""B3: ours with ``report()`` every step at most 1.02x slower than without: >= 0.980x the samples/s (issue #25)."""
 B7_TARGET, B7_FLOOR_TARGET = 0.20, 1.15
 """B7: ours <= 0.20x PySpark's TorchDistributor; ours <= 1.15x the floor (issue #24)."""
 B8_TARGET, B8_BARE_TARGET = 1.0, 0.97
@@ -140,6 +142,13 @@ def rows(results: dict) -> list[dict]:
                 or _fmt(bare.median, "samples/s"), _samples(bare, "samples/s"),
                 f"ours/this = {ratio:.3f}x" if ratio else "", f">= {B3_BARE_TARGET}x",
                 _verdict(ratio, B3_BARE_TARGET, False))
+        reporting = b3.get("ours np=2, report() every step")
+        if reporting is not None:
+            ratio = reporting.median / ours.median if ours.median and reporting.median else None
+            add("B3 throughput", "ours np=2, runtime.report() every step (artifact_dir files written)",
+                reporting.reason or _fmt(reporting.median, "samples/s"), _samples(reporting, "samples/s"),
+                f"with/without = {ratio:.3f}x" if ratio else "", f">= {B3_REPORT_TARGET:.3f}x",
+                _verdict(ratio, B3_REPORT_TARGET, False))
         scale = ours.median / one.median if ours.median and one.median else None
         add("B3 throughput", "ours np=1", one.reason or _fmt(one.median, "samples/s"), _samples(one, "samples/s"),
             f"np2/np1 = {scale:.2f}x" if scale else "")
