@@ -46,13 +46,13 @@ def _preflight(host: str, launcher_name: str = HOROVOD) -> None:
             found = False
         if not found:
             hint = "cloudpickle" if module == "cloudpickle" else launcher.install_hint
-            whose = "the driver's" if host == "the driver" else "the executor's"
-            where = "" if host == "the driver" else f" on {host}"
-            raise LaunchError(
-                f"{module.split('.')[0]} ({module}) is not importable by {whose} Python {sys.executable}{where}: "
-                f"install it there ({hint}), or point spark.pyspark.python / PYSPARK_PYTHON at an interpreter that "
-                "has it"
-            )
+            if host == "the driver":  # ranks on the driver run with the driver's own interpreter
+                whose, where, other = "the driver's", "", "or run the job from an interpreter that has it"
+            else:
+                whose, where = "the executor's", f" on {host}"
+                other = "or point spark.pyspark.python / PYSPARK_PYTHON at an interpreter that has it"
+            raise LaunchError(f"{module.split('.')[0]} ({module}) is not importable by {whose} Python "
+                              f"{sys.executable}{where}: install it there ({hint}), {other}")
 
 
 def _task_gpus(ctx, host: str) -> list[str]:
