@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 from airflow_provider_horovod.clients import RetryPolicy, SparkRestClient, SparkRestError
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime.cluster.resources import AppResources
+from airflow_provider_horovod.runtime.cluster.resources import PROVIDER_DEFAULTS, AppResources
 from airflow_provider_horovod.runtime.cluster.view import ClusterView, cluster_view, never_fits_message
 from airflow_provider_horovod.utils.poller import Poller
 
@@ -115,6 +115,8 @@ def standalone_defaults(np: int, master_ui_url: str, conf: Mapping[str, Any]) ->
       not run side by side, and cores beyond ``np`` slots would sit idle in a barrier job.
     * ``spark.master.ui.port``: where the driver finds the master's state page (see the runtime's
       :mod:`~airflow_provider_horovod.runtime.driver.slots`).
+    * :data:`~airflow_provider_horovod.runtime.cluster.resources.PROVIDER_DEFAULTS`: which of these the user did not
+      set, so the driver's messages say ``spark.cores.max`` is the provider's default.
 
     :param np: barrier tasks.
     :param master_ui_url: the master's web UI.
@@ -125,7 +127,10 @@ def standalone_defaults(np: int, master_ui_url: str, conf: Mapping[str, Any]) ->
     port = urlparse(master_ui_url).port
     if port:
         defaults["spark.master.ui.port"] = str(port)
-    return {k: v for k, v in defaults.items() if k not in conf}
+    added = {k: v for k, v in defaults.items() if k not in conf}
+    if "spark.cores.max" in added:
+        added[PROVIDER_DEFAULTS] = "spark.cores.max"
+    return added
 
 
 def cluster_wait_message(state: Mapping[str, Any], res: AppResources, np: int, *, submission_id: str,

@@ -38,6 +38,11 @@ def _int(conf: Mapping[str, str], key: str) -> int | None:
         return None
 
 
+PROVIDER_DEFAULTS = "spark.airflowProviderHorovod.defaults"
+"""Spark property naming (comma-separated) the properties the provider's hooks set themselves (``spark.cores.max``
+from ``np``), so messages about the application's limits do not quote them as if the user had set them."""
+
+
 @dataclass(frozen=True)
 class AppResources:
     """
@@ -57,6 +62,7 @@ class AppResources:
     :param cluster_mode: ``spark.submit.deployMode`` is ``cluster``: the driver runs on a worker.
     :param master: ``spark.master``; ``spark.cores.max`` caps only ``spark://`` masters, and
         ``spark.executor.instances`` only YARN and Kubernetes ones.
+    :param provider_set: the properties the provider set itself (:data:`PROVIDER_DEFAULTS`), not the user.
     """
 
     task_cpus: int = 1
@@ -68,6 +74,7 @@ class AppResources:
     driver_memory_mb: int | None = None
     cluster_mode: bool = False
     master: str = ""
+    provider_set: frozenset[str] = frozenset()
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str], *, assume_defaults: bool = True,
@@ -90,7 +97,9 @@ class AppResources:
                    executor_instances=_int(conf, "spark.executor.instances"),
                    driver_cores=max(_int(conf, "spark.driver.cores") or 1, 1),
                    driver_memory_mb=memory_mib(conf.get("spark.driver.memory"), default_mb),
-                   cluster_mode=cluster_mode, master=str(conf.get("spark.master") or ""))
+                   cluster_mode=cluster_mode, master=str(conf.get("spark.master") or ""),
+                   provider_set=frozenset(n.strip() for n in str(conf.get(PROVIDER_DEFAULTS) or "").split(",")
+                                          if n.strip()))
 
     @property
     def settings(self) -> str:
@@ -102,9 +111,14 @@ class AppResources:
         if self.executor_memory_mb is not None:
             parts.append(f"spark.executor.memory={self.executor_memory_mb} MiB")
         if with_cap and self.cores_max is not None:
-            parts.append(f"spark.cores.max={self.cores_max}")
+            parts.append(self._cores_max())
         parts.append(f"spark.task.cpus={self.task_cpus}")
         return ", ".join(parts)
+
+    def _cores_max(self) -> str:
+        if "spark.cores.max" in self.provider_set:
+            return f"spark.cores.max={self.cores_max} (the provider's default: the cores np task slots need)"
+        return f"spark.cores.max={self.cores_max}"
 
     def cores_for(self, np_: int) -> int:
         """
@@ -142,7 +156,7 @@ class AppResources:
         if self.cores_max is not None and self.master.startswith("spark://"):
             slots = ((self.cores_max // self.executor_cores) * per_executor if self.executor_cores
                      else self.cores_max // self.task_cpus)
-            return slots, f"spark.cores.max={self.cores_max} ({self._settings(with_cap=False)})"
+            return slots, f"{self._cores_max()} ({self._settings(with_cap=False)})"
         if self.executor_instances is not None and self.executor_cores \
                 and self.master.startswith(("yarn", "k8s://")):
             return (self.executor_instances * per_executor,
