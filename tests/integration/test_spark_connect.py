@@ -26,9 +26,12 @@ assert is_connect_session(spark)
 
 def allreduce(value):
     import horovod.torch as hvd, torch
+    from airflow_provider_horovod.runtime import report
     hvd.init()
     total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
     print(f"connect rank {hvd.rank()} total {total.item()}", flush=True)
+    for step in (1, 2, 3):
+        report(step=step, total_steps=3, loss=1.0 / step)
     return {"rank": hvd.rank(), "size": hvd.size(), "total": total.item(), "value": value, "blob": "x" * 3_000_000}
 
 def fail_on_rank_one():
@@ -54,8 +57,9 @@ if sys.argv[2] == "hook_fail":  # the operator's path: HorovodConnectHook, error
     except HorovodJobError as err:
         out = {"type": type(err).__name__, "rank": err.rank, "message": str(err)}
 elif sys.argv[2] == "ok":
-    result = HorovodRunner(np=2, spark=spark).run(allreduce, value="c")
-    out = {"blob_len": len(result.pop("blob")), **result}
+    runner = HorovodRunner(np=2, spark=spark, artifact_dir=sys.argv[3])
+    result = runner.run(allreduce, value="c")
+    out = {"blob_len": len(result.pop("blob")), **result, "metrics": runner.last_metrics}
 else:
     try:
         HorovodRunner(np=2, spark=spark).run(fail_on_rank_one)
@@ -78,8 +82,12 @@ def _client(tmp_path, url: str, mode: str) -> tuple[dict, str]:
 
 def test_np2_over_spark_connect(connect_url, tmp_path):
     result, stdout = _client(tmp_path, connect_url, "ok")
-    assert result == {"blob_len": 3_000_000, "rank": 0, "size": 2, "total": 3.0, "value": "c"}  # several rows
+    assert result == {"blob_len": 3_000_000, "rank": 0, "size": 2, "total": 3.0, "value": "c",  # several rows
+                      "metrics": {"loss": 1.0 / 3}}
     assert "[rank 0] connect rank 0 total 3.0" in stdout  # output came back over the log channel
+    # report() records came back over the same channel: the progress line in this (the task's) process, the files
+    assert "airflow-provider-horovod: progress: step 3/3 (100%)" in stdout
+    assert (tmp_path / "art" / "metrics.jsonl").read_text().splitlines()[-1].startswith('{"time"')
 
 
 def test_failing_rank_over_spark_connect(connect_url, tmp_path):

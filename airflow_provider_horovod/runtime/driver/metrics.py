@@ -36,7 +36,9 @@ def _write_text(location: str, text: str, *, append: bool = False, whole: str | 
     if is_remote(location):
         import fsspec
 
-        with fsspec.open(location, "w") as f:
+        # a filesystem made now, from the environment as it is now: fsspec's instance cache would keep one made
+        # earlier in this process, with the credentials and endpoint of then
+        with fsspec.open(location, "w", skip_instance_cache=True) as f:
             f.write(text if whole is None else whole)
         return
     os.makedirs(os.path.dirname(location) or ".", exist_ok=True)
