@@ -16,10 +16,10 @@ echo "demo: Airflow home $AIRFLOW_HOME (SQLite); migrating the database ..."
 airflow db migrate > "$AIRFLOW_HOME/migrate.log" 2>&1 || { cat "$AIRFLOW_HOME/migrate.log"; exit 1; }
 echo "demo: running DAG horovod_digits_retraining (full log: $AIRFLOW_HOME/demo.log)"
 echo
-# Highlights only: task boundaries, the Spark application, rank-prefixed training output, XCom (artifacts,
+# Highlights only: task boundaries, the Spark application, rank-prefixed training output, the progress line, XCom (artifacts,
 # TensorBoard, timeline), accuracy.
 airflow dags test horovod_digits_retraining 2>&1 | tee "$AIRFLOW_HOME/demo.log" \
-  | grep --line-buffered -E '\[DAG TEST\] (starting|end) task|Spark application .* started|ranks running on|\[rank [0-9]+\]|Artifacts pushed|TensorBoard logs|Horovod Timeline|prepared [0-9]+ training|held-out accuracy|HorovodJobError|Task failed with exception' \
+  | grep --line-buffered -E '\[DAG TEST\] (starting|end) task|Spark application .* started|ranks running on|\[rank [0-9]+\]|progress: step|Artifacts pushed|TensorBoard logs|Horovod Timeline|prepared [0-9]+ training|held-out accuracy|HorovodJobError|Task failed with exception' \
   | grep --line-buffered -v 'airflow-provider-horovod: Spark application' \
   | sed -u -E 's/^[0-9T:.Z-]+ \[[a-z ]+\] //; s/ \[(airflow|task)[^]]*\]( loc=[^ ]+)?.*$//; s/ map_index=-1//'
 python scripts/show_run.py horovod_digits_retraining
