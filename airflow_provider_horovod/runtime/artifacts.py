@@ -19,6 +19,11 @@ def is_remote(location: str) -> bool:
     return len(scheme) > 1 and scheme != "file"  # a one-letter scheme is a Windows drive
 
 
+def join_location(location: str, name: str) -> str:
+    """``name`` inside ``location``: ``location/name`` for a URI (object storage), ``os.path.join`` for a path."""
+    return f"{location.rstrip('/')}/{name}" if is_remote(location) else os.path.join(location, name)
+
+
 def _local_path(location: str) -> str:
     return urlparse(location).path if location.startswith("file://") else location
 

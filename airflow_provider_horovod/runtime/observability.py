@@ -23,7 +23,13 @@ import shutil
 import sys
 import tempfile
 
-from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV, artifact_dir, ensure_dir, is_remote
+from airflow_provider_horovod.runtime.artifacts import (
+    ARTIFACT_DIR_ENV,
+    artifact_dir,
+    ensure_dir,
+    is_remote,
+    join_location,
+)
 
 TENSORBOARD_DIR_NAME = "tensorboard"
 """Name of the TensorBoard log directory inside the artifact directory."""
@@ -34,10 +40,6 @@ ENV_TIMELINE = "HOROVOD_AIRFLOW_TIMELINE"
 
 _mirrors: dict[str, str] = {}
 """Remote location -> the local directory that stands in for it in this process."""
-
-
-def _join(location: str, name: str) -> str:
-    return f"{location.rstrip('/')}/{name}" if is_remote(location) else os.path.join(location, name)
 
 
 def _upload(local: str, remote: str) -> None:
@@ -86,7 +88,7 @@ def tensorboard_dir() -> str:
     :raises RuntimeError: called outside a job that was given an artifact directory (see
         :func:`~airflow_provider_horovod.runtime.artifact_dir`).
     """
-    location = _join(artifact_dir(), TENSORBOARD_DIR_NAME)
+    location = join_location(artifact_dir(), TENSORBOARD_DIR_NAME)
     if is_remote(location):
         return _local_stand_in(location)
     os.makedirs(location, exist_ok=True)
@@ -100,7 +102,7 @@ def tensorboard_location(artifact_location: str, artifact_paths: list[str]) -> s
     :param artifact_location: the job's artifact directory (path or URI).
     :param artifact_paths: the files the job wrote (from ``list_artifacts``: absolute paths or full URIs).
     """
-    location = _join(artifact_location, TENSORBOARD_DIR_NAME)
+    location = join_location(artifact_location, TENSORBOARD_DIR_NAME)
     if not is_remote(location):
         prefix = "file://" if location.startswith("file://") else ""
         location = prefix + os.path.abspath(location.removeprefix("file://"))
@@ -153,7 +155,7 @@ def start_timeline(rank: int) -> None:
     location = os.environ.get(ARTIFACT_DIR_ENV)
     if os.environ.get(ENV_TIMELINE) != "1" or not location or os.environ.get("HOROVOD_TIMELINE"):
         return
-    target = _join(location, TIMELINE_FILE_NAME)
+    target = join_location(location, TIMELINE_FILE_NAME)
     if is_remote(target):
         local, remote = os.path.join(tempfile.mkdtemp(prefix="horovod-airflow-"), TIMELINE_FILE_NAME), target
     else:

@@ -16,15 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_horovod.runtime.artifacts import is_remote
+from airflow_provider_horovod.runtime.artifacts import is_remote, join_location
 from airflow_provider_horovod.runtime.wire.progress import METRICS_FILE, PROGRESS_FILE, progress_line
 
 RATE_WINDOW_S = 30.0
 """The steps per second are measured over rank 0's records of about this many last seconds."""
-
-
-def _join(location: str, name: str) -> str:
-    return f"{location.rstrip('/')}/{name}" if is_remote(location) else os.path.join(location, name)
 
 
 def _write_text(location: str, text: str, *, append: bool = False, whole: str | None = None) -> None:
@@ -188,9 +184,9 @@ class MetricsCollector:
         snapshot_text = json.dumps(snapshot)
         for location in filter(None, (self.artifact_dir, self.mirror_dir)):
             if location == self.artifact_dir:
-                _write_text(_join(location, METRICS_FILE), "".join(line + "\n" for line in history[written:]),
+                _write_text(join_location(location, METRICS_FILE), "".join(line + "\n" for line in history[written:]),
                             append=bool(written), whole="".join(line + "\n" for line in history))
-            _write_text(_join(location, PROGRESS_FILE), snapshot_text)
+            _write_text(join_location(location, PROGRESS_FILE), snapshot_text)
 
     def _log(self) -> None:
         with self._lock:

@@ -43,7 +43,8 @@ def _is_uri(location: str) -> bool:
     """
     An fsspec URI other than ``file://`` (object storage), as opposed to a local or shared-filesystem path.
 
-    The same test as ``runtime.artifacts.is_remote``, written out here: it runs before the runtime is importable.
+    The same test as ``runtime.artifacts.is_remote`` (and :func:`_join` as its ``join_location``), written out
+    here: it runs before the runtime is importable.
     """
     scheme = location.split("://", 1)[0] if "://" in location else ""
     return len(scheme) > 1 and scheme != "file"
