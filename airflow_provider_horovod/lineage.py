@@ -5,11 +5,14 @@ Used by :meth:`HorovodRunnerOperator.get_openlineage_facets_on_complete`; every 
 the provider works without ``apache-airflow-providers-openlineage`` installed (the method is then never called).
 Dataset naming follows OpenLineage's conventions (https://openlineage.io/docs/spec/naming): a local path is
 namespace ``file``, name the absolute path; an object-store URI ``s3://bucket/key`` is namespace ``s3://bucket``,
-name ``key`` (likewise ``gs``, ``abfss``, ``hdfs``...).
+name ``key`` (likewise ``gs``, ``abfss``, ``hdfs``...). The run gets a custom run facet, ``horovod_training``
+(:func:`training_run_facet`): how many ranks trained, with which launcher, and rank 0's last ``report()`` metrics,
+since OpenLineage has no standard facet for a training's metrics.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -58,18 +61,52 @@ def input_locations(inlets: Iterable[Any], op_args: Iterable[Any], op_kwargs: Ma
     return list(dict.fromkeys(found))
 
 
-def operator_lineage(artifact_dir: str | None, inputs: Iterable[str]) -> Any:
+TRAINING_FACET = "horovod_training"
+"""The key of the custom run facet :func:`training_run_facet` makes."""
+
+
+def training_run_facet(*, np: int, launcher: str, metrics: Mapping[str, Any] | None) -> Any:
+    """
+    The ``horovod_training`` run facet: ``{"np": 2, "launcher": "horovod", "metrics": {"loss": 0.02}}``.
+
+    A custom facet (a ``RunFacet`` subclass, so the OpenLineage client adds its ``_producer`` and ``_schemaURL``).
+
+    :param np: the job's ``np`` (negative: local processes on the Spark driver).
+    :param launcher: ``"horovod"`` or ``"torch"``.
+    :param metrics: rank 0's last reported metric values (XCom ``metrics``; ``None`` or empty when it reported none).
+    """
+    return _training_facet_class()(np=np, launcher=launcher, metrics=dict(metrics or {}))
+
+
+@functools.cache
+def _training_facet_class() -> type:
+    """The facet's class, made once on first use (OpenLineage is imported only then)."""
+    import attr
+    from airflow.providers.common.compat.openlineage.facet import RunFacet
+
+    @attr.define
+    class HorovodTrainingRunFacet(RunFacet):
+        np: int
+        launcher: str
+        metrics: dict[str, Any] = attr.field(factory=dict)
+
+    return HorovodTrainingRunFacet
+
+
+def operator_lineage(artifact_dir: str | None, inputs: Iterable[str], run_facets: Mapping[str, Any] | None = None) -> Any:
     """
     An ``OperatorLineage`` with ``inputs`` as input datasets and ``artifact_dir`` as the output dataset.
 
     :param artifact_dir: where the ranks wrote the model (``None``: no output, the job did not get that far).
     :param inputs: locations from :func:`input_locations`.
+    :param run_facets: run facets by key, e.g. ``{TRAINING_FACET: training_run_facet(...)}``.
     """
     from airflow.providers.common.compat.openlineage.facet import Dataset
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     outputs = [Dataset(*dataset_name(artifact_dir))] if artifact_dir else []
-    return OperatorLineage(inputs=[Dataset(*dataset_name(loc)) for loc in inputs], outputs=outputs)
+    return OperatorLineage(inputs=[Dataset(*dataset_name(loc)) for loc in inputs], outputs=outputs,
+                           run_facets=dict(run_facets or {}))
 
 
 def default_inject_flag(option: str) -> bool:
@@ -109,13 +146,18 @@ class OpenLineageMixin:
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """
         The model's artifact directory as the output dataset; ``inlets`` (or the training function's path arguments)
-        as inputs. Called by the OpenLineage provider's listener after the task succeeded.
+        as inputs; the ``horovod_training`` run facet (:func:`training_run_facet`). Called by the OpenLineage
+        provider's listener after the task succeeded.
 
-        :param task_instance: the finished task instance (the artifact directory is read from its XCom).
+        :param task_instance: the finished task instance (the artifact directory and metrics are read from its XCom).
         :return: an ``OperatorLineage``.
         """
-        from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR
+        from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR, XCOM_METRICS
 
-        artifact_dir = task_instance.xcom_pull(task_ids=task_instance.task_id, key=XCOM_ARTIFACT_DIR,
-                                               map_indexes=task_instance.map_index)
-        return operator_lineage(artifact_dir, input_locations(self.inlets, self.op_args, self.op_kwargs))
+        def pull(key: str) -> Any:
+            return task_instance.xcom_pull(task_ids=task_instance.task_id, key=key,
+                                           map_indexes=task_instance.map_index)
+
+        facet = training_run_facet(np=self.np, launcher=self.launcher, metrics=pull(XCOM_METRICS))
+        return operator_lineage(pull(XCOM_ARTIFACT_DIR), input_locations(self.inlets, self.op_args, self.op_kwargs),
+                                run_facets={TRAINING_FACET: facet})

@@ -4,7 +4,8 @@ triggerer, api-server; LocalExecutor): the Airflow task process is SIGKILLed mid
 to the running driver; a deferred task marked failed by a user kills its driver from the triggerer; a deferred task
 that is cleared, or marked failed and re-run, trains a fresh job instead of adopting the driver being killed; a
 driver or application killed through the master fails the task with a headline that says so; OpenLineage events name
-the model output; a torch.distributed (DDP) task deferred in cluster mode returns its value, model and asset event.
+the model output and carry the training's metrics; report()'s progress reaches the task logs, XCom, the asset event and
+the UI plugin's endpoint while the task is deferred; a torch.distributed (DDP) task deferred in cluster mode returns its value, model and asset event.
 One cluster and one deployment for the module.
 """
 
@@ -263,8 +264,28 @@ def test_a_deferred_task_returns_its_value_and_puts_the_model_on_its_asset_event
     assert len(staged) == 1 and json.loads(s3_server.fs().cat(staged[0]))["status"] == "success"
 
 
-def test_report_progress_reaches_the_task_log_xcom_and_the_asset_event_client_and_deferred(airflow):
+def _live_step(airflow, run_id: str, task_id: str) -> int | None:
+    """The step the UI plugin's endpoint shows for a task of ``horovod_progress`` while it is deferred, else None."""
+    answer = httpx.get(f"{airflow.url}/horovod/progress", timeout=60,
+                       headers={"Authorization": f"Bearer {airflow.token()}"},
+                       params={"dag_id": "horovod_progress", "run_id": run_id, "task_id": task_id})
+    if answer.status_code == 404:  # the task instance is not created yet
+        return None
+    answer = answer.raise_for_status().json()
+    return (answer.get("progress") or {}).get("step") if answer["state"] == "deferred" else None
+
+
+def test_report_progress_reaches_the_task_log_xcom_the_ui_and_the_asset_event_client_and_deferred(
+        airflow, lineage_file):
     run_id = airflow.trigger("horovod_progress")
+    # the UI's endpoint follows the deferred task (its job's progress.json, written by the driver) while the
+    # triggerer watches it: two reads, the step grows, the task still deferred
+    first = _poll("a step on the UI endpoint while deferred", lambda: _live_step(airflow, run_id, "deferred"),
+                  timeout_s=300, interval_s=2)
+    later = _poll("the step to grow while deferred",
+                  lambda: (step := _live_step(airflow, run_id, "deferred")) and step > first and step,
+                  timeout_s=40, interval_s=2)
+    assert first < later <= 48
     assert airflow.wait_for_run("horovod_progress", run_id, timeout_s=500) == "success", \
         airflow.task_states("horovod_progress", run_id)
     client = airflow.task_log("horovod_progress", run_id, "client")
@@ -284,6 +305,12 @@ def test_report_progress_reaches_the_task_log_xcom_and_the_asset_event_client_an
     history = Path(airflow.xcom("horovod_progress", run_id, "deferred", key="artifact_dir")) / "metrics.jsonl"
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert records[-1]["step"] == 48 and all(r["rank"] == 0 for r in records)
+    # OpenLineage: the COMPLETE event's run carries the training facet with the last metrics
+    [event, *_] = _poll("the OpenLineage COMPLETE event",
+                        lambda: _complete_events(lineage_file, "horovod_progress.deferred"), timeout_s=60)
+    facet = event["run"]["facets"]["horovod_training"]
+    assert (facet["np"], facet["launcher"]) == (2, "horovod") and facet["metrics"] == {"loss": pytest.approx(1 / 48)}
+    assert facet["_producer"] and facet["_schemaURL"], facet
 
 
 def test_a_deferred_torch_distributed_task_trains_ddp_on_the_cluster(airflow, cluster):

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from airflow.sdk import Asset
 
-from airflow_provider_horovod.lineage import dataset_name, input_locations, operator_lineage
+from openlineage.client.serde import Serde
+
+from airflow_provider_horovod.lineage import (
+    TRAINING_FACET,
+    dataset_name,
+    input_locations,
+    operator_lineage,
+    training_run_facet,
+)
 
 
 def test_dataset_names_follow_openlineage_conventions():
@@ -27,3 +35,13 @@ def test_operator_lineage_has_the_model_as_output():
     assert [(d.namespace, d.name) for d in lineage.outputs] == [("file", "/artifacts/dag/run/train/try-1")]
     assert [(d.namespace, d.name) for d in lineage.inputs] == [("s3://bucket", "features")]
     assert operator_lineage(None, []).outputs == []
+
+
+def test_the_training_run_facet_serializes_with_its_metrics_and_producer():
+    facet = training_run_facet(np=2, launcher="torch", metrics={"loss": 0.25, "acc": 0.9})
+    lineage = operator_lineage("/a/try-1", [], run_facets={TRAINING_FACET: facet})
+    as_json = Serde.to_dict(lineage.run_facets[TRAINING_FACET])
+    assert {k: as_json[k] for k in ("np", "launcher", "metrics")} == {"np": 2, "launcher": "torch",
+                                                                     "metrics": {"loss": 0.25, "acc": 0.9}}
+    assert as_json["_producer"] and as_json["_schemaURL"].startswith("http"), as_json
+    assert training_run_facet(np=-2, launcher="horovod", metrics=None).metrics == {}
