@@ -115,8 +115,8 @@ def horovod_trainer(model, data_path: str, batch_size: int, lr: float = 0.05, cu
     :param lr: learning rate of a single rank.
     :param cuda: train on GPU ``hvd.local_rank()``; otherwise on the CPU with one thread per rank.
     :return: a namespace: ``step()`` trains on this rank's next batch and returns its loss (each epoch visits
-        the shard in a new random order), the ``optimizer`` (for checkpoints), ``steps_per_epoch`` (the same on every rank, so their collective
-        operations match), this rank's shard ``x`` and ``y``, and the ``device``.
+        the shard in a new random order), the ``optimizer`` (for checkpoints), ``steps_per_epoch`` (the same on
+        every rank, so their collective operations match), this rank's shard ``x`` and ``y``, and the ``device``.
     """
     from types import SimpleNamespace
 

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.artifacts import artifact_dir
-    from airflow_provider_horovod.runtime.checkpoints import checkpoint_dir, load_checkpoint, save_checkpoint, try_number
+    from airflow_provider_horovod.runtime.checkpoints import (
+        checkpoint_dir,
+        load_checkpoint,
+        save_checkpoint,
+        try_number,
+    )
     from airflow_provider_horovod.runtime.data import rank_shard
     from airflow_provider_horovod.runtime.errors import (
         HorovodRuntimeError,
