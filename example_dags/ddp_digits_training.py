@@ -30,16 +30,19 @@ def build_model():
     )
 
 
-def train_digits_ddp(data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05) -> dict:
+def train_digits_ddp(data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05,
+                     checkpoint_every: int = 5) -> dict:
     """
-    DDP training function: runs on every rank; rank 0 saves the model under ``artifact_dir()`` and returns metrics.
+    DDP training function: runs on every rank; rank 0 checkpoints every few epochs (a retry resumes from the latest),
+    saves the model under ``artifact_dir()`` and returns metrics.
 
     :param data_path: ``.npz`` written by ``prepare_data``, readable by every rank.
     :param epochs: passes over each rank's share of the training data.
     :param batch_size: samples per step on each rank.
     :param lr: learning rate of a single rank (scaled by the number of ranks, as the Horovod example does).
+    :param checkpoint_every: save a checkpoint (model and optimizer) every this many epochs.
     :return: on rank 0: ``model_path``, ``final_loss`` (mean over the last epoch and all ranks), ``ranks``,
-        ``backend``; ``{}`` on the other ranks.
+        ``backend``, ``try_number``, ``resumed_from_epoch``; ``{}`` on the other ranks.
     """
     import numpy as np
     import torch
@@ -47,7 +50,7 @@ def train_digits_ddp(data_path: str, epochs: int = 30, batch_size: int = 32, lr:
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from airflow_provider_horovod.runtime import artifact_dir
+    from airflow_provider_horovod.runtime import artifact_dir, load_checkpoint, save_checkpoint, try_number
 
     dist.init_process_group("gloo")  # env:// -- MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE come from the launcher
     try:
@@ -59,11 +62,18 @@ def train_digits_ddp(data_path: str, epochs: int = 30, batch_size: int = 32, lr:
                                 torch.tensor(data["y_train"], dtype=torch.long))
         sampler = DistributedSampler(dataset, num_replicas=size, rank=rank, shuffle=True, seed=0, drop_last=True)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
-        model = DistributedDataParallel(build_model())  # broadcasts rank 0's parameters to every rank
+        module, start_epoch, total = build_model(), 0, None
+        resumed = load_checkpoint()  # every rank reads this task instance's latest checkpoint, if a try saved one
+        if resumed is not None:
+            state, start_epoch = resumed
+            module.load_state_dict(state["model"])
+        model = DistributedDataParallel(module)  # broadcasts rank 0's parameters to every rank
         optimizer = torch.optim.SGD(model.parameters(), lr=lr * size, momentum=0.9)
+        if resumed is not None:
+            optimizer.load_state_dict(state["optimizer"])
         loss_fn = torch.nn.CrossEntropyLoss()
 
-        for epoch in range(1, epochs + 1):
+        for epoch in range(start_epoch + 1, epochs + 1):
             sampler.set_epoch(epoch)  # a new order each epoch, the same split on every rank
             total = torch.zeros(2)  # (sum of losses, steps) on this rank
             for x, y in loader:
@@ -75,14 +85,17 @@ def train_digits_ddp(data_path: str, epochs: int = 30, batch_size: int = 32, lr:
             dist.all_reduce(total)
             if rank == 0 and (epoch == 1 or epoch % 5 == 0):
                 print(f"epoch {epoch:2d}/{epochs}  loss {total[0] / total[1]:.4f}  (world_size={size})", flush=True)
+            if epoch % checkpoint_every == 0:  # rank 0 writes, the other ranks return at once
+                save_checkpoint({"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}, step=epoch)
 
         if rank != 0:
             return {}
         path = os.path.join(artifact_dir(), "model.pt")
         torch.save(model.module.state_dict(), path)  # the plain model's weights, loadable without DDP
         print(f"saved model to {path}", flush=True)
-        return {"model_path": path, "final_loss": round(float(total[0] / total[1]), 4), "ranks": size,
-                "backend": dist.get_backend()}
+        return {"model_path": path, "final_loss": None if total is None else round(float(total[0] / total[1]), 4),
+                "ranks": size, "backend": dist.get_backend(), "try_number": try_number(),
+                "resumed_from_epoch": start_epoch}
     finally:
         dist.destroy_process_group()
 

@@ -26,10 +26,11 @@ def build_model():
     )
 
 
-def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05) -> dict:
+def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05,
+                 checkpoint_every: int = 5) -> dict:
     """
-    Horovod training function: runs on every rank; rank 0 logs the loss to TensorBoard, saves the model and returns
-    its metrics.
+    Horovod training function: runs on every rank; rank 0 logs the loss to TensorBoard, checkpoints every few
+    epochs, saves the model and returns its metrics. A retry of the task resumes from the latest checkpoint.
 
     The Horovod part of the set-up (data sharded by rank, gradients averaged by ``hvd.DistributedOptimizer``,
     parameters broadcast from rank 0) is :func:`horovod_trainer` below.
@@ -38,18 +39,31 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
     :param epochs: passes over each rank's shard of the training data.
     :param batch_size: samples per step on each rank.
     :param lr: learning rate of a single rank (scaled by the number of ranks, see :func:`horovod_trainer`).
-    :return: on rank 0: ``model_path``, ``final_loss`` (mean over the last epoch and all ranks), ``ranks``;
+    :param checkpoint_every: save a checkpoint (model and optimizer) every this many epochs.
+    :return: on rank 0: ``model_path``, ``final_loss`` (mean over the last epoch and all ranks), ``ranks``, and
+        which epochs this try trained: ``try_number``, ``resumed_from_epoch`` (0: from scratch), ``epochs``;
         ``{}`` on the other ranks.
     """
     import torch
 
     import horovod.torch as hvd
-    from airflow_provider_horovod.runtime import artifact_dir, report, tensorboard_dir
+    from airflow_provider_horovod.runtime import (
+        artifact_dir, load_checkpoint, report, save_checkpoint, tensorboard_dir, try_number,
+    )
 
     hvd.init()
     torch.manual_seed(1234)
     model = build_model()
     trainer = horovod_trainer(model, data_path, batch_size, lr)
+    # every try of this task instance shares checkpoint_dir(): a retry starts after the last epoch saved
+    start_epoch, avg = 0, None
+    resumed = load_checkpoint()  # every rank reads the same latest checkpoint; the log says "resuming from ..."
+    if resumed is not None:
+        state, start_epoch = resumed
+        model.load_state_dict(state["model"])
+        trainer.optimizer.load_state_dict(state["optimizer"])
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod's convention: rank 0's state wins
+        hvd.broadcast_optimizer_state(trainer.optimizer, root_rank=0)
     writer = None
     if hvd.rank() == 0:  # TensorBoard logs next to the model; the task pushes their directory as XCom tensorboard_dir
         from torch.utils.tensorboard import SummaryWriter
@@ -57,7 +71,7 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
         writer = SummaryWriter(tensorboard_dir())
 
     total_steps = epochs * trainer.steps_per_epoch
-    for epoch in range(1, epochs + 1):
+    for epoch in range(start_epoch + 1, epochs + 1):
         total = torch.zeros(2)  # (sum of losses, steps) on this rank
         for i in range(trainer.steps_per_epoch):
             loss = trainer.step().item()
@@ -72,13 +86,17 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
             writer.add_scalar("loss/train", float(avg[0] / avg[1]), epoch)
         if hvd.rank() == 0 and (epoch == 1 or epoch % 5 == 0):
             print(f"epoch {epoch:2d}/{epochs}  loss {avg[0] / avg[1]:.4f}  (size={hvd.size()})", flush=True)
+        if epoch % checkpoint_every == 0:  # rank 0 writes (the others return at once); the last 3 are kept
+            save_checkpoint({"model": model.state_dict(), "optimizer": trainer.optimizer.state_dict()}, step=epoch)
 
     if hvd.rank() == 0:
         writer.close()
-        path = os.path.join(artifact_dir(), "model.pt")
+        path = os.path.join(artifact_dir(), "model.pt")  # the final model: this try's artifact directory
         torch.save(model.state_dict(), path)
         print(f"saved model to {path}", flush=True)
-        return {"model_path": path, "final_loss": round(float(avg[0] / avg[1]), 4), "ranks": hvd.size()}
+        return {"model_path": path, "final_loss": None if avg is None else round(float(avg[0] / avg[1]), 4),
+                "ranks": hvd.size(), "try_number": try_number(), "resumed_from_epoch": start_epoch,
+                "epochs": epochs}
     return {}
 
 
@@ -97,8 +115,8 @@ def horovod_trainer(model, data_path: str, batch_size: int, lr: float = 0.05, cu
     :param lr: learning rate of a single rank.
     :param cuda: train on GPU ``hvd.local_rank()``; otherwise on the CPU with one thread per rank.
     :return: a namespace: ``step()`` trains on this rank's next batch and returns its loss (each epoch visits
-        the shard in a new random order), ``steps_per_epoch`` (the same on every rank, so their collective
-        operations match), this rank's shard ``x`` and ``y``, and the ``device``.
+        the shard in a new random order), the ``optimizer`` (for checkpoints), ``steps_per_epoch`` (the same on
+        every rank, so their collective operations match), this rank's shard ``x`` and ``y``, and the ``device``.
     """
     from types import SimpleNamespace
 
@@ -141,7 +159,7 @@ def horovod_trainer(model, data_path: str, batch_size: int, lr: float = 0.05, cu
         done += 1
         return loss.detach()
 
-    return SimpleNamespace(step=step, steps_per_epoch=steps_per_epoch, x=x, y=y, device=device)
+    return SimpleNamespace(step=step, optimizer=optimizer, steps_per_epoch=steps_per_epoch, x=x, y=y, device=device)
 
 
 with DAG(
@@ -182,6 +200,7 @@ with DAG(
         op_kwargs={"data_path": data_path, "epochs": 30},
         np=2,
         timeline=True,  # Horovod Timeline -> horovod_timeline.json among artifact_paths (chrome://tracing, Perfetto)
+        retries=1,  # the retry resumes from the latest checkpoint (XCom checkpoint_dir; docs/checkpoints.md)
     )
 
     @task

@@ -69,7 +69,7 @@ def horovod_task(
     :param python_callable: the training function (set by the decorator syntax).
     :param multiple_outputs: push each key of rank 0's returned dict as its own XCom (as for ``@task``).
     :param kwargs: any ``HorovodRunnerOperator`` / ``BaseOperator`` argument: ``np``, ``conn_id``, ``conf``,
-        ``env_vars``, ``artifact_dir``, ``deploy_mode``, ``deferrable``, ``outlets``, ``retries``...
+        ``env_vars``, ``artifact_dir``, ``checkpoint_dir``, ``deploy_mode``, ``deferrable``, ``outlets``, ``retries``...
     :return: a TaskFlow decorator.
     :raises ValueError: an argument is invalid (when the DAG is parsed), as for the operator.
     """

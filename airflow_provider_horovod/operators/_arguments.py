@@ -17,9 +17,11 @@ from airflow_provider_horovod.runtime.errors import PayloadError
 from airflow_provider_horovod.runtime.settings import DEFAULT_LAUNCHER, JobSettings, check_barrier_conf
 from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 
-__all__ = ["checked_settings", "rendered_slot_wait_timeout", "signed_payload", "SETTING_NAMES"]
+__all__ = ["checked_settings", "rendered_slot_wait_timeout", "signed_payload", "PER_TRY_SETTINGS", "SETTING_NAMES"]
 
-SETTING_NAMES = tuple(f.name for f in fields(JobSettings))
+PER_TRY_SETTINGS = ("checkpoint_dir", "try_number")
+"""The :class:`JobSettings` fields the operator fills in for each try (``execute``), not from its knobs."""
+SETTING_NAMES = tuple(f.name for f in fields(JobSettings) if f.name not in PER_TRY_SETTINGS)
 """The operator's arguments that are :class:`JobSettings` fields, kept under the same attribute names."""
 
 

@@ -1,8 +1,8 @@
 """
-What ``HorovodRunnerOperator``, its deploy modes and DAG authors share: XCom keys, where artifacts and staging go
-(``default_artifact_root``, ``default_artifact_dir``), deploy-mode and history-server settings, and the check of rank
-0's return value before it goes to XCom. The XCom key of the
-Spark UI link, ``XCOM_SPARK_UI_URL``, is the extra link's: :mod:`airflow_provider_horovod.links`.
+What ``HorovodRunnerOperator``, its deploy modes and DAG authors share: XCom keys, where artifacts, checkpoints and
+staging go (``default_artifact_root``, ``default_artifact_dir``, ``default_checkpoint_dir``), deploy-mode and
+history-server settings, and the check of rank 0's return value before it goes to XCom. The XCom key of the Spark UI
+link, ``XCOM_SPARK_UI_URL``, is the extra link's: :mod:`airflow_provider_horovod.links`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_horovod.exceptions import HorovodResultError
+from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_NAME
 
 XCOM_RETURN_VALUE = "return_value"
 """XCom key of rank 0's return value."""
@@ -25,6 +26,8 @@ XCOM_SUBMISSION_ID = "spark_submission_id"
 """XCom key of the standalone driver (submission) id in cluster mode, pushed before waiting."""
 XCOM_ARTIFACT_DIR = "artifact_dir"
 """XCom key of the artifact directory (path or URI) the ranks wrote to."""
+XCOM_CHECKPOINT_DIR = "checkpoint_dir"
+"""XCom key of the checkpoint directory (path or URI), the same for every try of the task instance."""
 XCOM_TENSORBOARD_DIR = "tensorboard_dir"
 """XCom key of the TensorBoard log directory, pushed when the job wrote logs there (``runtime.tensorboard_dir``)."""
 XCOM_METRICS = "metrics"
@@ -125,18 +128,34 @@ def default_artifact_dir(context: Mapping[str, Any]) -> str:
     :param context: the task's Airflow context (its ``ti``).
     :return: the artifact directory of this try (a path, or a URI under an object-store root).
     """
-    parts = _try_parts(context["ti"])
+    return _under_artifact_root(_try_parts(context["ti"]))
+
+
+def default_checkpoint_dir(context: Mapping[str, Any]) -> str:
+    """
+    ``<root>/<dag_id>/<run_id>/<task_id>[/map-<i>]/checkpoints`` (ids as in :func:`default_artifact_dir`): the same
+    for every try of a task instance, shared with no other DAG run, task or map index.
+
+    :param context: the task's Airflow context (its ``ti``).
+    :return: the checkpoint directory of this task instance (a path, or a URI under an object-store root).
+    """
+    return _under_artifact_root([*_instance_parts(context["ti"]), CHECKPOINT_DIR_NAME])
+
+
+def _under_artifact_root(parts: list[str]) -> str:
     root = default_artifact_root()
     return "/".join([root.rstrip("/"), *parts]) if "://" in root else os.path.join(root, *parts)
 
 
+def _instance_parts(ti: Any) -> list[str]:
+    """The relative path of a task instance's directory under its root: encoded ids, ``map-<i>`` if mapped."""
+    mapped = [f"map-{ti.map_index}"] if getattr(ti, "map_index", -1) not in (-1, None) else []
+    return [encode_id_path(ti.dag_id), encode_id_path(ti.run_id), encode_id_path(ti.task_id), *mapped]
+
+
 def _try_parts(ti: Any) -> list[str]:
-    """The relative path of a try's directory under its root: encoded ids, ``map-<i>`` if mapped, ``try-<n>``."""
-    parts = [encode_id_path(ti.dag_id), encode_id_path(ti.run_id), encode_id_path(ti.task_id)]
-    if getattr(ti, "map_index", -1) not in (-1, None):
-        parts.append(f"map-{ti.map_index}")
-    parts.append(f"try-{ti.try_number}")
-    return parts
+    """The relative path of a try's directory under its root: the task instance's, then ``try-<n>``."""
+    return [*_instance_parts(ti), f"try-{ti.try_number}"]
 
 
 NAME_MAX = 255

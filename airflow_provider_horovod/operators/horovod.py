@@ -17,7 +17,7 @@ from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_flag
 from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.operators.common import (
-    DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, _default_deferrable, default_artifact_dir, validate_deploy_mode,
+    DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, XCOM_CHECKPOINT_DIR, _default_deferrable, validate_deploy_mode,
 )
 from airflow_provider_horovod.operators._arguments import (
     SETTING_NAMES, checked_settings, rendered_slot_wait_timeout, signed_payload,
@@ -35,7 +35,6 @@ from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_LAUNCHER, DEFAULT_SLOT_WAIT_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S, JobSettings, validate_timeout,
 )
-from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -52,7 +51,8 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
     provider's ``SparkSubmitHook``) as one barrier stage of ``np`` tasks; each task starts one Horovod
     process with Gloo. Rank 0's return value becomes the task's ``return_value`` XCom; the files the job
     wrote under its artifact directory are pushed as ``artifact_paths``, the Spark application id as
-    ``spark_app_id``, the directory itself as ``artifact_dir``.
+    ``spark_app_id``, the directory itself as ``artifact_dir``, and the task instance's checkpoint directory (the
+    same for every try) as ``checkpoint_dir``.
 
     .. seealso:: ``docs/getting-started.md`` and ``docs/how-it-works.md``
 
@@ -69,6 +69,10 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
     :param env_vars: environment variables for the Spark driver and every rank. (templated)
     :param artifact_dir: path or URI where the ranks write model files; defaults to a directory unique to this
         dag/run/task/try under ``[horovod] artifact_root``. (templated)
+    :param checkpoint_dir: path or URI the ranks see through :func:`airflow_provider_horovod.runtime.checkpoint_dir`
+        (``save_checkpoint``, ``load_checkpoint``), the same for every try of the task instance, so a retry resumes;
+        default ``<artifact_root>/<dag>/<run>/<task>[/map-<i>]/checkpoints``. It may name a connection as
+        ``artifact_dir`` may (the same one). See ``docs/checkpoints.md``. (templated)
     :param driver_log_verbosity: ``"log_callback_only"`` (rank 0's output in the task log) or ``"all"``
         (every rank's). Every rank's full output is always in its executor's stderr.
     :param gloo_timeout_s: seconds Gloo waits at rendezvous and in a collective before failing.
@@ -133,7 +137,7 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
     """
 
     template_fields: Sequence[str] = ("op_args", "op_kwargs", "conn_id", "conf", "env_vars", "artifact_dir",
-                                      "spark_name", "staging_dir", "slot_wait_timeout_s")
+                                      "checkpoint_dir", "spark_name", "staging_dir", "slot_wait_timeout_s")
     template_fields_renderers = {"op_kwargs": "py", "op_args": "py", "conf": "json", "env_vars": "json"}
     operator_extra_links = (SparkUILink(),)
     ui_color = "#f6e3c5"
@@ -151,6 +155,7 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
         conf: dict[str, Any] | None = None,
         env_vars: dict[str, str] | None = None,
         artifact_dir: str | None = None,
+        checkpoint_dir: str | None = None,
         driver_log_verbosity: str = "log_callback_only",
         gloo_timeout_s: int = DEFAULT_GLOO_TIMEOUT_S,
         start_timeout_s: float | None = DEFAULT_START_TIMEOUT_S,
@@ -206,6 +211,7 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
         self.conf = dict(conf or {})
         self.env_vars = dict(env_vars or {})
         self.artifact_dir = artifact_dir
+        self.checkpoint_dir = checkpoint_dir
         self.spark_name = spark_name
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.poll_interval_s = validate_timeout("poll_interval_s", poll_interval_s)
@@ -248,7 +254,8 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
 
     def job_settings(self) -> JobSettings:
         """
-        The job's knobs for this try, with ``slot_wait_timeout_s`` rendered: what the deploy mode hands its hook.
+        The job's knobs, with ``slot_wait_timeout_s`` rendered (``execute`` adds the try's checkpoint directory and
+        number, :data:`~airflow_provider_horovod.operators._arguments.PER_TRY_SETTINGS`, for the deploy mode's hook).
 
         :raises ValueError: the rendered ``slot_wait_timeout_s`` is not a positive number, ``None`` or ``"none"``.
         """
@@ -259,19 +266,19 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
         """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
         ti = context["ti"]
         self.inject_openlineage_properties(context)
-        # an ObjectStoragePath / s3://conn_id@bucket/x: a plain URI for the ranks, its connection's credentials
-        # as AWS_* variables that travel like env_vars (never in conf, arguments, logs or XCom)
-        artifact_dir, storage_conn_id = storage_location(self.artifact_dir or default_artifact_dir(context))
-        self._storage_env = credentials_env(storage_conn_id) if storage_conn_id else {}
+        artifact_dir, checkpoint_dir = self._storage_locations(context)
         key, payload = self._payload()
-        request = JobRequest(key=key, payload=payload, artifact_dir=artifact_dir, settings=self.job_settings(),
+        settings = self.job_settings().replace(checkpoint_dir=checkpoint_dir, try_number=ti.try_number)
+        request = JobRequest(key=key, payload=payload, artifact_dir=artifact_dir, settings=settings,
                              env=self._job_env(), label=f"{self.dag_id}.{self.task_id}",
                              has_storage_credentials=bool(self._storage_env))
         mode = self._mode = self._deploy_mode(request)
         mode.check()
-        self.log.info("%s job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s",
-                      get_launcher(self.launcher).label, self.np, mode.name, len(payload), artifact_dir)
+        self.log.info("%s job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s, checkpoint_dir %s (try %d)",
+                      get_launcher(self.launcher).label, self.np, mode.name, len(payload), artifact_dir,
+                      checkpoint_dir, ti.try_number)
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=artifact_dir)
+        ti.xcom_push(key=XCOM_CHECKPOINT_DIR, value=checkpoint_dir)
         if mode.resumable:
             return self.execute_resumable(context)  # submit_job, poll_until_complete, get_job_result below
         if self.durable and self._durable_explicit:

@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.artifacts import artifact_dir
+    from airflow_provider_horovod.runtime.checkpoints import (
+        checkpoint_dir,
+        load_checkpoint,
+        save_checkpoint,
+        try_number,
+    )
     from airflow_provider_horovod.runtime.data import rank_shard
     from airflow_provider_horovod.runtime.errors import (
         HorovodRuntimeError,
@@ -34,6 +40,10 @@ _EXPORTS = {
     "RankFailedError": "airflow_provider_horovod.runtime.errors",
     "ReturnValueTooLargeError": "airflow_provider_horovod.runtime.errors",
     "artifact_dir": "airflow_provider_horovod.runtime.artifacts",
+    "checkpoint_dir": "airflow_provider_horovod.runtime.checkpoints",
+    "load_checkpoint": "airflow_provider_horovod.runtime.checkpoints",
+    "save_checkpoint": "airflow_provider_horovod.runtime.checkpoints",
+    "try_number": "airflow_provider_horovod.runtime.checkpoints",
     "rank_shard": "airflow_provider_horovod.runtime.data",
     "tensorboard_dir": "airflow_provider_horovod.runtime.observability",
     "report": "airflow_provider_horovod.runtime.progress",

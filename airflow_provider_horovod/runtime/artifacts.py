@@ -24,7 +24,8 @@ def join_location(location: str, name: str) -> str:
     return f"{location.rstrip('/')}/{name}" if is_remote(location) else os.path.join(location, name)
 
 
-def _local_path(location: str) -> str:
+def local_path(location: str) -> str:
+    """The local path of ``location``: a ``file://`` URI's path, or ``location`` itself (a path)."""
     return urlparse(location).path if location.startswith("file://") else location
 
 
@@ -40,7 +41,7 @@ def ensure_dir(location: str) -> None:
         fs, path = fsspec.core.url_to_fs(location)
         fs.makedirs(path, exist_ok=True)
     else:
-        os.makedirs(_local_path(location), exist_ok=True)
+        os.makedirs(local_path(location), exist_ok=True)
 
 
 def artifact_dir() -> str:
@@ -81,7 +82,7 @@ def list_artifacts(location: str) -> list[str]:
         top = path.rstrip("/")
         return sorted(fs.unstrip_protocol(p) for p in fs.find(path) if p.rsplit("/", 1)[0] != top
                       or p.rsplit("/", 1)[-1] not in _PROGRESS_FILES)
-    root = _local_path(location)
+    root = local_path(location)
     found = []
     for dirpath, _dirs, files in os.walk(root):
         mine = os.path.abspath(dirpath) == os.path.abspath(root)

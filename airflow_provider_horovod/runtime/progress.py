@@ -26,7 +26,8 @@ SEND_INTERVAL_S = 0.5
 """The most often a rank sends its newest record, seconds (the history is sampled at this rate, plus the last)."""
 
 
-def _rank() -> int:
+def env_rank() -> int:
+    """This process's rank, from the launcher's ``RANK`` (torch) or ``HOROVOD_RANK`` (Horovod); 0 outside a job."""
     for name in ("RANK", "HOROVOD_RANK"):
         if os.environ.get(name, "").isdigit():
             return int(os.environ[name])
@@ -39,7 +40,7 @@ class _Sender:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         os.set_inheritable(fd, False)  # not into the function's own subprocesses
-        self.rank = _rank()
+        self.rank = env_rank()
         self._cond = threading.Condition()
         self._pending: dict[str, Any] | None = None
         self._broken = False

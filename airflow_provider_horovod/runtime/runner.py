@@ -81,6 +81,12 @@ class HorovodRunner:
     :param launcher: ``"horovod"`` (default: Horovod's Gloo rendezvous; the function calls ``hvd.init()``) or
         ``"torch"`` (the torchrun environment; the function calls ``torch.distributed.init_process_group()``;
         :class:`~airflow_provider_horovod.runtime.torch_distributor.TorchDistributor` is the API made for it).
+    :param checkpoint_dir: path or URI the ranks see through
+        :func:`~airflow_provider_horovod.runtime.checkpoint_dir` (and that :func:`~airflow_provider_horovod.runtime.
+        save_checkpoint` / :func:`~airflow_provider_horovod.runtime.load_checkpoint` use): give the same one to the
+        job that resumes. ``None`` (default): ``checkpoint_dir()`` raises. See ``docs/checkpoints.md``.
+    :param try_number: which attempt this run is (1 for the first), for the ranks'
+        :func:`~airflow_provider_horovod.runtime.try_number` and the resume log line; ``None`` (default): unknown.
     :raises ValueError: an argument is invalid (raised here, before any Spark work), with the same message as the
         operator's and the decorator's (:class:`~airflow_provider_horovod.runtime.settings.JobSettings`).
     """
@@ -102,12 +108,15 @@ class HorovodRunner:
         timeline: bool = False,
         max_return_value_bytes: int = DEFAULT_MAX_RETURN_VALUE_BYTES,
         launcher: str = DEFAULT_LAUNCHER,
+        checkpoint_dir: str | None = None,
+        try_number: int | None = None,
     ) -> None:
         self.settings = JobSettings(
             np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
             start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
             slot_wait_timeout_s=slot_wait_timeout_s, use_gpu=use_gpu, gpu_visibility=gpu_visibility,
-            timeline=timeline, max_return_value_bytes=max_return_value_bytes, launcher=launcher)
+            timeline=timeline, max_return_value_bytes=max_return_value_bytes, launcher=launcher,
+            checkpoint_dir=checkpoint_dir, try_number=try_number)
         """The job's knobs, checked."""
         if timeline and not artifact_dir:
             raise ValueError("timeline=True needs artifact_dir: the Horovod Timeline is written there as "
@@ -201,7 +210,8 @@ class HorovodRunner:
                        forward_all=s.driver_log_verbosity == "all", gloo_timeout_s=s.gloo_timeout_s, env=self.env,
                        start_timeout_s=s.start_timeout_s, training_timeout_s=s.training_timeout_s,
                        use_gpu=s.use_gpu, gpu_visibility=s.gpu_visibility,
-                       max_return_value_bytes=s.max_return_value_bytes, launcher=s.launcher)
+                       max_return_value_bytes=s.max_return_value_bytes, launcher=s.launcher,
+                       checkpoint_dir=s.checkpoint_dir, try_number=s.try_number)
         with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror) as collector:
             try:
                 result = run_on_driver(spec, metrics=collector.add) if self.np < 0 \

@@ -73,17 +73,6 @@ def validate_choice(name: str, value: object, allowed: Sequence[str]) -> str:
     return value
 
 
-def validate_verbosity(value: object) -> str:
-    """
-    Check ``driver_log_verbosity``.
-
-    :param value: the argument as given.
-    :return: it, as a string.
-    :raises ValueError: not one of ``"log_callback_only"`` (rank 0's output only) or ``"all"``.
-    """
-    return validate_choice("driver_log_verbosity", value, DRIVER_LOG_VERBOSITIES)
-
-
 def validate_gpu_visibility(value: object) -> str:
     """
     Check ``gpu_visibility``.
@@ -154,6 +143,20 @@ def check_barrier_conf(conf: Mapping[str, Any] | None, *, source: str = "conf") 
                          "stages with dynamic allocation (SPARK-24942). Allowed: false or unset")
 
 
+def validate_location(name: str, value: object) -> str | None:
+    """
+    Check an optional directory (a path or an fsspec URI).
+
+    :param name: the parameter's name, for the message.
+    :param value: the argument as given.
+    :return: it, or ``None``.
+    :raises ValueError: not ``None`` and not a non-empty string.
+    """
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError(f"{name} must be a path or URI (a non-empty str) or None, got {value!r}")
+    return value
+
+
 def _seconds_or_none(value: str) -> float | None:
     return None if value.strip().lower() == "none" else float(value)
 
@@ -175,6 +178,10 @@ class JobSettings:
     :param max_return_value_bytes: the largest pickled return value rank 0 sends back, bytes (positive int).
     :param launcher: ``"horovod"`` (Horovod's Gloo rendezvous) or ``"torch"`` (the torchrun environment; the
         function calls ``torch.distributed.init_process_group()``). ``timeline`` needs ``"horovod"``.
+    :param checkpoint_dir: path or URI the ranks see through
+        :func:`~airflow_provider_horovod.runtime.checkpoints.checkpoint_dir`, the same for every try; or ``None``.
+    :param try_number: the Airflow try the job runs in (positive int), for the ranks'
+        :func:`~airflow_provider_horovod.runtime.checkpoints.try_number`; or ``None``.
     :raises ValueError: a value is invalid; the message names the parameter and what it allows.
     """
 
@@ -189,11 +196,14 @@ class JobSettings:
     timeline: bool = False
     max_return_value_bytes: int = DEFAULT_MAX_RETURN_VALUE_BYTES
     launcher: str = DEFAULT_LAUNCHER
+    checkpoint_dir: str | None = None
+    try_number: int | None = None
 
     def __post_init__(self) -> None:
         checked = {
             "np": validate_np(self.np),
-            "driver_log_verbosity": validate_verbosity(self.driver_log_verbosity),
+            "driver_log_verbosity": validate_choice("driver_log_verbosity", self.driver_log_verbosity,
+                                                    DRIVER_LOG_VERBOSITIES),
             "gloo_timeout_s": validate_positive_int("gloo_timeout_s", self.gloo_timeout_s, "seconds"),
             "start_timeout_s": validate_timeout("start_timeout_s", self.start_timeout_s),
             "training_timeout_s": validate_timeout("training_timeout_s", self.training_timeout_s),
@@ -204,6 +214,9 @@ class JobSettings:
             "max_return_value_bytes": validate_positive_int("max_return_value_bytes", self.max_return_value_bytes,
                                                             "bytes"),
             "launcher": validate_choice("launcher", self.launcher, LAUNCHER_NAMES),
+            "checkpoint_dir": validate_location("checkpoint_dir", self.checkpoint_dir),
+            "try_number": None if self.try_number is None else validate_positive_int("try_number", self.try_number,
+                                                                                     "the Airflow try, from 1"),
         }
         if checked["timeline"] and checked["launcher"] != HOROVOD:
             raise ValueError("timeline=True records the Horovod Timeline and needs launcher='horovod', got "
@@ -242,12 +255,15 @@ class JobSettings:
         """
         The driver program's flags for these settings (``runtime/driver/program.py``; read back with :meth:`from_args`).
 
-        :return: e.g. ``["--np", "2", "--driver-log-verbosity", "all", ...]``; ``None`` is written ``none``.
+        :return: e.g. ``["--np", "2", "--driver-log-verbosity", "all", ...]``; ``None`` is written ``none``, or left
+            out where it is the default (so a directory named ``none`` stays one).
         """
         args: list[str] = []
         for f in fields(self):
             value = getattr(self, f.name)
             flag = "--" + f.name.replace("_", "-")
+            if value is None and f.default is None:
+                continue
             if isinstance(value, bool):
                 args += [flag] if value else []
             else:
@@ -262,7 +278,7 @@ class JobSettings:
         :param parser: the driver program's parser.
         """
         kinds = {"np": int, "gloo_timeout_s": int, "max_return_value_bytes": int, "driver_log_verbosity": str,
-                 "gpu_visibility": str, "launcher": str}
+                 "gpu_visibility": str, "launcher": str, "checkpoint_dir": str, "try_number": int}
         for f in fields(cls):
             flag = "--" + f.name.replace("_", "-")
             if f.type in ("bool", bool):

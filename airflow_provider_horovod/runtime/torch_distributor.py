@@ -64,8 +64,9 @@ class TorchDistributor:
         ``LOCAL_RANK`` each); ``False`` hides GPUs (``CUDA_VISIBLE_DEVICES=""``). PySpark's default ``True``.
     :param _ssl_conf: ignored (PySpark's SSL opt-out).
     :param settings: further keyword arguments of :class:`~airflow_provider_horovod.runtime.runner.HorovodRunner`
-        (``spark``, ``artifact_dir``, ``env``, ``start_timeout_s``, ``training_timeout_s``, ``driver_log_verbosity``,
-        ``gpu_visibility``, ``slot_wait_timeout_s``, ``max_return_value_bytes``).
+        (``spark``, ``artifact_dir``, ``checkpoint_dir``, ``try_number``, ``env``, ``start_timeout_s``,
+        ``training_timeout_s``, ``driver_log_verbosity``, ``gpu_visibility``, ``slot_wait_timeout_s``,
+        ``max_return_value_bytes``).
     :raises ValueError: an argument is invalid (before any Spark work), naming it.
     """
 

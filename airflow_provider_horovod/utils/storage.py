@@ -39,6 +39,22 @@ def storage_location(location: Any) -> tuple[str, str | None]:
     return text, None
 
 
+def shared_conn_id(**conn_ids: str | None) -> str | None:
+    """
+    The one connection whose credentials the ranks get, for locations that each name one or none (the ranks' storage
+    SDK reads a single set of ``AWS_*`` variables).
+
+    :param conn_ids: parameter name (``artifact_dir``, ``checkpoint_dir``) to the connection id it names, or ``None``.
+    :return: the connection id, or ``None`` when none names one.
+    :raises ValueError: two name different connections; the message names both parameters.
+    """
+    named = {name: conn for name, conn in conn_ids.items() if conn}
+    if len(set(named.values())) > 1:
+        raise ValueError(f"{' and '.join(f'{n} names connection {c!r}' for n, c in named.items())}: the ranks get "
+                         "the credentials of one connection; name the same one (or none) in both")
+    return next(iter(named.values()), None)
+
+
 def credentials_env(conn_id: str) -> dict[str, str]:
     """
     The environment variables that give the storage SDK (botocore, under s3fs) the connection's credentials.

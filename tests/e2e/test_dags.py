@@ -76,6 +76,14 @@ def test_example_dag_trains_and_evaluates(airflow_home, dags_folder):
     # the Horovod Timeline (timeline=True): valid JSON, holding the training's allreduce operations
     assert timeline_ops(f"{artifact_dir}/horovod_timeline.json") >= {"NEGOTIATE_ALLREDUCE", "ALLREDUCE"}
     assert xcom["evaluate.return_value"] >= 0.9
+    # checkpoints every 5 epochs, 3 kept, in the task instance's directory beside the try's (docs/checkpoints.md)
+    checkpoints = xcom["train.checkpoint_dir"]
+    assert checkpoints == artifact_dir.rsplit("/", 1)[0] + "/checkpoints"
+    assert sorted(f for f in os.listdir(checkpoints) if f.endswith(".json")) == [
+        f"step-{epoch:012d}.json" for epoch in (20, 25, 30)]
+    assert (xcom["train.return_value"]["try_number"], xcom["train.return_value"]["resumed_from_epoch"]) == (1, 0)
+    assert f"[rank 0] airflow-provider-horovod: no checkpoint in {checkpoints}: starting from the beginning (try 1)" \
+        in log
     # what the user sees in the task log
     assert f"Spark application {xcom['train.spark_app_id']} started" in log
     assert "[rank 0] epoch 30/30" in log and "[rank 1]" not in log

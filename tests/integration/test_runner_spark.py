@@ -189,3 +189,40 @@ def test_a_bystanders_traceback_in_the_log_is_labelled_a_consequence(spark_env, 
     out = capfd.readouterr().out
     assert "[rank 0] ^ rank 0 stopped because another rank failed first" in out, out[-3000:]
     assert out.index("[rank 0] ^ rank 0 stopped") > out.rindex("[rank 0] Traceback")  # after its traceback
+
+
+def train_and_checkpoint(fail_at_step, steps=6):
+    """Add the world size to ``w`` each step, checkpoint every 2 steps; rank 1 fails at ``fail_at_step``."""
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_horovod.runtime import load_checkpoint, save_checkpoint, try_number
+
+    hvd.init()
+    w, start = torch.zeros(2), 0
+    resumed = load_checkpoint()
+    if resumed is not None:
+        state, start = resumed
+        w = state["w"]
+    for step in range(start + 1, steps + 1):
+        w = w + hvd.allreduce(torch.ones(2), op=hvd.Sum)
+        if step % 2 == 0:
+            save_checkpoint({"w": w}, step=step)
+        if step == fail_at_step and hvd.rank() == 1:
+            raise RuntimeError(f"rank 1 lost at step {step}")
+    first_steps = hvd.allgather_object(start + 1)  # the function's own record of where each rank began
+    return {"first_steps": first_steps, "w": w.tolist(), "try_number": try_number()}
+
+
+def test_a_second_job_resumes_from_the_first_one_s_latest_checkpoint(spark, tmp_path, capfd):
+    # ~15 s: two np=2 jobs on the shared local[2] session
+    where = str(tmp_path / "checkpoints")
+    with pytest.raises(RankFailedError, match="rank 1 lost at step 5"):
+        HorovodRunner(np=2, checkpoint_dir=where, try_number=1).run(train_and_checkpoint, fail_at_step=5)
+    assert sorted(f for f in os.listdir(where) if f.endswith(".json")) == ["step-000000000002.json",
+                                                                           "step-000000000004.json"]
+    capfd.readouterr()
+    result = HorovodRunner(np=2, checkpoint_dir=where, try_number=2).run(train_and_checkpoint, fail_at_step=None)
+    assert result == {"first_steps": [5, 5], "w": [12.0, 12.0], "try_number": 2}
+    out = capfd.readouterr().out
+    assert "[rank 0] airflow-provider-horovod: resuming from checkpoint step 4 (try 2), saved by try 1" in out

@@ -36,13 +36,15 @@ class ConnectMode(DeployMode):
 
     def check(self) -> None:
         """
-        Refuse an ``artifact_dir`` that carries a connection: the credentials cannot travel to the ranks.
+        Refuse an ``artifact_dir`` (or ``checkpoint_dir``) that carries a connection: the credentials cannot travel
+        to the ranks.
 
-        :raises HorovodJobError: it names one with credentials.
+        :raises HorovodJobError: one names a connection with credentials.
         """
         if self.job.has_storage_credentials:
             raise HorovodJobError(
-                f"artifact_dir with a connection ({self.job.artifact_dir!r}) is supported in client and cluster "
+                f"artifact_dir or checkpoint_dir with a connection (artifact_dir {self.job.artifact_dir!r}, "
+                f"checkpoint_dir {self.job.settings.checkpoint_dir!r}) is supported in client and cluster "
                 "deploy modes; with Spark Connect give a plain URI and configure the store's credentials on the "
                 "cluster")
 

@@ -17,7 +17,9 @@ variables are set before CUDA starts) and its own process group. Everything it n
 - ``HOROVOD_AIRFLOW_RELEASE_FD`` / ``HOROVOD_AIRFLOW_PREIMPORT``: a rank started before the rendezvous port is
   known imports these modules, then reads its remaining variables from that pipe (:func:`wait_for_release`);
 - ``HOROVOD_AIRFLOW_ARTIFACT_DIR``: what ``artifact_dir()`` returns; with ``HOROVOD_AIRFLOW_TIMELINE=1`` the
-  Horovod Timeline goes there (:func:`~airflow_provider_horovod.runtime.observability.start_timeline`).
+  Horovod Timeline goes there (:func:`~airflow_provider_horovod.runtime.observability.start_timeline`);
+- ``HOROVOD_AIRFLOW_CHECKPOINT_DIR`` / ``HOROVOD_AIRFLOW_TRY_NUMBER``: what ``checkpoint_dir()`` and
+  ``try_number()`` return (:mod:`~airflow_provider_horovod.runtime.checkpoints`).
 
 It ends through :func:`exit_rank`: ``atexit`` handlers and file flushes, then ``os._exit`` without the
 interpreter's teardown.

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
+from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV
 from airflow_provider_horovod.runtime.launchers import HOROVOD, preimports
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
@@ -46,6 +47,10 @@ def worker_environ(spec: JobSpec, *, launch_env: Mapping[str, str], devices: Map
     }
     if spec.artifact_dir:
         extra[ARTIFACT_DIR_ENV] = spec.artifact_dir
+    if spec.checkpoint_dir:
+        extra[CHECKPOINT_DIR_ENV] = spec.checkpoint_dir
+    if spec.try_number is not None:
+        extra[TRY_NUMBER_ENV] = str(spec.try_number)
     if spec.max_return_value_bytes is not None:
         extra[protocol.ENV_MAX_RESULT] = str(spec.max_return_value_bytes)
     if metrics_fd is not None:

@@ -41,6 +41,8 @@ class JobSpec:
         replaced by a :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` on rank 0. ``None``: no
         limit.
     :param launcher: ``"horovod"`` or ``"torch"`` (:mod:`~airflow_provider_horovod.runtime.launchers`).
+    :param checkpoint_dir: path/URI exported to ranks as ``HOROVOD_AIRFLOW_CHECKPOINT_DIR``, or ``None``.
+    :param try_number: the Airflow try, exported to ranks as ``HOROVOD_AIRFLOW_TRY_NUMBER``, or ``None``.
     """
 
     payload: bytes
@@ -58,6 +60,8 @@ class JobSpec:
     gpu_visibility: str = DEFAULT_GPU_VISIBILITY
     max_return_value_bytes: int | None = None
     launcher: str = "horovod"
+    checkpoint_dir: str | None = None
+    try_number: int | None = None
 
     def forwards(self, slot: Slot) -> bool:
         """

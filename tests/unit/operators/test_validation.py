@@ -86,7 +86,8 @@ def test_unpicklable_callable_is_refused_before_anything_is_submitted(tmp_path):
             return 1
 
     pushed: list = []
-    ti = SimpleNamespace(xcom_push=lambda key, value: pushed.append(key))
+    ti = SimpleNamespace(dag_id="d", run_id="r", task_id="t", try_number=1, map_index=-1,
+                         xcom_push=lambda key, value: pushed.append(key))
     op = HorovodRunnerOperator(task_id="t", python_callable=train_with_lock, artifact_dir=str(tmp_path / "art"))
     with pytest.raises(HorovodJobError, match=r"culprit is closure variable 'lock' of .*train_with_lock"):
         op.execute({"ti": ti})
@@ -104,4 +105,5 @@ def test_negative_np_over_spark_connect_is_refused(monkeypatch, tmp_path):
     op = HorovodRunnerOperator(task_id="t", python_callable=train, np=-2, conn_id="my_connect",
                                artifact_dir=str(tmp_path))
     with pytest.raises(HorovodJobError, match=r"np=-2: over Spark Connect .* use np > 0"):
-        op.execute({"ti": SimpleNamespace(xcom_push=lambda key, value: None)})
+        op.execute({"ti": SimpleNamespace(dag_id="d", run_id="r", task_id="t", try_number=1, map_index=-1,
+                                          xcom_push=lambda key, value: None)})
