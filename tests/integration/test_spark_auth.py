@@ -104,7 +104,8 @@ def test_an_application_without_the_secret_is_refused(cluster, tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     out = tmp_path / "spark-submit.out"
     proc = subprocess.Popen([str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url,
-                             "--conf", "spark.driver.memory=512m", str(app)], env=env, stdout=out.open("wb"), stderr=subprocess.STDOUT)
+                             "--conf", "spark.driver.memory=512m", str(app)],
+                            env=env, stdout=out.open("wb"), stderr=subprocess.STDOUT)
     try:  # Spark retries the registration for a minute: the master's refusal is what the test waits for
         wait_until(lambda: master_log.read_text(errors="replace").count(REFUSED) > seen,
                    "the master to refuse the application", timeout_s=120,
