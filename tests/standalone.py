@@ -73,7 +73,7 @@ class StandaloneCluster:
     web_ui_url: str
     """The master's web UI, ``http://127.0.0.1:PORT`` (its state as JSON at ``/json/``)."""
     rest_url: str
-    """The master's REST submission server, ``http://127.0.0.1:PORT``."""
+    """The master's REST submission server, ``http://127.0.0.1:PORT``; ``""`` when started with ``rest=False``."""
     work_dir: Path
     workers: int
     cores_per_worker: int
@@ -93,8 +93,9 @@ class StandaloneCluster:
         REST submission port and web UI port, and ``deploy_mode``.
         """
         master, rest, ui = (urlparse(u) for u in (self.master_url, self.rest_url, self.web_ui_url))
+        extra = {"deploy-mode": deploy_mode, "ui-port": ui.port, **({"rest-port": rest.port} if rest.port else {})}
         return json.dumps({"conn_type": "spark", "host": f"spark://{master.hostname}", "port": master.port,
-                           "extra": {"deploy-mode": deploy_mode, "rest-port": rest.port, "ui-port": ui.port}})
+                           "extra": extra})
 
     def master_json(self, timeout_s: float = 5.0) -> dict:
         """The master's ``/json/`` page, decoded (raw httpx: the fixture does not depend on the client under test)."""
@@ -153,10 +154,11 @@ class StandaloneCluster:
             try:
                 state = self.master_json(timeout_s=2.0)
                 alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
-                rest = httpx.get(f"{self.rest_url}/v1/submissions/status/readiness-probe", timeout=2.0)
-                if state.get("status") == "ALIVE" and alive == workers and rest.status_code == 200:
+                rest = httpx.get(f"{self.rest_url}/v1/submissions/status/readiness-probe", timeout=2.0).status_code \
+                    if self.rest_url else 200  # no REST server (rest=False): nothing to wait for
+                if state.get("status") == "ALIVE" and alive == workers and rest == 200:
                     return
-                last = f"master {state.get('status')}, {alive}/{workers} workers alive, REST {rest.status_code}"
+                last = f"master {state.get('status')}, {alive}/{workers} workers alive, REST {rest}"
             except (httpx.HTTPError, ValueError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             if time.monotonic() > deadline:
@@ -207,7 +209,7 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
                        extra_env: Mapping[str, str] | None = None, host: str = HOST,
                        worker_hosts: Sequence[str] | None = None,
                        worker_prefixes: Sequence[Sequence[str]] | None = None,
-                       ports: tuple[int, int, int] | None = None) -> Iterator[StandaloneCluster]:
+                       ports: tuple[int, int, int] | None = None, rest: bool = True) -> Iterator[StandaloneCluster]:
     """
     Start a Spark standalone master (REST submission server enabled) and ``workers`` workers on 127.0.0.1.
 
@@ -228,6 +230,9 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
         ``SPARK_LOCAL_HOSTNAME``, so its executors report that IP); default: ``host`` for every worker.
     :param worker_prefixes: ``worker_prefixes[i]`` goes in front of worker ``i``'s command line (its executors
         inherit what it sets up, e.g. a network namespace); default: none.
+    :param rest: start the master's REST submission server; ``False`` (``spark.master.rest.enabled=false``) for a
+        master with ``spark.authenticate.secret``, which refuses to start with it (SPARK-25088). A
+        ``spark-defaults.conf`` written into ``work_dir/conf`` beforehand is the master's and workers' own.
     :raises TimeoutError: when the cluster is not ready within ``start_timeout_s`` (with the logs' tails).
     :raises RuntimeError: when a JVM exits while the cluster starts.
     :raises AssertionError: on exit, when a process of the cluster survives being killed.
@@ -253,11 +258,11 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
         })
         cluster = StandaloneCluster(
             master_url=f"spark://{host}:{master_port}", web_ui_url=f"http://{host}:{ui_port}",
-            rest_url=f"http://{host}:{rest_port}", work_dir=work_dir, workers=workers,
+            rest_url=f"http://{host}:{rest_port}" if rest else "", work_dir=work_dir, workers=workers,
             cores_per_worker=cores_per_worker, marker=marker, env=env)
         stack.callback(cluster.stop)
         master_env = {**env, "SPARK_MASTER_OPTS": _opts({
-            "spark.master.rest.enabled": "true", "spark.master.rest.host": host,
+            "spark.master.rest.enabled": str(rest).lower(), "spark.master.rest.host": host,
             "spark.master.rest.port": str(rest_port), "spark.port.maxRetries": "0",
             "spark.ui.showConsoleProgress": "false", **(master_conf or {})})}
         cluster._start("master", "org.apache.spark.deploy.master.Master",

@@ -27,6 +27,8 @@ from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, r
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.driver_output import app_started_line, is_app_started_line, wait_for_driver_result
 from airflow_provider_horovod.utils.job_result import JobResult, read_job_result
+from airflow_provider_horovod.utils.process_tree import die_with_parent, terminate_tree
+from airflow_provider_horovod.utils.spark_auth import AUTH_PROPERTIES_FILE, auth_submit_kwargs, check_no_auth_secret
 from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, SPARK_LOG4J2, check_reachable, executor_jvm_conf, local_spark_conf,
     master_addresses, python_daemon_conf, spark_defaults_keys,
@@ -38,32 +40,26 @@ from airflow_provider_horovod.utils.standalone_slots import (
 __all__ = ["HorovodHook"]
 
 
-def _die_with_parent() -> None:
-    """
-    In the spark-submit child, before exec: ask Linux to SIGTERM it when the Airflow task process dies.
-
-    ``on_kill`` covers SIGTERM and timeouts; this covers a task process that is SIGKILLed (OOM killer,
-    ``kill -9``), which would otherwise orphan the driver and its training processes.
-    """
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 class _SparkSubmit(SparkSubmitHook):
     """
-    ``SparkSubmitHook`` with two additions: an embedded ``local[np]`` master when no connection is configured
-    (the stock hook falls back to YARN), and a watcher that reports the application id as soon as the
-    driver prints it.
+    ``SparkSubmitHook`` with three additions: an embedded ``local[np]`` master when no connection is configured
+    (the stock hook falls back to YARN), a watcher that reports the application id as soon as the driver prints
+    it, and ``--load-spark-defaults`` after ``--properties-file`` when asked (Spark 4.0+: spark-submit then reads
+    ``spark-defaults.conf`` too, which a properties file alone hides).
     """
 
-    def __init__(self, *, local_master: str | None, on_line: Callable[[str], None], **kwargs: Any) -> None:
+    def __init__(self, *, local_master: str | None, on_line: Callable[[str], None], load_spark_defaults: bool = False,
+                 **kwargs: Any) -> None:
         self._local_master = local_master
         self._on_line = on_line
+        self._load_spark_defaults = load_spark_defaults
         super().__init__(**kwargs)
+
+    def _build_spark_submit_command(self, application: str) -> list[str]:
+        command = super()._build_spark_submit_command(application)
+        if self._load_spark_defaults and "--properties-file" in command:
+            command.insert(command.index("--properties-file") + 2, "--load-spark-defaults")
+        return command
 
     def _resolve_connection(self) -> dict[str, Any]:
         if self._local_master is None:
@@ -94,7 +90,9 @@ class HorovodHook(BaseHook):
         defined, runs on an embedded ``local[np]`` master bound to 127.0.0.1, with executors on this
         interpreter; any other id must name an existing connection (else :class:`HorovodJobError`).
     :param np: number of Horovod processes (see :class:`~airflow_provider_horovod.runtime.HorovodRunner`).
-    :param conf: extra Spark properties; they override the provider's defaults.
+    :param conf: extra Spark properties; they override the provider's defaults. Not the RPC secret
+        ``spark.authenticate.secret``: it comes from the connection's ``spark-auth-secret`` extra (given to
+        spark-submit in an owner-only properties file) or this machine's ``spark-defaults.conf``.
     :param env_vars: environment variables for the Spark driver and every rank.
     :param name: the Spark application name.
     :param spark_submit_kwargs: further keyword arguments for ``SparkSubmitHook`` (``executor_memory``,
@@ -102,6 +100,7 @@ class HorovodHook(BaseHook):
     :param spark_log_level: log4j level of the Spark driver's own logging (``"WARN"`` keeps the task log to
         training output and problems; ``None`` keeps Spark's default INFO). Ignored when ``conf`` sets
         ``spark.driver.extraJavaOptions``.
+    :raises ValueError: ``conf`` or ``env_vars`` holds the RPC secret.
 
     The driver's and (on a cluster) the executors' JVMs start with
     :data:`~airflow_provider_horovod.utils.spark_conf.JVM_STARTUP_OPTIONS` unless ``conf`` (or, for executors,
@@ -129,6 +128,7 @@ class HorovodHook(BaseHook):
         self.np = np
         self.conf = dict(conf or {})
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
+        check_no_auth_secret(self.conf, self.env_vars)
         self.name = name
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.app_id: str | None = None
@@ -200,8 +200,8 @@ class HorovodHook(BaseHook):
         """
         settings = JobSettings.for_np(settings, self.np)
         local = self.uses_local_master
-        if not local:  # a wrong address fails here, not after Spark's own retries (over a minute)
-            conn = self.get_connection(self.conn_id)
+        conn = None if local else self.get_connection(self.conn_id)
+        if conn is not None:  # a wrong address fails here, not after Spark's own retries (over a minute)
             master = f"{conn.host}:{conn.port}" if conn.port else (conn.host or "")
             check_reachable(master, master_addresses(master),
                             hint=f"Check the host and port of the Airflow connection {self.conn_id!r} and that the "
@@ -221,7 +221,7 @@ class HorovodHook(BaseHook):
         if not local:  # local[np] has no executor JVMs
             conf = {**executor_jvm_conf(conf, preset), **conf}
         conf.update(python_daemon_conf(conf, str(zip_path) if local else RUNTIME_ZIP_NAME, preset))
-        if not local and (standalone := standalone_master(self.get_connection(self.conn_id))) is not None:
+        if conn is not None and (standalone := standalone_master(conn)) is not None:
             sized = {**submit_kwargs_conf(self.spark_submit_kwargs), **conf}
             conf = {**standalone_defaults(self.np, standalone[1], sized), **conf}
             check_standalone_fits(master_url=standalone[0], master_ui_url=standalone[1], np=self.np,
@@ -235,19 +235,23 @@ class HorovodHook(BaseHook):
             env["SPARK_LOCAL_IP"] = "127.0.0.1"  # Spark would bind to the machine's outside address
         args = ["--payload", payload_path, "--result-dir", str(staging), "--artifact-dir", artifact_dir,
                 *settings.to_args()]
+        submit_kwargs, load_defaults = auth_submit_kwargs(conn, staging, self.spark_submit_kwargs)
         self._submit = _SparkSubmit(
             local_master=f"local[{abs(self.np)}]" if local else None,
             on_line=self._watch(on_app_started, on_output),
+            load_spark_defaults=load_defaults,
             conn_id=self.conn_id or self.default_conn_name,
             conf=conf, py_files=str(zip_path), name=self.name, application_args=args, env_vars=env,
             deploy_mode="client",  # this hook's driver runs here; cluster mode is HorovodStandaloneHook
-            **self.spark_submit_kwargs,
+            **submit_kwargs,
         )
         submit_error: AirflowException | None = None
         try:
-            self._submit.submit(application=driver_program.__file__, preexec_fn=_die_with_parent)
+            self._submit.submit(application=driver_program.__file__, preexec_fn=die_with_parent)
         except AirflowException as err:
             submit_error = err
+        finally:
+            (staging / AUTH_PROPERTIES_FILE).unlink(missing_ok=True)  # spark-submit read it when it started
         return self._read_result(staging, submit_error)
 
     def _read_result(self, staging: Path, submit_error: AirflowException | None) -> JobResult:
@@ -272,23 +276,7 @@ class HorovodHook(BaseHook):
                       f" (application {self.app_id})" if self.app_id else "")
         proc = getattr(self._submit, "_submit_sp", None)
         if proc is not None and proc.poll() is None:
-            import psutil
-
-            try:
-                tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-            except psutil.NoSuchProcess:
-                tree = []
-            for p in tree:
-                try:
-                    p.terminate()
-                except psutil.NoSuchProcess:
-                    pass
-            _gone, alive = psutil.wait_procs(tree, timeout=15)
-            for p in alive:
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
+            terminate_tree(proc.pid, timeout_s=15)
         self._submit.on_kill()
 
     def get_conn(self) -> Any:

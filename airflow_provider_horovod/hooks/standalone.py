@@ -29,6 +29,7 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.driver_poll import FAILED, RUNNING, SUCCESS, DriverPoll, driver_failure
 from airflow_provider_horovod.utils.job_result import read_job_result
+from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, check_no_rest_secret
 from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.utils.standalone_slots import check_standalone_fits
@@ -59,6 +60,7 @@ class HorovodStandaloneHook(BaseHook):
     :param name: the Spark application name.
     :param timeout_s: timeout of each REST call, seconds.
     :param transport: an httpx transport for the REST calls instead of the network (tests: ``httpx.MockTransport``).
+    :raises ValueError: ``conf`` or ``env_vars`` holds the Spark RPC secret (``docs/security.md``).
     """
 
     conn_name_attr = "conn_id"
@@ -73,6 +75,7 @@ class HorovodStandaloneHook(BaseHook):
         self.np = np
         self.conf = {str(k): str(v) for k, v in (conf or {}).items()}
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
+        check_no_auth_secret(self.conf, self.env_vars)
         self.name = name
         self.timeout_s = timeout_s
         self.transport = transport
@@ -116,9 +119,11 @@ class HorovodStandaloneHook(BaseHook):
         :return: the submission (driver) id, ``driver-...``.
         :raises HorovodJobError: the master refused the submission, or ``np`` task slots can never be had at the
             same time on this cluster next to the driver's own cores (checked before creating the driver), or an
-            object-store staging location cannot be written or presigned.
+            object-store staging location cannot be written or presigned, or the connection has an RPC secret
+            (:func:`~airflow_provider_horovod.utils.spark_auth.check_no_rest_secret`).
         """
         settings = JobSettings.for_np(settings, self.np)
+        check_no_rest_secret(self.get_connection(self.conn_id))
         self.check_master_reachable()
         staging = Staging.of(staging)
         staging.create()

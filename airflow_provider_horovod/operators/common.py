@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_provider_horovod.exceptions import HorovodResultError
 from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_NAME
+from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret
 
 XCOM_RETURN_VALUE = "return_value"
 """XCom key of rank 0's return value."""
@@ -286,12 +287,14 @@ def check_spark_arguments(*, conf: Any, env_vars: Any, spark_submit_kwargs: Any)
     :param conf: Spark properties, a dict or ``None``.
     :param env_vars: environment variables, a dict or ``None``.
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments, a dict or ``None``.
-    :raises ValueError: one is not a dict or ``None``, or ``spark_submit_kwargs`` names an argument the provider sets
-        itself (:data:`RESERVED_SPARK_SUBMIT_KWARGS`).
+    :raises ValueError: one is not a dict or ``None``, ``spark_submit_kwargs`` names an argument the provider sets
+        itself (:data:`RESERVED_SPARK_SUBMIT_KWARGS`), or ``conf``/``env_vars`` holds the Spark RPC secret
+        (:func:`~airflow_provider_horovod.utils.spark_auth.check_no_auth_secret`).
     """
     for pname, value in (("conf", conf), ("env_vars", env_vars), ("spark_submit_kwargs", spark_submit_kwargs)):
         if value is not None and not isinstance(value, dict):
             raise ValueError(f"{pname} must be a dict or None, got {type(value).__name__}")
+    check_no_auth_secret(conf, env_vars)
     reserved = sorted(set(spark_submit_kwargs or {}) & RESERVED_SPARK_SUBMIT_KWARGS)
     if reserved:
         raise ValueError(f"spark_submit_kwargs: {reserved} are set by the provider (allowed: any other "
