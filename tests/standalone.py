@@ -82,6 +82,8 @@ class StandaloneCluster:
     env: dict[str, str] = field(repr=False)
     """The environment the JVMs were started with (SPARK_HOME, SPARK_LOCAL_IP, the marker...)."""
     processes: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
+    http: dict = field(default_factory=dict, repr=False)
+    """Keyword arguments of the fixture's own requests (``headers``, ``verify``): a master behind a JWSFilter or SSL."""
 
     @property
     def log_dir(self) -> Path:
@@ -94,11 +96,12 @@ class StandaloneCluster:
         """
         master, rest, ui = (urlparse(u) for u in (self.master_url, self.rest_url, self.web_ui_url))
         return json.dumps({"conn_type": "spark", "host": f"spark://{master.hostname}", "port": master.port,
-                           "extra": {"deploy-mode": deploy_mode, "rest-port": rest.port, "ui-port": ui.port}})
+                           "extra": {"deploy-mode": deploy_mode, "spark.airflowProviderHorovod.restPort": rest.port,
+                                     "spark.airflowProviderHorovod.uiPort": ui.port}})
 
     def master_json(self, timeout_s: float = 5.0) -> dict:
         """The master's ``/json/`` page, decoded (raw httpx: the fixture does not depend on the client under test)."""
-        response = httpx.get(f"{self.web_ui_url}/json/", timeout=timeout_s)
+        response = httpx.get(f"{self.web_ui_url}/json/", timeout=timeout_s, **self.http)
         response.raise_for_status()
         return response.json()
 
@@ -153,7 +156,8 @@ class StandaloneCluster:
             try:
                 state = self.master_json(timeout_s=2.0)
                 alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
-                rest = httpx.get(f"{self.rest_url}/v1/submissions/status/readiness-probe", timeout=2.0)
+                rest = httpx.get(f"{self.rest_url}/v1/submissions/status/readiness-probe", timeout=2.0,
+                                 **self.http)
                 if state.get("status") == "ALIVE" and alive == workers and rest.status_code == 200:
                     return
                 last = f"master {state.get('status')}, {alive}/{workers} workers alive, REST {rest.status_code}"
@@ -207,7 +211,8 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
                        extra_env: Mapping[str, str] | None = None, host: str = HOST,
                        worker_hosts: Sequence[str] | None = None,
                        worker_prefixes: Sequence[Sequence[str]] | None = None,
-                       ports: tuple[int, int, int] | None = None) -> Iterator[StandaloneCluster]:
+                       ports: tuple[int, int, int] | None = None, web_ui_url: str | None = None,
+                       http: Mapping[str, object] | None = None) -> Iterator[StandaloneCluster]:
     """
     Start a Spark standalone master (REST submission server enabled) and ``workers`` workers on 127.0.0.1.
 
@@ -228,6 +233,10 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
         ``SPARK_LOCAL_HOSTNAME``, so its executors report that IP); default: ``host`` for every worker.
     :param worker_prefixes: ``worker_prefixes[i]`` goes in front of worker ``i``'s command line (its executors
         inherit what it sets up, e.g. a network namespace); default: none.
+    :param web_ui_url: where the master's web UI answers, when not ``http://host:<ui port>`` (its HTTPS port with
+        ``spark.ssl.standalone.enabled``).
+    :param http: keyword arguments for the fixture's own requests to the master (``headers`` with a bearer token
+        for a JWSFilter, ``verify`` with the CA of a self-signed certificate).
     :raises TimeoutError: when the cluster is not ready within ``start_timeout_s`` (with the logs' tails).
     :raises RuntimeError: when a JVM exits while the cluster starts.
     :raises AssertionError: on exit, when a process of the cluster survives being killed.
@@ -252,9 +261,9 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
             "SPARK_DAEMON_MEMORY": "256m", MARKER_ENV: marker, **(extra_env or {}),
         })
         cluster = StandaloneCluster(
-            master_url=f"spark://{host}:{master_port}", web_ui_url=f"http://{host}:{ui_port}",
+            master_url=f"spark://{host}:{master_port}", web_ui_url=web_ui_url or f"http://{host}:{ui_port}",
             rest_url=f"http://{host}:{rest_port}", work_dir=work_dir, workers=workers,
-            cores_per_worker=cores_per_worker, marker=marker, env=env)
+            cores_per_worker=cores_per_worker, marker=marker, env=env, http=dict(http or {}))
         stack.callback(cluster.stop)
         master_env = {**env, "SPARK_MASTER_OPTS": _opts({
             "spark.master.rest.enabled": "true", "spark.master.rest.host": host,
