@@ -10,8 +10,8 @@ Clients for Spark's REST APIs over httpx: :class:`SparkRestClient` (blocking, he
 
 Every call has a timeout (``timeout_s``) and is retried with exponential backoff on connection errors, timeouts
 and HTTP 5xx (:class:`RetryPolicy`); an HTTP 4xx raises :class:`SparkRestError` at once (401/403, a refused bearer
-token: :class:`SparkRestAuthError`; a certificate that cannot be verified: :class:`SparkRestTLSError`). ``create`` is retried
-only when the connection could not be made, so a driver is never submitted twice. Neither client imports
+token: :class:`SparkRestAuthError`; a certificate that cannot be verified: :class:`SparkRestTLSError`). ``create``
+is retried only when the connection could not be made, so a driver is never submitted twice. Neither client imports
 Airflow.
 
 Example::

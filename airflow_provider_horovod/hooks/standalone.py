@@ -177,7 +177,8 @@ class HorovodStandaloneHook(BaseHook):
         check_reachable(e.rest_url, [(rest.hostname or "", rest.port or 6066)],
                         what="the Spark master's REST submission server",
                         hint=f"{hint}, with spark.master.rest.enabled=true (the default from Spark 4.1) and its "
-                             "spark.master.rest.port in the connection's rest-port extra (default 6066)")
+                             "spark.master.rest.port in the connection's spark.airflowProviderHorovod.restPort extra "
+                             "(default 6066)")
 
     def status(self, submission_id: str) -> DriverStatus:
         """

@@ -40,7 +40,8 @@ def standalone_master(conn: Any) -> tuple[str, str] | None:
 
     The master is what ``SparkSubmitHook`` builds (``host`` with its ``spark://`` scheme, ``:port`` when set);
     the web UI is on the first master host at the ``spark.airflowProviderHorovod.uiPort`` extra (default 8080, scheme
-    ``spark.airflowProviderHorovod.uiScheme``; :func:`~airflow_provider_horovod.utils.spark_connection.connection_extras`).
+    ``spark.airflowProviderHorovod.uiScheme``; read by
+    :func:`~airflow_provider_horovod.utils.spark_connection.connection_extras`).
 
     :param conn: the Airflow connection.
     :return: the two URLs, or ``None`` when the connection is not a ``spark://`` master.
@@ -101,7 +102,8 @@ def check_standalone_fits(*, master_url: str, master_ui_url: str, np: int, conf:
         state = read_master_state(master_ui_url, access=access)
     except (SparkRestError, OSError) as err:
         log.warning("Cannot read the Spark master's state at %s/json/ (%s): submitting without checking that "
-                    "np=%d task slots can fit; set the connection's ui-port extra to the master's web UI port",
+                    "np=%d task slots can fit; set the connection's spark.airflowProviderHorovod.uiPort extra to "
+                    "the master's web UI port",
                     master_ui_url, err, np)
         return None
     view = cluster_view(state, res)

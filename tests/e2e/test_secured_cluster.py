@@ -197,6 +197,7 @@ def test_pyspark_and_a_deferred_cluster_task_share_the_secured_connection(secure
     assert xcom["deferred.return_value"] == {"size": 2, "total": 3.0}
     assert xcom["deferred.spark_submission_id"].startswith("driver-")
     assert "deferred" in log.lower() and "is FINISHED" in log
+    assert "np=2 fits" in log and "Cannot read the Spark master's state" not in log  # /json/ over HTTPS, with the token
     assert "Ignoring non-Spark config property" not in log  # the new layout: spark-submit carries it silently
     assert secured.token not in log and secured.token not in json.dumps(xcom, default=str)
     state = secured.cluster.master_json()

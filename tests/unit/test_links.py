@@ -57,7 +57,8 @@ class _TI:
 
 def test_after_the_application_ends_the_link_points_at_the_history_server(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_HS", json.dumps({
-        "conn_type": "spark", "host": "spark://m", "port": 7077, "extra": {"spark.airflowProviderHorovod.historyServerUrl": "http://hs:18080"}}))
+        "conn_type": "spark", "host": "spark://m", "port": 7077,
+        "extra": {"spark.airflowProviderHorovod.historyServerUrl": "http://hs:18080"}}))
     op = HorovodRunnerOperator(task_id="t", python_callable=_train, conn_id="spark_hs", poll_interval_s=None)
     assert op.spark_ui_url is None  # before the try: no link
     # the live link's direct database write needs a running task's supervisor: record the call instead
