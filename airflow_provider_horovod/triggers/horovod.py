@@ -65,8 +65,8 @@ class HorovodSparkJobTrigger(BaseTrigger):
             if self.conn_id is None:
                 self._access = SparkRestAccess()
             else:
-                from asgiref.sync import sync_to_async
                 from airflow.sdk import BaseHook
+                from asgiref.sync import sync_to_async
 
                 from airflow_provider_horovod.utils.spark_connection import rest_access
 
