@@ -4,14 +4,16 @@ Hierarchy::
 
     AirflowException
     └── HorovodJobError            the Spark job failed; ``.failure`` holds the failing rank's details
-        └── HorovodResultError     the job succeeded but rank 0's return value cannot go to XCom
+        ├── HorovodResultError     the job succeeded but rank 0's return value cannot go to XCom
+        └── HorovodAccessError     a Spark REST server refused the connection's token or certificate (also an
+                                   ``AirflowFailException``: the task fails without retries)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 
 class HorovodJobError(AirflowException):
@@ -37,3 +39,11 @@ class HorovodJobError(AirflowException):
 
 class HorovodResultError(HorovodJobError):
     """Training succeeded but rank 0's return value cannot be stored in XCom (the model files are kept)."""
+
+
+class HorovodAccessError(HorovodJobError, AirflowFailException):
+    """
+    A Spark REST server refused access before anything was submitted: HTTP 401/403 from a ``JWSFilter`` (missing or
+    wrong bearer token) or a TLS certificate that cannot be verified. The task fails without Airflow's retries: a
+    retry would be refused the same way, and never resubmits.
+    """

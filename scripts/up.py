@@ -69,7 +69,7 @@ def serve() -> None:
             f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n"
             f"spark.ui.port {port('HOROVOD_UP_SPARK_UI_PORT')}\n")
         connection = json.loads(cluster.airflow_connection(deploy_mode="client"))
-        connection["extra"]["history-server-url"] = history.url
+        connection["extra"]["spark.airflowProviderHorovod.historyServerUrl"] = history.url
         airflow = stack.enter_context(airflow_deployment(
             REPO / "example_dags", home=HOME / "airflow", port=port("HOROVOD_UP_API_PORT"), start_timeout_s=300,
             extra_env={"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(connection), "SPARK_CONF_DIR": str(spark_conf),

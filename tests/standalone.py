@@ -82,6 +82,8 @@ class StandaloneCluster:
     env: dict[str, str] = field(repr=False)
     """The environment the JVMs were started with (SPARK_HOME, SPARK_LOCAL_IP, the marker...)."""
     processes: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
+    http: dict = field(default_factory=dict, repr=False)
+    """Keyword arguments of the fixture's own requests (``headers``, ``verify``): a master behind a JWSFilter or SSL."""
 
     @property
     def log_dir(self) -> Path:
@@ -93,13 +95,14 @@ class StandaloneCluster:
         REST submission port and web UI port, and ``deploy_mode``.
         """
         master, rest, ui = (urlparse(u) for u in (self.master_url, self.rest_url, self.web_ui_url))
-        extra = {"deploy-mode": deploy_mode, "ui-port": ui.port, **({"rest-port": rest.port} if rest.port else {})}
+        extra = {"deploy-mode": deploy_mode, "spark.airflowProviderHorovod.uiPort": ui.port,
+                 **({"spark.airflowProviderHorovod.restPort": rest.port} if rest.port else {})}
         return json.dumps({"conn_type": "spark", "host": f"spark://{master.hostname}", "port": master.port,
                            "extra": extra})
 
     def master_json(self, timeout_s: float = 5.0) -> dict:
         """The master's ``/json/`` page, decoded (raw httpx: the fixture does not depend on the client under test)."""
-        response = httpx.get(f"{self.web_ui_url}/json/", timeout=timeout_s)
+        response = httpx.get(f"{self.web_ui_url}/json/", timeout=timeout_s, **self.http)
         response.raise_for_status()
         return response.json()
 
@@ -154,8 +157,8 @@ class StandaloneCluster:
             try:
                 state = self.master_json(timeout_s=2.0)
                 alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
-                rest = httpx.get(f"{self.rest_url}/v1/submissions/status/readiness-probe", timeout=2.0).status_code \
-                    if self.rest_url else 200  # no REST server (rest=False): nothing to wait for
+                rest = httpx.get(f"{self.rest_url}/v1/submissions/status/readiness-probe", timeout=2.0,
+                                 **self.http).status_code if self.rest_url else 200  # rest=False: nothing to wait for
                 if state.get("status") == "ALIVE" and alive == workers and rest == 200:
                     return
                 last = f"master {state.get('status')}, {alive}/{workers} workers alive, REST {rest}"
@@ -209,7 +212,8 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
                        extra_env: Mapping[str, str] | None = None, host: str = HOST,
                        worker_hosts: Sequence[str] | None = None,
                        worker_prefixes: Sequence[Sequence[str]] | None = None,
-                       ports: tuple[int, int, int] | None = None, rest: bool = True) -> Iterator[StandaloneCluster]:
+                       ports: tuple[int, int, int] | None = None, rest: bool = True, web_ui_url: str | None = None,
+                       http: Mapping[str, object] | None = None) -> Iterator[StandaloneCluster]:
     """
     Start a Spark standalone master (REST submission server enabled) and ``workers`` workers on 127.0.0.1.
 
@@ -233,6 +237,10 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
     :param rest: start the master's REST submission server; ``False`` (``spark.master.rest.enabled=false``) for a
         master with ``spark.authenticate.secret``, which refuses to start with it (SPARK-25088). A
         ``spark-defaults.conf`` written into ``work_dir/conf`` beforehand is the master's and workers' own.
+    :param web_ui_url: where the master's web UI answers, when not ``http://host:<ui port>`` (its HTTPS port with
+        ``spark.ssl.standalone.enabled``).
+    :param http: keyword arguments for the fixture's own requests to the master (``headers`` with a bearer token
+        for a JWSFilter, ``verify`` with the CA of a self-signed certificate).
     :raises TimeoutError: when the cluster is not ready within ``start_timeout_s`` (with the logs' tails).
     :raises RuntimeError: when a JVM exits while the cluster starts.
     :raises AssertionError: on exit, when a process of the cluster survives being killed.
@@ -257,9 +265,9 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
             "SPARK_DAEMON_MEMORY": "256m", MARKER_ENV: marker, **(extra_env or {}),
         })
         cluster = StandaloneCluster(
-            master_url=f"spark://{host}:{master_port}", web_ui_url=f"http://{host}:{ui_port}",
+            master_url=f"spark://{host}:{master_port}", web_ui_url=web_ui_url or f"http://{host}:{ui_port}",
             rest_url=f"http://{host}:{rest_port}" if rest else "", work_dir=work_dir, workers=workers,
-            cores_per_worker=cores_per_worker, marker=marker, env=env)
+            cores_per_worker=cores_per_worker, marker=marker, env=env, http=dict(http or {}))
         stack.callback(cluster.stop)
         master_env = {**env, "SPARK_MASTER_OPTS": _opts({
             "spark.master.rest.enabled": str(rest).lower(), "spark.master.rest.host": host,

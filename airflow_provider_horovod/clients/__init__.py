@@ -15,11 +15,13 @@ from airflow_provider_horovod.clients.spark_app_models import (
 from airflow_provider_horovod.clients.spark_master_models import (
     DriverStatus, MasterApplication, MasterDriver, MasterState, SubmissionResponse, WorkerInfo,
 )
+from airflow_provider_horovod.clients._spark_rest_base import SparkRestAccess
 from airflow_provider_horovod.clients.spark_rest import SparkRestClient
 from airflow_provider_horovod.clients.spark_rest_async import AsyncSparkRestClient
 from airflow_provider_horovod.clients.spark_rest_calls import RetryPolicy
 from airflow_provider_horovod.clients.spark_rest_errors import (
-    SparkRestError, SparkRestPayloadError, SparkRestUnavailableError, SparkSubmissionError,
+    SparkRestAuthError, SparkRestError, SparkRestPayloadError, SparkRestTLSError, SparkRestUnavailableError,
+    SparkSubmissionError,
 )
 
 __all__ = [
@@ -33,9 +35,12 @@ __all__ = [
     "MasterDriver",
     "MasterState",
     "RetryPolicy",
+    "SparkRestAccess",
+    "SparkRestAuthError",
     "SparkRestClient",
     "SparkRestError",
     "SparkRestPayloadError",
+    "SparkRestTLSError",
     "SparkRestUnavailableError",
     "SparkSubmissionError",
     "StageInfo",

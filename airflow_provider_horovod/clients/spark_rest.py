@@ -9,8 +9,9 @@ Clients for Spark's REST APIs over httpx: :class:`SparkRestClient` (blocking, he
   by default, enabled with ``spark.master.rest.enabled=true``).
 
 Every call has a timeout (``timeout_s``) and is retried with exponential backoff on connection errors, timeouts
-and HTTP 5xx (:class:`RetryPolicy`); an HTTP 4xx raises :class:`SparkRestError` at once. ``create`` is retried
-only when the connection could not be made, so a driver is never submitted twice. Neither client imports
+and HTTP 5xx (:class:`RetryPolicy`); an HTTP 4xx raises :class:`SparkRestError` at once (401/403, a refused bearer
+token: :class:`SparkRestAuthError`; a certificate that cannot be verified: :class:`SparkRestTLSError`). ``create``
+is retried only when the connection could not be made, so a driver is never submitted twice. Neither client imports
 Airflow.
 
 Example::
@@ -57,7 +58,10 @@ class SparkRestClient(SparkRestBase):
         connection-pool wait; every method takes ``timeout_s=`` to override it.
     :param retry: the retry policy (default: 5 attempts, backoff 0.5 s doubling up to 4 s).
     :param transport: an httpx transport to use instead of the network (tests: ``httpx.MockTransport``).
+    :param access: a :class:`~airflow_provider_horovod.clients._spark_rest_base.SparkRestAccess`: the bearer token
+        every request carries (``Authorization: Bearer``, for a ``JWSFilter``) and the CA bundle for HTTPS.
     :raises ValueError: when ``timeout_s`` is not positive.
+    :raises SparkRestTLSError: the CA bundle cannot be loaded.
     """
 
     _http_type = httpx.Client
@@ -77,8 +81,8 @@ class SparkRestClient(SparkRestBase):
         try:
             response = self._http.request(call.method, call.url, json=call.body, timeout=timeout_)
         except httpx.RequestError as exc:
-            raise request_error(call, exc) from exc
-        return decode(call, response)
+            raise request_error(call, exc, self.access.origin) from exc
+        return decode(call, response, self.access.origin)
 
     def _run(self, call: Call[T], timeout_s: float | None) -> T:
         retrying = tenacity.Retrying(**self.retry.tenacity_kwargs(call))

@@ -47,8 +47,8 @@ class AsyncSparkRestClient(SparkRestBase):
         try:
             response = await self._http.request(call.method, call.url, json=call.body, timeout=timeout_)
         except httpx.RequestError as exc:
-            raise request_error(call, exc) from exc
-        return decode(call, response)
+            raise request_error(call, exc, self.access.origin) from exc
+        return decode(call, response, self.access.origin)
 
     async def _run(self, call: Call[T], timeout_s: float | None) -> T:
         retrying = tenacity.AsyncRetrying(**self.retry.tenacity_kwargs(call))

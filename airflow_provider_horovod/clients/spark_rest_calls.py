@@ -20,7 +20,8 @@ from airflow_provider_horovod.clients import spark_app_models as app
 from airflow_provider_horovod.clients import spark_master_models as master
 from airflow_provider_horovod.clients._spark_model import parse_list
 from airflow_provider_horovod.clients.spark_rest_errors import (
-    SparkRestError, SparkRestPayloadError, SparkRestUnavailableError, SparkSubmissionError,
+    SparkRestAuthError, SparkRestError, SparkRestPayloadError, SparkRestTLSError, SparkRestUnavailableError,
+    SparkSubmissionError, certificate_error,
 )
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,8 @@ class Call(Generic[T]):
 @dataclass(frozen=True)
 class RetryPolicy:
     """
-    When to call again after a connection error, a timeout or an HTTP 5xx (never after a 4xx).
+    When to call again after a connection error, a timeout or an HTTP 5xx (never after a 4xx: an HTTP 401/403, a
+    refused bearer token, and a certificate that cannot be verified are final).
 
     Waits are ``initial_backoff_s * 2 ** (n - 1)`` after the n-th failed attempt, capped at ``max_backoff_s``. The
     worst case for one call is ``max_attempts * timeout_s`` plus the waits, unless ``deadline_s`` cuts it shorter.
@@ -88,8 +90,8 @@ class RetryPolicy:
 
 
 def is_retryable(call: Call[Any], exc: BaseException) -> bool:
-    """Whether ``exc``, raised by an attempt of ``call``, deserves another attempt."""
-    if not isinstance(exc, SparkRestUnavailableError):
+    """Whether ``exc``, raised by an attempt of ``call``, deserves another attempt (never an auth or TLS error)."""
+    if isinstance(exc, (SparkRestAuthError, SparkRestTLSError)) or not isinstance(exc, SparkRestUnavailableError):
         return False
     if call.idempotent:
         return True
@@ -112,29 +114,50 @@ def timeout(timeout_s: float) -> httpx.Timeout:
     return httpx.Timeout(timeout_s)
 
 
-def request_error(call: Call[Any], exc: httpx.RequestError) -> SparkRestError:
+def _named(origin: str | None) -> str:
+    return f" of the {origin}" if origin else ""
+
+
+def request_error(call: Call[Any], exc: httpx.RequestError, origin: str | None = None) -> SparkRestError:
     """
     The error for an attempt that got no usable answer; raise it ``from exc`` (the retry policy reads the cause).
 
-    A transport error (connection refused or reset, timeout) gives :class:`SparkRestUnavailableError`, retryable;
-    anything else httpx refuses (an undecodable body, too many redirects) a plain :class:`SparkRestError`.
+    A certificate that cannot be verified gives :class:`SparkRestTLSError` (final); another transport error
+    (connection refused or reset, timeout) :class:`SparkRestUnavailableError`, retryable; anything else httpx refuses
+    (an undecodable body, too many redirects) a plain :class:`SparkRestError`.
+
+    :param origin: where the client's access settings come from (``Airflow connection 'x'``), for the message.
     """
+    if (cert := certificate_error(exc)) is not None:
+        return SparkRestTLSError(
+            f"Spark REST {call.method}: the server's TLS certificate could not be verified "
+            f"({cert.verify_message or cert}): give the CA bundle that signed it{_named(origin)} "
+            "(see docs/security.md, HTTPS)", url=call.url)
     if not isinstance(exc, httpx.TransportError):
         return SparkRestError(f"Spark REST {call.method} failed: {type(exc).__name__}: {exc}", url=call.url)
     kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not connect or read"
     return SparkRestUnavailableError(f"Spark REST {call.method} {kind}: {type(exc).__name__}: {exc}", url=call.url)
 
 
-def decode(call: Call[T], response: httpx.Response) -> T:
+def decode(call: Call[T], response: httpx.Response, origin: str | None = None) -> T:
     """
     Turn the answer to ``call`` into its value.
 
+    :param origin: where the client's access settings come from (``Airflow connection 'x'``), for the message.
+    :raises SparkRestAuthError: on HTTP 401/403 (a refused or missing bearer token; final).
     :raises SparkRestUnavailableError: on HTTP 5xx (retryable).
     :raises SparkRestError: on any other non-2xx answer, with the server's message.
     :raises SparkRestPayloadError: when a 2xx body is not the expected JSON.
     :raises SparkSubmissionError: when the REST submission server says ``"success": false``.
     """
     status = response.status_code
+    if status in (401, 403):
+        sent = "a bearer token" if "Authorization" in response.request.headers else "no bearer token"
+        raise SparkRestAuthError(
+            f"Spark REST {call.method} answered HTTP {status} ({response.reason_phrase or 'refused'}): the server "
+            f"refused the request, which carried {sent}; the password{_named(origin)} must be a JWS signed with the "
+            "key of the server's org.apache.spark.ui.JWSFilter (see docs/security.md)", status_code=status,
+            url=call.url)
     if status >= 400:
         cls = SparkRestUnavailableError if status >= 500 else SparkRestError
         raise cls(f"Spark REST {call.method} answered HTTP {status}: {_server_message(response)}",

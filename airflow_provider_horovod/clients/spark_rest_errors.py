@@ -6,12 +6,18 @@ Hierarchy::
     SparkRestError                  an HTTP 4xx answer, or an answer that cannot be understood
     ├── SparkRestUnavailableError   no usable answer after the last retry (connection error, timeout, HTTP 5xx)
     ├── SparkRestPayloadError       the answer is not the JSON shape Spark documents (missing or mistyped field)
+    ├── SparkRestAuthError          HTTP 401 or 403: the server refused the bearer token (or its absence)
+    ├── SparkRestTLSError           the server's certificate could not be verified (HTTPS)
     └── SparkSubmissionError        the standalone REST submission server answered ``"success": false``
+
+An auth or certificate error is never retried: a new attempt would be refused the same way.
 
 None of them import Airflow: the clients run in triggers and on Spark drivers alike.
 """
 
 from __future__ import annotations
+
+import ssl
 
 
 class SparkRestError(Exception):
@@ -52,5 +58,28 @@ class SparkRestPayloadError(SparkRestError):
     """The server answered, but not with the JSON shape the Spark REST API documents."""
 
 
+class SparkRestAuthError(SparkRestError):
+    """
+    The server answered HTTP 401 or 403: a ``JWSFilter`` (``spark.master.rest.filters``, ``spark.ui.filters``)
+    refused the request's bearer token, or its absence. Never retried.
+    """
+
+
+class SparkRestTLSError(SparkRestError):
+    """The server's TLS certificate could not be verified against the trusted CAs. Never retried."""
+
+
 class SparkSubmissionError(SparkRestError):
     """The standalone REST submission server answered ``"success": false`` (unknown submission, master not ALIVE)."""
+
+
+def certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure behind ``exc`` (an httpx ``ConnectError``), if that is what it was."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, ssl.SSLCertVerificationError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None

@@ -33,6 +33,7 @@ from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, SPARK_LOG4J2, check_reachable, executor_jvm_conf, local_spark_conf,
     master_addresses, python_daemon_conf, spark_defaults_keys,
 )
+from airflow_provider_horovod.utils.spark_connection import rest_access
 from airflow_provider_horovod.utils.standalone_slots import (
     check_standalone_fits, standalone_defaults, standalone_master, submit_kwargs_conf,
 )
@@ -225,7 +226,8 @@ class HorovodHook(BaseHook):
             sized = {**submit_kwargs_conf(self.spark_submit_kwargs), **conf}
             conf = {**standalone_defaults(self.np, standalone[1], sized), **conf}
             check_standalone_fits(master_url=standalone[0], master_ui_url=standalone[1], np=self.np,
-                                  conf={**sized, **conf}, cluster_mode=False, log=self.log)
+                                  conf={**sized, **conf}, cluster_mode=False, log=self.log,
+                                  access=rest_access(self.get_connection(self.conn_id)))
         env = {**self.env_vars, driver_program.KEY_ENV: key.hex()}
         if self.env_vars:
             env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))

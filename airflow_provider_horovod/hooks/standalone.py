@@ -9,9 +9,11 @@ program, and the files the driver writes back (``status.json`` as soon as the ap
 Submission and tracking use the standalone master's REST API (``/v1/submissions/create|status|kill``) and
 ``/json``, through :mod:`airflow_provider_horovod.clients`.
 
-Connection (the Spark provider's ``spark`` type): host ``spark://master`` and port 7077, extras
-``deploy-mode: cluster``, ``rest-port`` (default 6066), ``rest-scheme`` (default ``http``), ``ui-port`` (the
-master web UI, default 8080).
+Connection (the Spark provider's ``spark`` type): host ``spark://master`` and port 7077; the password, when the
+master's REST server (and web UI) run ``org.apache.spark.ui.JWSFilter``, is the bearer token (a JWS); extras
+``spark.airflowProviderHorovod.restPort`` (default 6066), ``.restScheme`` (``http``/``https``), ``.uiPort`` (the
+master web UI, default 8080), ``.uiScheme``, ``.caBundle`` (read by
+:mod:`airflow_provider_horovod.utils.spark_connection`; docs/security.md).
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestClient, SparkRestError
+from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient, SparkRestError
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.utils.driver_poll import FAILED, RUNNING, SUCCESS, DriverPoll, driver_failure
+from airflow_provider_horovod.utils.driver_poll import driver_failure
 from airflow_provider_horovod.utils.job_result import read_job_result
 from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, check_no_rest_secret
 from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
+from airflow_provider_horovod.utils.spark_connection import connection_extras, probe_rest_access, rest_access
 from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.utils.standalone_slots import check_standalone_fits
 from airflow_provider_horovod.utils.standalone_submission import PYTHON_RUNNER, driver_submission, stage_job
@@ -87,13 +90,17 @@ class HorovodStandaloneHook(BaseHook):
         host = (conn.host or "").removeprefix("spark://").strip("/")
         if not host:
             raise HorovodJobError(f"conn_id={self.conn_id!r}: cluster deploy mode needs a spark://host:port master")
-        extra = conn.extra_dejson
-        scheme = extra.get("rest-scheme", "http")
+        extra = connection_extras(conn)
         return StandaloneEndpoints(
             master_url=f"spark://{host}:{conn.port or 7077}",
-            rest_url=f"{scheme}://{host}:{int(extra.get('rest-port', 6066))}",
-            master_ui_url=f"{extra.get('ui-scheme', 'http')}://{host}:{int(extra.get('ui-port', 8080))}",
+            rest_url=f"{extra.rest_scheme}://{host}:{extra.rest_port}",
+            master_ui_url=f"{extra.ui_scheme}://{host}:{extra.ui_port}",
         )
+
+    @cached_property
+    def access(self) -> SparkRestAccess:
+        """The bearer token (the connection's password) and CA bundle of every REST call (never logged)."""
+        return rest_access(self.get_connection(self.conn_id))
 
     def client(self, retry: RetryPolicy | None = None) -> SparkRestClient:
         """
@@ -103,7 +110,18 @@ class HorovodStandaloneHook(BaseHook):
         """
         e = self.endpoints
         return SparkRestClient(rest_url=e.rest_url, master_ui_url=e.master_ui_url, timeout_s=self.timeout_s,
-                               retry=retry or RetryPolicy(), transport=self.transport)
+                               retry=retry or RetryPolicy(), transport=self.transport, access=self.access)
+
+    def check_access(self) -> None:
+        """
+        Probe the REST submission server with the connection's token and CA bundle before anything is submitted
+        (:func:`~airflow_provider_horovod.utils.spark_connection.probe_rest_access`).
+
+        :raises HorovodAccessError: HTTP 401/403 or a certificate that cannot be verified (no Airflow retry).
+        :raises HorovodJobError: the server gave no usable answer.
+        """
+        with self.client(RetryPolicy(max_attempts=2)) as client:
+            probe_rest_access(client, self.endpoints.rest_url, self.conn_id)
 
     def submit(self, *, staging: Any, payload: bytes, key: bytes, artifact_dir: str,
                settings: JobSettings | None = None) -> str:
@@ -117,6 +135,8 @@ class HorovodStandaloneHook(BaseHook):
         :param artifact_dir: path/URI the ranks write model files under.
         :param settings: the job's knobs, sent to the driver program as its flags; default ``JobSettings(np=np)``.
         :return: the submission (driver) id, ``driver-...``.
+        :raises HorovodAccessError: the REST server refused the connection's token, or its certificate (probed
+            first: nothing is staged or submitted).
         :raises HorovodJobError: the master refused the submission, or ``np`` task slots can never be had at the
             same time on this cluster next to the driver's own cores (checked before creating the driver), or an
             object-store staging location cannot be written or presigned, or the connection has an RPC secret
@@ -125,6 +145,7 @@ class HorovodStandaloneHook(BaseHook):
         settings = JobSettings.for_np(settings, self.np)
         check_no_rest_secret(self.get_connection(self.conn_id))
         self.check_master_reachable()
+        self.check_access()
         staging = Staging.of(staging)
         staging.create()
         stage_job(staging, payload)
@@ -132,7 +153,8 @@ class HorovodStandaloneHook(BaseHook):
             staging, master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url, name=self.name,
             np=self.np, conf=self.conf, env_vars=self.env_vars, key=key, artifact_dir=artifact_dir, settings=settings)
         check_standalone_fits(master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
-                              np=self.np, conf=submission.properties, cluster_mode=True, log=self.log)
+                              np=self.np, conf=submission.properties, cluster_mode=True, log=self.log,
+                              access=self.access)
         with self.client(RetryPolicy(max_attempts=3)) as client:
             response = client.create_submission(
                 app_resource=submission.app_resource, main_class=PYTHON_RUNNER, app_args=submission.app_args,
@@ -160,7 +182,8 @@ class HorovodStandaloneHook(BaseHook):
         check_reachable(e.rest_url, [(rest.hostname or "", rest.port or 6066)],
                         what="the Spark master's REST submission server",
                         hint=f"{hint}, with spark.master.rest.enabled=true (the default from Spark 4.1) and its "
-                             "spark.master.rest.port in the connection's rest-port extra (default 6066)")
+                             "spark.master.rest.port in the connection's spark.airflowProviderHorovod.restPort extra "
+                             "(default 6066)")
 
     def status(self, submission_id: str) -> DriverStatus:
         """
@@ -216,35 +239,6 @@ class HorovodStandaloneHook(BaseHook):
         except (OSError, ValueError):
             return None, None
         return data.get("app_id"), data.get("ui_url")
-
-    @staticmethod
-    def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tuple[str | None, str | None],
-                  last: DriverPoll | None = None) -> DriverPoll:
-        """
-        What one poll of the driver says, for both waits (the task's own loop and the deferral trigger): whether it
-        still runs, finished or failed, what changed since the previous poll, and the trigger's event once it ended.
-
-        :param submission_id: the driver id (``driver-...``).
-        :param status: the REST submission server's answer, or the error that came instead (the trigger's wait ends
-            on it, failed; the task's own wait lets it raise).
-        :param app: ``(app_id, ui_url)`` from the staging directory (:meth:`app_started`), ``(None, None)`` before the
-            driver wrote ``status.json``; once known, the previous poll's stands.
-        :param last: the previous poll, ``None`` on the first.
-        :return: the poll: :attr:`~airflow_provider_horovod.utils.driver_poll.DriverPoll.done` once the driver is
-            FINISHED (``success``), FAILED, KILLED or ERROR (``failed``) or its state cannot be read (``failed``,
-            with the last state read); SUBMITTED, RUNNING, RELAUNCHING and UNKNOWN go on.
-        """
-        known = last is not None and last.app_id is not None
-        app_id, ui_url = last.app if known else app
-        last_state = None if last is None else last.driver_state
-        if isinstance(status, SparkRestError):
-            return DriverPoll(submission_id, FAILED, last_state,
-                              f"cannot read driver {submission_id}'s state: {status}", app_id, ui_url,
-                              app_started=app_id is not None and not known)
-        outcome = RUNNING if not status.is_terminal else SUCCESS if status.is_successful else FAILED
-        return DriverPoll(submission_id, outcome, status.driver_state, status.message, app_id, ui_url,
-                          state_changed=status.driver_state != last_state,
-                          app_started=app_id is not None and not known)
 
     def killed_from_outside(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
         """

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_horovod.clients import SparkRestAccess
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, push_spark_ui_url
 from airflow_provider_horovod.operators.common import (
@@ -28,6 +29,7 @@ from airflow_provider_horovod.operators.common import (
 from airflow_provider_horovod.runtime.observability import TIMELINE_FILE_NAME, tensorboard_location
 from airflow_provider_horovod.utils.job_result import JobResult
 from airflow_provider_horovod.utils.progress import ProgressWatcher
+from airflow_provider_horovod.utils.spark_connection import connection_extras, rest_access
 
 
 @dataclass(kw_only=True, eq=False)
@@ -36,7 +38,7 @@ class JobReporter:
     A try's reporting steps: the application's id and UI link, the History Server link, the result's XComs.
 
     :param log: the task's logger.
-    :param conn_id: the Spark connection (its ``history-server-url`` extra), or ``None``.
+    :param conn_id: the Spark connection (its History Server extra, its REST token), or ``None``.
     :param poll_interval_s: seconds between progress polls of the Spark REST API; ``None``: no polling.
     :param max_return_value_bytes: the largest serialized return value XCom takes, bytes.
     :param outlets: the task's outlets (the model's asset events).
@@ -76,7 +78,18 @@ class JobReporter:
         self.spark_ui_url = ui_url
         if not self.poll_interval_s:
             return None
-        return ProgressWatcher(ui_url, app_id, self.log.info, poll_interval_s=self.poll_interval_s).start()
+        return ProgressWatcher(ui_url, app_id, self.log.info, poll_interval_s=self.poll_interval_s,
+                               access=self._access()).start()
+
+    def _access(self) -> SparkRestAccess | None:
+        """The connection's bearer token and CA bundle for the monitoring API (best effort: progress only)."""
+        if self.conn_id is None:
+            return None
+        try:
+            return rest_access(HorovodHook.get_connection(self.conn_id))
+        except Exception as err:  # noqa: BLE001 - no connection (embedded local master), or a password not a JWS
+            self.log.debug("No REST access settings from connection %r: %s", self.conn_id, err)
+            return None
 
     def link_history(self, ti: Any) -> None:
         """
@@ -87,13 +100,13 @@ class JobReporter:
         """
         if not self.spark_app_id:
             return
-        extra = None
+        url = None
         if self.conn_id is not None:
             try:
-                extra = HorovodHook.get_connection(self.conn_id).extra_dejson
+                url = connection_extras(HorovodHook.get_connection(self.conn_id)).history_server_url
             except Exception:  # noqa: BLE001 - no connection (embedded local master): the config option applies
-                extra = None
-        base = history_server_url(extra)
+                url = None
+        base = history_server_url(url)
         if not base:
             return
         self.spark_ui_url = history_app_url(base, self.spark_app_id)

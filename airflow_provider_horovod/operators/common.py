@@ -76,20 +76,21 @@ def validate_deploy_mode(value: object, *, source: str) -> str:
     return str(value)
 
 
-def history_server_url(conn_extra: Mapping[str, Any] | None = None) -> str | None:
+def history_server_url(from_connection: str | None = None) -> str | None:
     """
     The Spark History Server the "Spark UI" link points to once the application has ended, if any.
 
-    The connection's ``history-server-url`` extra, else ``[horovod] history_server_url`` in the Airflow config
-    (env ``AIRFLOW__HOROVOD__HISTORY_SERVER_URL``); the history server only knows applications that ran with
-    ``spark.eventLog.enabled=true`` and an event log directory it reads.
+    The connection's ``spark.airflowProviderHorovod.historyServerUrl`` extra (read by
+    :func:`~airflow_provider_horovod.utils.spark_connection.connection_extras`), else ``[horovod] history_server_url``
+    in the Airflow config (env ``AIRFLOW__HOROVOD__HISTORY_SERVER_URL``); the history server only knows applications
+    that ran with ``spark.eventLog.enabled=true`` and an event log directory it reads.
 
-    :param conn_extra: the Spark connection's extras, when there is a connection.
+    :param from_connection: the connection's History Server URL, when it names one.
     :return: the base URL, e.g. ``http://history:18080``, or ``None``.
     """
     from airflow_provider_horovod._compat import conf
 
-    url = (conn_extra or {}).get("history-server-url") or conf.get("horovod", "history_server_url", fallback=None)
+    url = from_connection or conf.get("horovod", "history_server_url", fallback=None)
     return str(url).rstrip("/") if url else None
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestError
-from airflow_provider_horovod.utils.driver_poll import ProgressLog, read_progress
+from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestAccess, SparkRestError
+from airflow_provider_horovod.utils.driver_poll import ProgressLog, read_poll, read_progress
 
 
 class HorovodSparkJobTrigger(BaseTrigger):
@@ -17,7 +17,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
     Poll the standalone master's REST submission server until the driver ends, then yield one event.
 
     Uses the async REST client (httpx), so the triggerer's event loop is never blocked. Each poll is read by
-    :meth:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook.read_poll`, as the task's own wait reads
+    :func:`~airflow_provider_horovod.utils.driver_poll.read_poll`, as the task's own wait reads
     it; the event is its :meth:`~airflow_provider_horovod.utils.driver_poll.DriverPoll.event` (the keys of
     :data:`~airflow_provider_horovod.utils.driver_poll.EVENT_KEYS`). Progress (driver state changes, the application
     id once the driver wrote it) is logged as it happens.
@@ -30,10 +30,13 @@ class HorovodSparkJobTrigger(BaseTrigger):
     :param poll_interval_s: seconds between polls.
     :param cancel_on_kill: kill the driver when the task is killed while deferred (Airflow 3.3 ``on_kill``).
     :param timeout_s: timeout of each REST call, seconds.
+    :param conn_id: the Spark connection the driver was submitted through: the trigger reads its password (the bearer
+        token of a ``JWSFilter``) and CA bundle in the triggerer, so no secret is serialized with it; ``None``: no
+        token, the system's CAs.
     """
 
     def __init__(self, *, submission_id: str, rest_url: str, staging: str, poll_interval_s: float = 5.0,
-                 cancel_on_kill: bool = True, timeout_s: float = 30.0) -> None:
+                 cancel_on_kill: bool = True, timeout_s: float = 30.0, conn_id: str | None = None) -> None:
         super().__init__()
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be > 0 seconds, got {poll_interval_s!r}")
@@ -44,6 +47,8 @@ class HorovodSparkJobTrigger(BaseTrigger):
         self.poll_interval_s = poll_interval_s
         self.cancel_on_kill = cancel_on_kill
         self.timeout_s = timeout_s
+        self.conn_id = conn_id
+        self._access: SparkRestAccess | None = None  # from the connection, on first use
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and the constructor's keyword arguments (exactly)."""
@@ -51,11 +56,27 @@ class HorovodSparkJobTrigger(BaseTrigger):
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"submission_id": self.submission_id, "rest_url": self.rest_url, "staging": self.staging,
              "poll_interval_s": self.poll_interval_s, "cancel_on_kill": self.cancel_on_kill,
-             "timeout_s": self.timeout_s},
+             "timeout_s": self.timeout_s, "conn_id": self.conn_id},
         )
 
-    def _client(self) -> AsyncSparkRestClient:
-        return AsyncSparkRestClient(rest_url=self.rest_url, timeout_s=self.timeout_s, retry=RetryPolicy())
+    async def access(self) -> SparkRestAccess:
+        """The bearer token and CA bundle of the connection (read once, through the triggerer's API)."""
+        if self._access is None:
+            if self.conn_id is None:
+                self._access = SparkRestAccess()
+            else:
+                from airflow.sdk import BaseHook
+                from asgiref.sync import sync_to_async
+
+                from airflow_provider_horovod.utils.spark_connection import rest_access
+
+                conn = await sync_to_async(BaseHook.get_connection)(self.conn_id)
+                self._access = rest_access(conn)
+        return self._access
+
+    def _client(self, access: SparkRestAccess) -> AsyncSparkRestClient:
+        return AsyncSparkRestClient(rest_url=self.rest_url, timeout_s=self.timeout_s, retry=RetryPolicy(),
+                                    access=access)
 
     async def _app(self) -> tuple[str | None, str | None]:
         """``(app_id, ui_url)`` from the driver's ``status.json`` (read off the event loop), else ``(None, None)``."""
@@ -82,7 +103,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         from airflow_provider_horovod.utils.progress import Snapshot, describe
 
         try:
-            async with AsyncSparkRestClient(ui_url=ui_url, timeout_s=self.timeout_s,
+            async with AsyncSparkRestClient(ui_url=ui_url, timeout_s=self.timeout_s, access=await self.access(),
                                             retry=RetryPolicy(max_attempts=1)) as api:
                 snapshot = Snapshot(jobs=await api.jobs(app_id), stages=await api.stages(app_id),
                                     executors=await api.executors(app_id))
@@ -100,18 +121,16 @@ class HorovodSparkJobTrigger(BaseTrigger):
         Meanwhile log the driver's state changes, the application's start with its Spark UI, and the barrier
         stage's progress (waiting for slots, ranks running on which executors, a failed attempt).
         """
-        from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
-
         poll, progress = None, ProgressLog()
         facts: dict[str, str] = {}
-        async with self._client() as client:
+        async with self._client(await self.access()) as client:
             while True:
                 try:
                     status = await client.driver_status(self.submission_id)
                 except SparkRestError as err:
                     status = err
                 app = poll.app if poll is not None and poll.app_id else await self._app()
-                poll = HorovodStandaloneHook.read_poll(self.submission_id, status, app, poll)
+                poll = read_poll(self.submission_id, status, app, poll)
                 if poll.state_changed:
                     self.log.info("Driver %s is %s", self.submission_id, poll.driver_state)
                 if poll.app_started:
@@ -145,7 +164,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
 
     async def _kill_driver(self) -> None:
         self.log.info("Task killed while deferred: killing driver %s", self.submission_id)
-        async with self._client() as client:
+        async with self._client(await self.access()) as client:
             response = await client.kill_submission(self.submission_id)
         self.log.info("Kill of driver %s: %s", self.submission_id, response.message or response.success)
 

@@ -2,7 +2,7 @@
 One poll of a cluster-mode driver, as both waits for it read it: the task's own loop
 (:class:`~airflow_provider_horovod.operators.modes.cluster.ClusterMode`, blocking) and the deferral trigger
 (:class:`~airflow_provider_horovod.triggers.horovod.HorovodSparkJobTrigger`, asyncio).
-:meth:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook.read_poll` makes a :class:`DriverPoll` from
+:func:`read_poll` makes a :class:`DriverPoll` from
 the master's answer and what the staging directory holds; the loops only read, log, sleep.
 
 The trigger's event is :meth:`DriverPoll.event`; the operator checks it with :func:`validate_event` when it resumes.
@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_horovod.clients import DriverStatus, SparkRestError
 from airflow_provider_horovod.runtime.wire.progress import PROGRESS_FILE, progress_line
 
 __all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "ProgressLog", "driver_failure",
-           "read_progress", "validate_event"]
+           "read_poll", "read_progress", "validate_event"]
 
 RUNNING, SUCCESS, FAILED = "running", "success", "failed"
 """A poll's outcome: the driver goes on, ended FINISHED, or ended otherwise (or its state could not be read)."""
@@ -155,3 +156,33 @@ def read_progress(staging: Any) -> bytes | None:
         return Staging.of(staging).read_bytes(PROGRESS_FILE)
     except OSError:
         return None
+
+
+def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tuple[str | None, str | None],
+              last: DriverPoll | None = None) -> DriverPoll:
+    """
+    What one poll of the driver says, for both waits (the task's own loop and the deferral trigger): whether it
+    still runs, finished or failed, what changed since the previous poll, and the trigger's event once it ended.
+
+    :param submission_id: the driver id (``driver-...``).
+    :param status: the REST submission server's answer, or the error that came instead (the trigger's wait ends
+        on it, failed; the task's own wait lets it raise).
+    :param app: ``(app_id, ui_url)`` from the staging directory
+        (:meth:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook.app_started`), ``(None, None)``
+        before the driver wrote ``status.json``; once known, the previous poll's stands.
+    :param last: the previous poll, ``None`` on the first.
+    :return: the poll: :attr:`DriverPoll.done` once the driver is
+        FINISHED (``success``), FAILED, KILLED or ERROR (``failed``) or its state cannot be read (``failed``,
+        with the last state read); SUBMITTED, RUNNING, RELAUNCHING and UNKNOWN go on.
+    """
+    known = last is not None and last.app_id is not None
+    app_id, ui_url = last.app if known else app
+    last_state = None if last is None else last.driver_state
+    if isinstance(status, SparkRestError):
+        return DriverPoll(submission_id, FAILED, last_state,
+                          f"cannot read driver {submission_id}'s state: {status}", app_id, ui_url,
+                          app_started=app_id is not None and not known)
+    outcome = RUNNING if not status.is_terminal else SUCCESS if status.is_successful else FAILED
+    return DriverPoll(submission_id, outcome, status.driver_state, status.message, app_id, ui_url,
+                      state_changed=status.driver_state != last_state,
+                      app_started=app_id is not None and not known)

@@ -16,6 +16,7 @@ from airflow_provider_horovod.clients import (
     ExecutorInfo,
     JobInfo,
     RetryPolicy,
+    SparkRestAccess,
     SparkRestClient,
     SparkRestError,
     StageInfo,
@@ -95,15 +96,18 @@ class ProgressWatcher(Poller):
     :param poll_interval_s: seconds between polls.
     :param timeout_s: timeout of each REST call, seconds (generous: a freshly started UI answers its first
         request slowly, and giving up on it makes Spark log a broken pipe).
+    :param access: the bearer token and CA bundle of the Spark connection (a UI behind ``spark.ui.filters``'
+        ``JWSFilter``, or served over HTTPS).
     """
 
     def __init__(self, ui_url: str, app_id: str, log: Callable[[str], None], *, poll_interval_s: float = 5.0,
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, access: SparkRestAccess | None = None) -> None:
         super().__init__(f"spark-progress-{app_id}", poll_interval_s)
         self._ui_url = ui_url
         self._app_id = app_id
         self._log = log
         self._timeout_s = timeout_s
+        self._access = access
         self._last: dict[str, str] = {}
         self._failures_in_a_row = 0
         self._unavailable_reported = False
@@ -131,5 +135,6 @@ class ProgressWatcher(Poller):
 
     def _run(self) -> None:
         retry = RetryPolicy(max_attempts=1)  # the next poll is the retry
-        with SparkRestClient(ui_url=self._ui_url, timeout_s=self._timeout_s, retry=retry) as client:
+        with SparkRestClient(ui_url=self._ui_url, timeout_s=self._timeout_s, retry=retry,
+                             access=self._access) as client:
             self._every_interval(lambda: self.poll_once(client))

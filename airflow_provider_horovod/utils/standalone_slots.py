@@ -18,11 +18,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_provider_horovod.clients import RetryPolicy, SparkRestClient, SparkRestError
+from airflow_provider_horovod.clients import RetryPolicy, SparkRestAccess, SparkRestClient, SparkRestError
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.cluster.resources import PROVIDER_DEFAULTS, AppResources
 from airflow_provider_horovod.runtime.cluster.view import ClusterView, cluster_view, never_fits_message
 from airflow_provider_horovod.utils.poller import Poller
+from airflow_provider_horovod.utils.spark_connection import connection_extras
 
 MASTER_STATE_TIMEOUT_S = 10.0
 """Timeout of one read of the master's state page from the Airflow side, seconds."""
@@ -38,7 +39,9 @@ def standalone_master(conn: Any) -> tuple[str, str] | None:
     ``(master URL, master web UI URL)`` of a Spark provider ``spark`` connection to a standalone master.
 
     The master is what ``SparkSubmitHook`` builds (``host`` with its ``spark://`` scheme, ``:port`` when set);
-    the web UI is on the first master host at the ``ui-port`` extra (default 8080, scheme ``ui-scheme``).
+    the web UI is on the first master host at the ``spark.airflowProviderHorovod.uiPort`` extra (default 8080, scheme
+    ``spark.airflowProviderHorovod.uiScheme``; read by
+    :func:`~airflow_provider_horovod.utils.spark_connection.connection_extras`).
 
     :param conn: the Airflow connection.
     :return: the two URLs, or ``None`` when the connection is not a ``spark://`` master.
@@ -48,8 +51,8 @@ def standalone_master(conn: Any) -> tuple[str, str] | None:
         return None
     master = f"{host}:{conn.port}" if conn.port else host
     first = master.removeprefix("spark://").split(",")[0].rsplit(":", 1)[0]
-    extra = conn.extra_dejson
-    return master, f"{extra.get('ui-scheme', 'http')}://{first}:{int(extra.get('ui-port', 8080))}"
+    extra = connection_extras(conn)
+    return master, f"{extra.ui_scheme}://{first}:{extra.ui_port}"
 
 
 def submit_kwargs_conf(spark_submit_kwargs: Mapping[str, Any]) -> dict[str, str]:
@@ -58,19 +61,24 @@ def submit_kwargs_conf(spark_submit_kwargs: Mapping[str, Any]) -> dict[str, str]
             if spark_submit_kwargs.get(kw) is not None}
 
 
-def read_master_state(master_ui_url: str, timeout_s: float = MASTER_STATE_TIMEOUT_S) -> dict:
+def read_master_state(master_ui_url: str, timeout_s: float = MASTER_STATE_TIMEOUT_S,
+                      access: SparkRestAccess | None = None) -> dict:
     """
     The master's ``/json/`` page with Spark's keys (through :class:`SparkRestClient`, two attempts).
 
-    :raises SparkRestError: the master's web UI did not answer, or not with its state.
+    :param master_ui_url: the master's web UI.
+    :param timeout_s: timeout of each attempt, seconds.
+    :param access: the connection's bearer token and CA bundle (a UI behind ``spark.ui.filters``' ``JWSFilter``).
+    :raises SparkRestError: the master's web UI did not answer, or not with its state (401/403:
+        :class:`~airflow_provider_horovod.clients.SparkRestAuthError`).
     """
-    with SparkRestClient(master_ui_url=master_ui_url, timeout_s=timeout_s,
+    with SparkRestClient(master_ui_url=master_ui_url, timeout_s=timeout_s, access=access,
                          retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.5)) as client:
         return client.master_state().to_dict()
 
 
 def check_standalone_fits(*, master_url: str, master_ui_url: str, np: int, conf: Mapping[str, Any],
-                          cluster_mode: bool, log: Any) -> ClusterView | None:
+                          cluster_mode: bool, log: Any, access: SparkRestAccess | None = None) -> ClusterView | None:
     """
     Before submitting: refuse a job the standalone cluster could never run, with the numbers.
 
@@ -83,17 +91,19 @@ def check_standalone_fits(*, master_url: str, master_ui_url: str, np: int, conf:
     :param conf: the application's Spark properties as they will be submitted.
     :param cluster_mode: the driver will run on a worker (and take ``spark.driver.cores`` there).
     :param log: a logger (``.info``, ``.warning``).
-    :return: the cluster's view, or ``None`` when the state page could not be read (a warning is logged and
-        the job is submitted unchecked).
+    :param access: the connection's bearer token and CA bundle for the master's web UI.
+    :return: the cluster's view, or ``None`` when the state page could not be read (a warning is logged, naming an
+        HTTP 403 and the connection when the UI refused the token, and the job is submitted unchecked).
     :raises HorovodJobError: ``np`` task slots can never be had at the same time.
     """
     res = AppResources.from_conf({**{k: str(v) for k, v in conf.items()}, "spark.master": master_url},
                                  assume_defaults=False, cluster_mode=cluster_mode)
     try:
-        state = read_master_state(master_ui_url)
+        state = read_master_state(master_ui_url, access=access)
     except (SparkRestError, OSError) as err:
         log.warning("Cannot read the Spark master's state at %s/json/ (%s): submitting without checking that "
-                    "np=%d task slots can fit; set the connection's ui-port extra to the master's web UI port",
+                    "np=%d task slots can fit; set the connection's spark.airflowProviderHorovod.uiPort extra to "
+                    "the master's web UI port",
                     master_ui_url, err, np)
         return None
     view = cluster_view(state, res)
@@ -177,10 +187,12 @@ class ClusterSlotsWatcher(Poller):
     :param conf: the application's Spark properties (the hook's standalone defaults are added as it adds them).
     :param log: called with each message.
     :param poll_interval_s: seconds between polls.
+    :param access: the connection's bearer token and CA bundle for the master's web UI.
     """
 
     def __init__(self, *, master_ui_url: str, submission_id: str, app_id: Callable[[], str | None], np: int,
-                 conf: Mapping[str, Any], log: Callable[[str], None], poll_interval_s: float = 5.0) -> None:
+                 conf: Mapping[str, Any], log: Callable[[str], None], poll_interval_s: float = 5.0,
+                 access: SparkRestAccess | None = None) -> None:
         super().__init__(f"spark-slots-{submission_id}", poll_interval_s)
         self._url = master_ui_url
         self._submission_id = submission_id
@@ -190,12 +202,14 @@ class ClusterSlotsWatcher(Poller):
         conf = {"spark.master": "spark://", **standalone_defaults(np, master_ui_url, conf), **conf}  # as submitted
         self._res = AppResources.from_conf(conf, assume_defaults=False, cluster_mode=True)
         self._log = log
+        self._access = access
         self._last: str | None = None
 
     def poll_once(self) -> None:
         """One poll: read the master's state and log what changed."""
         try:
-            state = read_master_state(self._url, timeout_s=min(MASTER_STATE_TIMEOUT_S, self._poll_interval_s * 2))
+            state = read_master_state(self._url, timeout_s=min(MASTER_STATE_TIMEOUT_S, self._poll_interval_s * 2),
+                                      access=self._access)
         except (SparkRestError, OSError):
             return
         app_id = self._app_id()

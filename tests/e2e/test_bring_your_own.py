@@ -141,7 +141,7 @@ def test_built_wheel_on_airflow_3_1_with_executors_without_the_provider(byo_venv
         dags.mkdir()
         shutil.copy(HERE / "dags" / "horovod_byo.py", dags)
         connection = json.loads(cluster.airflow_connection())
-        connection["extra"]["history-server-url"] = hs.url
+        connection["extra"]["spark.airflowProviderHorovod.historyServerUrl"] = hs.url
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("AIRFLOW", "SPARK_", "PYSPARK_", "VIRTUAL_ENV", "PYTHON"))}
         env.update({

@@ -40,10 +40,10 @@ def test_the_link_has_its_own_xcom_key_apart_from_the_operators_data():
 
 def test_history_server_url_from_the_connection_then_the_config(monkeypatch):
     monkeypatch.delenv("AIRFLOW__HOROVOD__HISTORY_SERVER_URL", raising=False)
-    assert history_server_url({}) is None
+    assert history_server_url(None) is None
     monkeypatch.setenv("AIRFLOW__HOROVOD__HISTORY_SERVER_URL", "http://hs:18080/")
     assert history_server_url(None) == "http://hs:18080"
-    assert history_server_url({"history-server-url": "http://other:18080"}) == "http://other:18080"
+    assert history_server_url("http://other:18080/") == "http://other:18080"
     assert history_app_url("http://hs:18080", "app-20261130-0001") == "http://hs:18080/history/app-20261130-0001/"
 
 
@@ -57,7 +57,8 @@ class _TI:
 
 def test_after_the_application_ends_the_link_points_at_the_history_server(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_HS", json.dumps({
-        "conn_type": "spark", "host": "spark://m", "port": 7077, "extra": {"history-server-url": "http://hs:18080"}}))
+        "conn_type": "spark", "host": "spark://m", "port": 7077,
+        "extra": {"spark.airflowProviderHorovod.historyServerUrl": "http://hs:18080"}}))
     op = HorovodRunnerOperator(task_id="t", python_callable=_train, conn_id="spark_hs", poll_interval_s=None)
     assert op.spark_ui_url is None  # before the try: no link
     # the live link's direct database write needs a running task's supervisor: record the call instead

@@ -13,6 +13,7 @@ from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.operators.common import validate_deploy_mode
+from airflow_provider_horovod.utils.spark_connection import connection_extras
 
 __all__ = ["resolve_deploy_mode"]
 
@@ -20,7 +21,8 @@ __all__ = ["resolve_deploy_mode"]
 def resolve_deploy_mode(*, conn_id: str | None, deploy_mode: str | None, np: int) -> str:
     """
     Which deploy mode a try runs in: ``connect`` for a Spark provider ``spark_connect`` connection, else
-    ``deploy_mode``, else the connection's ``deploy-mode`` extra, else ``client``.
+    ``deploy_mode``, else the connection's ``spark.airflowProviderHorovod.deployMode`` extra, else its (the Spark
+    provider's) ``deploy-mode`` extra, else ``client``.
 
     :param conn_id: the operator's connection id (``None``: the embedded local master).
     :param deploy_mode: the operator's ``deploy_mode`` argument.
@@ -42,5 +44,6 @@ def resolve_deploy_mode(*, conn_id: str | None, deploy_mode: str | None, np: int
         return "connect"
     if deploy_mode is not None:
         return deploy_mode
-    return validate_deploy_mode(conn.extra_dejson.get("deploy-mode") or "client", source=f"connection {conn_id!r}")
+    mode = connection_extras(conn).deploy_mode or conn.extra_dejson.get("deploy-mode") or "client"
+    return validate_deploy_mode(mode, source=f"connection {conn_id!r}")
 

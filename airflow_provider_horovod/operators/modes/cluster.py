@@ -28,6 +28,7 @@ from airflow_provider_horovod.utils.driver_poll import (
     SUCCESS,
     ProgressLog,
     driver_failure,
+    read_poll,
     read_progress,
     validate_event,
 )
@@ -164,7 +165,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
                 trigger=HorovodSparkJobTrigger(
                     submission_id=job["submission_id"], rest_url=self.hook.endpoints.rest_url,
                     staging=job["staging"], poll_interval_s=options.poll_interval_s or 5.0,
-                    cancel_on_kill=options.cancel_on_kill),
+                    cancel_on_kill=options.cancel_on_kill, conn_id=self.hook.conn_id),
                 method_name="execute_complete",
             )
         staging = Staging(job["staging"])
@@ -178,7 +179,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
     def _wait_for_driver(self, ti: Any, submission_id: str, staging: Staging) -> DriverStatus:
         """
         Poll the driver's state every ``poll_interval_s`` until it ends (the decision:
-        :meth:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook.read_poll`, as the trigger's), logging
+        :func:`~airflow_provider_horovod.utils.driver_poll.read_poll`, as the trigger's), logging
         its state changes and reporting the application once it started.
         """
         interval = self.options.poll_interval_s
@@ -186,12 +187,12 @@ class ClusterMode(DurableClusterJob, DeployMode):
         slots = None if not interval else ClusterSlotsWatcher(  # what the job waits for, from the master
             master_ui_url=self.hook.endpoints.master_ui_url, submission_id=submission_id,
             app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=self.hook.np,
-            conf=self.options.conf, log=self.log.info, poll_interval_s=interval).start()
+            conf=self.options.conf, log=self.log.info, poll_interval_s=interval, access=self.hook.access).start()
         try:
             while True:
                 status = self.hook.status(submission_id)
                 app = poll.app if poll is not None and poll.app_id else HorovodStandaloneHook.app_started(staging)
-                poll = HorovodStandaloneHook.read_poll(submission_id, status, app, poll)
+                poll = read_poll(submission_id, status, app, poll)
                 if poll.state_changed:
                     self.log.info("Driver %s is %s", submission_id, poll.driver_state)
                 if poll.app_started:

@@ -18,7 +18,8 @@ cluster. :func:`wait_for_slots` therefore runs on the driver **before** the stag
   application's own configuration caps its slots (``spark.cores.max``, ``spark.executor.instances``).
 
 The master's web UI is ``http://<host of spark.master>:<spark.master.ui.port>`` (8080 by default, Spark's own
-key for the master's UI port); the Airflow hooks set ``spark.master.ui.port`` from the connection's ``ui-port``.
+key for the master's UI port); the Airflow hooks set ``spark.master.ui.port`` from the connection's
+``spark.airflowProviderHorovod.uiPort``.
 
 Why wait here rather than let Spark's own check retry for longer (raising
 ``spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures`` to cover the wait): measured in benchmark B5

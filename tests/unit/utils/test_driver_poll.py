@@ -1,5 +1,5 @@
 """
-The one per-poll decision both cluster-mode waits share (``HorovodStandaloneHook.read_poll``): the task's own loop
+The one per-poll decision both cluster-mode waits share (``read_poll``): the task's own loop
 (``ClusterMode._wait_for_driver``) and the deferral trigger (``HorovodSparkJobTrigger.run``). Against the real
 hook and the real REST clients, with the master's REST submission server faked by ``httpx.MockTransport``.
 """
@@ -21,7 +21,7 @@ from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
-from airflow_provider_horovod.utils.driver_poll import EVENT_KEYS, DriverPoll, driver_failure, validate_event
+from airflow_provider_horovod.utils.driver_poll import EVENT_KEYS, DriverPoll, driver_failure, read_poll, validate_event
 from airflow_provider_horovod.utils.staging import Staging
 
 LOG = logging.getLogger("test_driver_poll")
@@ -56,7 +56,8 @@ def hook_for(monkeypatch) -> Callable[..., HorovodStandaloneHook]:
     """The real standalone hook on a connection to 127.0.0.1 (its web UI on a closed port), REST calls faked."""
     monkeypatch.setenv("AIRFLOW_CONN_FAKE_STANDALONE", json.dumps({
         "conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077,
-        "extra": {"deploy-mode": "cluster", "rest-port": 6066, "ui-port": 1}}))
+        "extra": {"deploy-mode": "cluster", "spark.airflowProviderHorovod.restPort": 6066,
+                  "spark.airflowProviderHorovod.uiPort": 1}}))
 
     def make(handler: Callable[[httpx.Request], httpx.Response]) -> HorovodStandaloneHook:
         return HorovodStandaloneHook(conn_id="fake_standalone", np=2, timeout_s=5,
@@ -77,7 +78,7 @@ def _poll(hook: HorovodStandaloneHook, staging: Path, last: DriverPoll | None) -
     except SparkRestError as err:
         status = err
     app = last.app if last is not None and last.app_id else HorovodStandaloneHook.app_started(Staging(str(staging)))
-    return HorovodStandaloneHook.read_poll("driver-1", status, app, last)
+    return read_poll("driver-1", status, app, last)
 
 
 @pytest.mark.parametrize(("state", "outcome"), [
@@ -177,7 +178,7 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
     trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://127.0.0.1:6066",
                                      staging=str(tmp_path), poll_interval_s=0.01, timeout_s=5)
     trigger._log = logging.getLogger("test_driver_poll.trigger")  # a stdlib logger, for caplog
-    trigger._client = lambda: AsyncSparkRestClient(rest_url=trigger.rest_url, timeout_s=5, retry=FAST,
+    trigger._client = lambda access: AsyncSparkRestClient(rest_url=trigger.rest_url, timeout_s=5, retry=FAST,
                                                    transport=httpx.MockTransport(handler))
 
     async def first_event():

@@ -56,7 +56,7 @@ def test_cluster_mode_fails_fast_before_staging(tmp_path, monkeypatch):
     port, rest = free_port(), free_port()
     monkeypatch.setenv("AIRFLOW_CONN_WRONG_MASTER", json.dumps({
         "conn_type": "spark", "host": "spark://127.0.0.1", "port": port,
-        "extra": {"deploy-mode": "cluster", "rest-port": rest}}))
+        "extra": {"deploy-mode": "cluster", "spark.airflowProviderHorovod.restPort": rest}}))
     hook = HorovodStandaloneHook(conn_id="wrong_master", np=2)
     with pytest.raises(HorovodJobError, match=rf"cannot reach Spark master spark://127.0.0.1:{port} "):
         hook.submit(staging=tmp_path / "staging", payload=b"p", key=b"k" * 32, artifact_dir=str(tmp_path))

@@ -14,7 +14,7 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from airflow_provider_horovod.clients import DriverStatus
+from airflow_provider_horovod.clients import DriverStatus, SparkRestAccess
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.utils.job_result import JobResult
 from airflow_provider_horovod.hooks.standalone import StandaloneEndpoints
@@ -132,6 +132,8 @@ class FakeStandaloneHook:
     """The standalone hook's calls, the master's answers scripted: driver states in order, the last one sticking."""
 
     np = 2
+    conn_id = "spark_cluster"
+    access = SparkRestAccess()
     endpoints = StandaloneEndpoints(master_url="spark://127.0.0.1:7077", rest_url="http://127.0.0.1:6066",
                                     master_ui_url="http://127.0.0.1:8080")
 
@@ -204,8 +206,9 @@ def test_deferrable_cluster_mode_hands_the_driver_to_the_trigger(tmp_path):
         mode.poll_until_complete(record, {"ti": FakeTI()})
     deferred = raised.value.args[0]
     trigger = deferred["trigger"]
-    assert (trigger.submission_id, trigger.rest_url, trigger.staging) == (
-        "driver-1", "http://127.0.0.1:6066", str(tmp_path / "staging" / "try-1"))
+    assert (trigger.submission_id, trigger.rest_url, trigger.staging, trigger.conn_id) == (
+        "driver-1", "http://127.0.0.1:6066", str(tmp_path / "staging" / "try-1"), "spark_cluster")
+    assert trigger.serialize()[1]["conn_id"] == "spark_cluster"  # the triggerer reads the token from it
     assert deferred["method_name"] == "execute_complete"
 
 

@@ -223,7 +223,8 @@ def test_standalone_master_of_a_connection():
 
     from airflow_provider_horovod.utils.standalone_slots import standalone_master, submit_kwargs_conf
 
-    conn = Connection(conn_id="c", conn_type="spark", host="spark://m1", port=7077, extra=json.dumps({"ui-port": 8090}))
+    conn = Connection(conn_id="c", conn_type="spark", host="spark://m1", port=7077,
+                      extra=json.dumps({"spark.airflowProviderHorovod.uiPort": 8090}))
     assert standalone_master(conn) == ("spark://m1:7077", "http://m1:8090")
     ha = Connection(conn_id="c", conn_type="spark", host="spark://m1:7077,m2:7077")
     assert standalone_master(ha) == ("spark://m1:7077,m2:7077", "http://m1:8080")
