@@ -92,7 +92,7 @@ class HorovodHook(BaseHook):
         interpreter; any other id must name an existing connection (else :class:`HorovodJobError`).
     :param np: number of Horovod processes (see :class:`~airflow_provider_horovod.runtime.HorovodRunner`).
     :param conf: extra Spark properties; they override the provider's defaults. Not the RPC secret
-        ``spark.authenticate.secret``: it comes from the connection's ``spark-auth-secret`` extra (given to
+        ``spark.authenticate.secret``: it comes from the connection's ``spark.authenticate.secret`` extra (given to
         spark-submit in an owner-only properties file) or this machine's ``spark-defaults.conf``.
     :param env_vars: environment variables for the Spark driver and every rank.
     :param name: the Spark application name.
@@ -227,7 +227,7 @@ class HorovodHook(BaseHook):
             conf = {**standalone_defaults(self.np, standalone[1], sized), **conf}
             check_standalone_fits(master_url=standalone[0], master_ui_url=standalone[1], np=self.np,
                                   conf={**sized, **conf}, cluster_mode=False, log=self.log,
-                                  access=rest_access(self.get_connection(self.conn_id)))
+                                  access=rest_access(conn, require_token_shape=False))
         env = {**self.env_vars, driver_program.KEY_ENV: key.hex()}
         if self.env_vars:
             env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))

@@ -86,7 +86,7 @@ class JobReporter:
         if self.conn_id is None:
             return None
         try:
-            return rest_access(HorovodHook.get_connection(self.conn_id))
+            return rest_access(HorovodHook.get_connection(self.conn_id), require_token_shape=False)
         except Exception as err:  # noqa: BLE001 - no connection (embedded local master), or a password not a JWS
             self.log.debug("No REST access settings from connection %r: %s", self.conn_id, err)
             return None

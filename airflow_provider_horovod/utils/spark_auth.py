@@ -28,8 +28,10 @@ AUTH_SECRET_ENV = "_SPARK_AUTH_SECRET"
 the executors it starts)."""
 AUTH_PROPERTIES_FILE = "spark-auth.properties"
 """The name of the properties file :func:`auth_submit_kwargs` writes in a job's private staging directory."""
-CONNECTION_SECRET_EXTRA = "spark-auth-secret"
-"""The Spark connection's extra that holds the secret (its name contains ``secret``: Airflow masks its value)."""
+CONNECTION_SECRET_EXTRA = AUTH_SECRET_CONF
+"""The Spark connection's extra that holds the secret: the Spark property's own name, so the Spark provider's
+``@task.pyspark`` on the same connection (which copies every extra into its ``SparkConf``) authenticates too. Its name
+contains ``secret``: Airflow masks its value."""
 
 
 def check_no_auth_secret(conf: Mapping[str, Any] | None, env_vars: Mapping[str, Any] | None = None) -> None:

@@ -11,7 +11,9 @@ Spark provider's operators and this provider's without noise. The first layout (
 key wins over its old one. ``deploy-mode`` is the Spark provider's own extra and is read as it is.
 
 The connection's **password** is the bearer token (a JWS) for a standalone master whose REST submission server or web
-UI runs ``org.apache.spark.ui.JWSFilter`` (docs/security.md).
+UI runs ``org.apache.spark.ui.JWSFilter`` (docs/security.md). The RPC secret is the standard Spark property as an
+extra, ``spark.authenticate.secret`` (read by :func:`~airflow_provider_horovod.utils.spark_auth.connection_auth_secret`,
+which keeps it out of every object with a ``repr``).
 """
 
 from __future__ import annotations
@@ -139,18 +141,27 @@ def connection_extras(conn: Any) -> SparkConnectionExtras:
     return SparkConnectionExtras.from_extra(conn.extra_dejson, f"connection {conn.conn_id!r}")
 
 
-def rest_access(conn: Any) -> SparkRestAccess:
+def rest_access(conn: Any, *, require_token_shape: bool = True) -> SparkRestAccess:
     """
     How the REST clients reach the connection's master: its password as the bearer token, its CA bundle.
 
     :param conn: the connection.
-    :raises ValueError: the password is set but is not a JWS (``header.payload.signature``); the token is not shown.
+    :param require_token_shape: ``True`` (cluster deploy mode, which submits through the REST server): a password
+        that is not a JWS is an error. ``False`` (client mode, whose spark-submit never uses the password; the
+        token only serves the master's ``/json/`` and the monitoring API): such a password is not sent, with a
+        warning, so a connection that keeps some other password keeps working.
+    :raises ValueError: ``require_token_shape`` and the password is set but is not a JWS
+        (``header.payload.signature``); the token is not shown.
     """
     token = (conn.password or "").strip() or None
     origin = f"Airflow connection {conn.conn_id!r}"
     if token is not None and not _JWS.fullmatch(token):
-        raise ValueError(f"{origin}: the password is the bearer token for the master's JWSFilter and must be a JWS "
-                         f"(header.payload.signature, base64url), which it is not ({len(token)} characters)")
+        problem = (f"{origin}: the password is the bearer token for the master's JWSFilter and must be a JWS "
+                   f"(header.payload.signature, base64url), which it is not ({len(token)} characters)")
+        if require_token_shape:
+            raise ValueError(problem)
+        warnings.warn(f"{problem}; it is not sent", UserWarning, stacklevel=2)
+        token = None
     return SparkRestAccess(token=token, ca_bundle=connection_extras(conn).ca_bundle, origin=origin)
 
 

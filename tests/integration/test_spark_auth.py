@@ -5,7 +5,7 @@ Spark RPC authentication and encryption (issue #27, item 1) on a real standalone
 server is off (the master refuses to start it with the secret set, SPARK-25088).
 
 * an application without the secret is refused by the master (so the other test cannot pass on an open cluster);
-* ``HorovodHook`` trains np=2 in client deploy mode with the secret from the connection's ``spark-auth-secret``
+* ``HorovodHook`` trains np=2 in client deploy mode with the secret from the connection's ``spark.authenticate.secret``
   extra (this machine's ``SPARK_CONF_DIR`` has none), and the secret is in no process command line sampled during
   the run, not in the job's output, not in its result, and redacted in the Spark event log.
 

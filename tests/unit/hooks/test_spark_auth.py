@@ -35,7 +35,7 @@ def _conn(**extra) -> Connection:
     lambda: HorovodStandaloneHook(conn_id="c", np=2, conf={"spark.authenticate.secret": "x"}),
 ])
 def test_the_secret_in_dag_code_is_refused_naming_the_parameter(make):
-    with pytest.raises(ValueError, match=r"(conf|env_vars)\[.*cannot be given in DAG code.*'spark-auth-secret'"):
+    with pytest.raises(ValueError, match=r"(conf|env_vars)\[.*cannot be given in DAG code.*'spark.authenticate.secret'"):
         make()
 
 
@@ -55,7 +55,7 @@ def test_the_extra_is_masked_by_airflow():
 
 @pytest.mark.parametrize("value", [" padded", "two\nlines", 42])
 def test_a_malformed_secret_is_refused(value):
-    with pytest.raises(ValueError, match="'spark-auth-secret' extra must be a string"):
+    with pytest.raises(ValueError, match="'spark.authenticate.secret' extra must be a string"):
         connection_auth_secret(_conn(**{CONNECTION_SECRET_EXTRA: value}))
 
 

@@ -71,3 +71,10 @@ def test_the_password_is_the_bearer_token_and_never_shown():
     with pytest.raises(ValueError, match="password is the bearer token .* must be a JWS") as raised:
         rest_access(conn({}, password="hunter2-not-a-jws"))
     assert "hunter2" not in str(raised.value)
+
+
+def test_client_mode_leaves_a_password_that_is_not_a_jws_unsent_with_a_warning():
+    # client mode's spark-submit never uses the password; only /json/ and the monitoring API would get the token
+    with pytest.warns(UserWarning, match="must be a JWS .*it is not sent") as caught:
+        access = rest_access(conn({}, password="hunter2-not-a-jws"), require_token_shape=False)
+    assert access.token is None and "hunter2" not in str(caught[0].message)
