@@ -40,9 +40,11 @@ def log(message: str) -> None:
 
 def interleave(contenders: dict[str, Callable[[], float]], reps: int, warmup: bool = True, *,
                budget_s: float | None = None, min_reps: int = 1, notes: list[str] | None = None,
-               label: str = "") -> dict[str, Series]:
+               label: str = "", rotate: bool = False) -> dict[str, Series]:
     """
     Run the contenders in turns, ``reps`` timed rounds after an optional untimed one; failures become reasons.
+    With ``rotate``, each round starts one contender later (A B C, B C A, C A B, ...), so no contender always
+    runs right after the same other one (B8: a job's wake on the shared machine falls on all alike).
 
     With ``budget_s``, a round after the first ``min_reps`` starts only if it should end within the budget
     (judged by the previous round's duration); a cut is recorded in ``notes``.
@@ -58,8 +60,11 @@ def interleave(contenders: dict[str, Callable[[], float]], reps: int, warmup: bo
             log(f"{label}: stopping after {round_no} rounds (time budget)")
             break
         round_start = time.monotonic()
-        for name, fn in contenders.items():
-            series = out[name]
+        names = list(contenders)
+        if rotate:
+            names = names[round_no % len(names):] + names[:round_no % len(names)]
+        for name in names:
+            fn, series = contenders[name], out[name]
             if series.reason is not None:
                 continue
             try:
@@ -178,7 +183,7 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
         if "b8" in only:
             section(results, "b8", lambda: interleave(
                 contenders.b8_contenders(data_path, build_model, BATCH_SIZE, cfg["b8_epochs"]), cfg["b8_reps"],
-                warmup=False, budget_s=budget["b8"], min_reps=cfg["min_reps"], notes=notes, label="B8"))
+                warmup=False, budget_s=budget["b8"], min_reps=cfg["min_reps"], notes=notes, label="B8", rotate=True))
         spark.stop()
 
     if only & {"b2", "b4"}:

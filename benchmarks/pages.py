@@ -318,7 +318,11 @@ def _method(cfg: dict) -> list[str]:
         "the function between two all_reduces (steady state: launch and the first epoch excluded). Ours "
         "(`TorchDistributor`, barrier tasks) vs PySpark's `TorchDistributor` vs bare `torchrun --standalone "
         "--nproc_per_node=2` of the same function (`benchmarks/bare_throughput.py`); and the same steps under "
-        "Horovod (`HorovodRunner`, the example's `horovod_trainer`) for DDP vs Horovod.",
+        "Horovod (`HorovodRunner`, the example's `horovod_trainer`) for DDP vs Horovod. The order of the contenders "
+        "rotates from round to round (A B C D, B C D A, ...). Every rank runs one torch thread (the function's "
+        "`torch.set_num_threads(1)`, and `OMP_NUM_THREADS=1` under all three launchers: `spark.task.cpus`, "
+        "which Spark's Python worker sets and both `TorchDistributor`s' ranks inherit, and torchrun's own for "
+        "`--nproc_per_node=2`).",
         f"- B4: peak RSS while `airflow dags test` trains the example model for ~{cfg['b4_seconds']:.0f} s "
         "through the operator (client mode, sync), beside the same `airflow dags test` of a no-op `@task` in the "
         "same run (Airflow's own peak RSS; the operator's cost is the difference); then, on a standalone cluster "

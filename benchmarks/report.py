@@ -17,7 +17,8 @@ from benchmarks.rows import rows
 
 RERUN = ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8 and ~9 for B5)\n" \
         ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n" \
-        ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page"
+        ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page\n" \
+        ".venv/bin/python -m benchmarks --only b8  # some of B1-B8: rewrites their rows and sections only"
 
 
 def load_average() -> list[float] | None:
@@ -87,9 +88,23 @@ def only_b5(results: dict) -> bool:
 
 def write_results(results: dict, docs: Path) -> tuple[Path, str]:
     """:func:`write`, or for a B5-only run :func:`write_b5_section` (the rest of the page stays as it is)."""
+    from benchmarks import pages_partial
+
     if only_b5(results):
         return write_b5_section(results, docs), "unchanged (B5 only)"
+    if pages_partial.is_partial(results) and (docs / "benchmarks.md").exists():
+        return write_partial(results, docs), "unchanged (partial run)"
     return write(results, docs)
+
+
+def write_partial(results: dict, docs: Path) -> Path:
+    """The page with the rerun benchmarks' rows and sections replaced (:func:`pages_partial.merge`)."""
+    from benchmarks import pages, pages_partial
+
+    md = docs / "benchmarks.md"
+    new = pages.page(results, markdown_table(results), None, "unchanged", RERUN)
+    md.write_text(pages_partial.merge(md.read_text(), new, results))
+    return md
 
 
 def write_b5_section(results: dict, docs: Path) -> Path:

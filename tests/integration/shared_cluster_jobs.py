@@ -57,6 +57,29 @@ def train(tag: str, record: str, gate: str | None = None, gate_timeout_s: float 
             "pyspark": pyspark_origin}
 
 
+def train_ddp(tag: str, record: str, gate: str | None = None, gate_timeout_s: float = 300.0) -> dict | None:
+    """:func:`train` with ``torch.distributed`` (``launcher="torch"``): ``init_process_group("gloo")`` from the
+    torchrun environment, the start recorded, one all_reduce; rank 0 returns the world size and wall-clock times.
+    ``gate`` and ``gate_timeout_s`` are accepted for :func:`payload_file`'s sake and unused."""
+    import os
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    entered = time.time()
+    dist.init_process_group("gloo")
+    try:
+        with open(record, "a") as f:
+            f.write(f"{tag} {dist.get_rank()} {os.getpid()}\n")
+        total = torch.ones(1)
+        dist.all_reduce(total)
+        return {"tag": tag, "size": dist.get_world_size(), "total": total.item(), "entered": entered,
+                "done": time.time()} if dist.get_rank() == 0 else None
+    finally:
+        dist.destroy_process_group()
+
+
 def starts(work: Path) -> list[tuple[str, int]]:
     """``(tag, rank)`` of every rank start recorded so far."""
     path = work / RECORD
@@ -77,12 +100,14 @@ def job_conf(np: int, executor_cores: int = 2) -> dict[str, str]:
             "spark.driver.memory": "512m", "spark.ui.enabled": "false"}
 
 
-def payload_file(staging: Path, tag: str, work: Path, gate: Path | None) -> tuple[Path, bytes]:
-    """Write the signed payload for one job into ``staging`` (0600); return its path and key."""
+def payload_file(staging: Path, tag: str, work: Path, gate: Path | None,
+                 fn: Callable[..., Any] = train) -> tuple[Path, bytes]:
+    """Write the signed payload of ``fn`` (:func:`train`) for one job into ``staging`` (0600); return its path and
+    key."""
     from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 
     key = secrets.token_bytes(32)
-    payload = dumps_payload(train, (), {"tag": tag, "record": str(work / RECORD),
+    payload = dumps_payload(fn, (), {"tag": tag, "record": str(work / RECORD),
                                         "gate": str(gate) if gate else None}, key=key)
     staging.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = staging / "payload.bin"
@@ -94,10 +119,11 @@ def payload_file(staging: Path, tag: str, work: Path, gate: Path | None) -> tupl
 
 def run_client_job(conn_id: str, np: int, tag: str, work: Path, *, lines: list[str], gate: Path | None = None,
                    marker: dict[str, str] | None = None, slot_wait_timeout_s: float | None = 600.0,
-                   conf: dict[str, str] | None = None) -> Any:
+                   conf: dict[str, str] | None = None, launcher: str = "horovod") -> Any:
     """
     One job in client deploy mode through ``HorovodHook`` (spark-submit from this process), as the operator runs
-    it; every line spark-submit prints goes to ``lines``.
+    it; every line spark-submit prints goes to ``lines``. ``launcher="torch"`` runs :func:`train_ddp` instead of
+    :func:`train`.
 
     :return: the hook's ``JobResult`` with ``value`` (rank 0's unpickled return value) added.
     """
@@ -107,12 +133,13 @@ def run_client_job(conn_id: str, np: int, tag: str, work: Path, *, lines: list[s
     from airflow_provider_horovod.runtime.settings import JobSettings
 
     staging = work / "staging" / tag
-    path, key = payload_file(staging, tag, work, gate)
+    path, key = payload_file(staging, tag, work, gate, train_ddp if launcher == "torch" else train)
     hook = HorovodHook(conn_id=conn_id, np=np, conf={**job_conf(np), **(conf or {})}, env_vars=marker or {},
                        name=f"shared-{tag}")
     result = hook.run_job(payload_path=str(path), staging_dir=str(staging), key=key,
                           artifact_dir=str(work / "artifacts" / tag), on_output=lines.append,
-                          settings=JobSettings(np=hook.np, slot_wait_timeout_s=slot_wait_timeout_s))
+                          settings=JobSettings(np=hook.np, slot_wait_timeout_s=slot_wait_timeout_s,
+                                                      launcher=launcher))
     result.value = cloudpickle.loads(result.return_value) if result.return_value else None
     return result
 

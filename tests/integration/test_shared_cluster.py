@@ -3,7 +3,8 @@ Horovod jobs sharing one busy Spark standalone cluster of 2 workers x 2 cores (4
 through the hooks exactly as the operator submits them (issue #11):
 
 * two np=4 jobs: the second waits while the first holds every core, says so, and succeeds after it; a third one
-  with a short ``slot_wait_timeout_s`` gives up with the counts;
+  with a short ``slot_wait_timeout_s`` gives up with the counts; an np=2 ``torch.distributed`` job
+  (``launcher="torch"``) waits beside them and runs once cores are free;
 * jobs that can never fit fail before anything is submitted, with the counts: np=5 in client deploy mode, and
   np=4 in cluster deploy mode (the driver's own core leaves 3 slots);
 * six jobs, np=2 and np=4 mixed, submitted at once: all succeed, each ran exactly once, artifacts are separate,
@@ -54,9 +55,11 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
     first_lines: list[str] = []
     second_lines: list[str] = []
     third_lines: list[str] = []
+    ddp_lines: list[str] = []
     context = lambda: "\n".join(["-- first --", *first_lines[-30:], "-- second --", *second_lines[-30:],  # noqa: E731
-                                 "-- third --", *third_lines[-30:], cluster.log_tail(10)])
-    with ThreadPoolExecutor(3) as pool:
+                                 "-- third --", *third_lines[-30:], "-- ddp --", *ddp_lines[-30:],
+                                 cluster.log_tail(10)])
+    with ThreadPoolExecutor(4) as pool:
         first = pool.submit(run_client_job, CONN_ID, 4, "first", tmp_path, lines=first_lines, gate=gate,
                             marker=_marker(cluster))
         wait_until(lambda: len(starts(tmp_path)) == 4 or first.done(), "the first job's 4 ranks", context=context)
@@ -67,11 +70,16 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
                             marker=_marker(cluster), slot_wait_timeout_s=5)
         wait_until(lambda: any("waiting for 4 task slots" in line for line in second_lines) or second.done(),
                    "the second job to wait", context=context)
+        ddp = pool.submit(run_client_job, CONN_ID, 2, "ddp", tmp_path, lines=ddp_lines, marker=_marker(cluster),
+                          launcher="torch")
+        wait_until(lambda: any("waiting for 2 task slots" in line for line in ddp_lines) or ddp.done(),
+                   "the torch.distributed job to wait", context=context)
         with pytest.raises(HorovodJobError) as gave_up:
             third.result(timeout=240)
         gate.touch()  # the first job may finish now
         done_first = first.result(timeout=240)
         done_second = second.result(timeout=300)
+        done_ddp = ddp.result(timeout=300)
 
     assert done_first.value["size"] == done_second.value["size"] == 4
     assert done_second.value["entered"] > done_first.value["done"]  # its ranks started after the first's ended
@@ -84,7 +92,14 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
     assert "np=4 needs 4 task slots at the same time, and they did not come within slot_wait_timeout_s=5 s" \
         in message
     assert "other applications hold every core" in message and f"{done_first.app_id} 'shared-first'" in message
-    assert sorted(starts(tmp_path)) == [(tag, r) for tag in ("first", "second") for r in range(4)]
+    # the torch.distributed job waited the same way, then its two ranks ran after the first job had ended
+    assert (done_ddp.value["size"], done_ddp.value["total"]) == (2, 2.0)
+    assert done_ddp.value["entered"] > done_first.value["done"]
+    ddp_waiting = next(line for line in ddp_lines if "waiting for 2 task slots" in line)
+    assert "other applications hold every core" in ddp_waiting, ddp_waiting
+    assert any("2 task slots available after waiting" in line for line in ddp_lines), context()
+    assert sorted(starts(tmp_path)) == sorted([(tag, r) for tag in ("first", "second") for r in range(4)]
+                                              + [("ddp", 0), ("ddp", 1)])
     # the executors started with the hook's JVM options (the first line of an executor's stderr is its command)
     stderrs = [path.read_text(errors="replace")
                for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr")]

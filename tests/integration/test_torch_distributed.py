@@ -17,7 +17,7 @@ from tests.conftest import SESSION_MARK, session_processes
 pytestmark = pytest.mark.spark
 
 TORCHRUN_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",
-                  "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES")
+                  "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 
 
 def ddp_allreduce(scale, *, offset=0.0):
@@ -88,12 +88,15 @@ def test_ddp_on_a_barrier_stage_returns_rank0s_value_with_the_torchrun_environme
     assert result["rank"] == 0 and result["total"] == 31.0
     _assert_torchrun_env(result, 2)
     assert int(result["port"]) > 0
+    assert [e["OMP_NUM_THREADS"] for e in result["envs"]] == ["1", "1"]  # spark.task.cpus
 
 
 def test_ddp_on_the_driver(spark_env):
     result = TorchDistributor(num_processes=3, local_mode=True, use_gpu=False).run(ddp_allreduce, 1)
     assert result["total"] == 6.0
     _assert_torchrun_env(result, 3)
+    # torchrun's rule for several processes on one machine: 1 each, unless the driver's environment sets it
+    assert {e["OMP_NUM_THREADS"] for e in result["envs"]} == {os.environ.get("OMP_NUM_THREADS", "1")}
 
 
 def test_ddp_gradients_are_averaged_across_the_ranks(spark):

@@ -32,6 +32,7 @@ from airflow_provider_horovod.runtime.task.checks import (
 )
 from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
 from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, gloo_env, local_plan, torch_env
+from airflow_provider_horovod.runtime.task.rank_env import omp_threads
 from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess
 from airflow_provider_horovod.runtime.task.rendezvous import (
@@ -108,8 +109,10 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
         envs = [gloo_env(s, rendezvous_addr="127.0.0.1", rendezvous_port=port, iface="lo",
                          gloo_timeout_s=spec.gloo_timeout_s) for s in plan]
     owned = driver_owned_gpus(spec.np, os.environ.get(CUDA_VISIBLE_DEVICES)) if spec.use_gpu else []
+    threads = omp_threads(spec, os.environ)  # torchrun's rule for several processes on one machine
     procs = [RankProcess(s, spec, envs[i], workdir, sink,
-                         devices=device_env(spec.use_gpu, owned, plan, i, spec.gpu_visibility), metrics=metrics)
+                         devices=device_env(spec.use_gpu, owned, plan, i, spec.gpu_visibility), metrics=metrics,
+                         threads=threads)
              for i, s in enumerate(plan)]
     exited: queue.Queue[tuple[RankProcess, RankFailedError | None]] = queue.Queue()
     try:

@@ -9,14 +9,14 @@ from collections.abc import Mapping
 
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV
-from airflow_provider_horovod.runtime.launchers import HOROVOD, preimports
+from airflow_provider_horovod.runtime.launchers import HOROVOD, TORCH, preimports
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 
 def worker_environ(spec: JobSpec, *, launch_env: Mapping[str, str], devices: Mapping[str, str], payload: str,
                    result: str, error: str, lifeline_fd: int, progress_fd: int, metrics_fd: int | None = None,
-                   release_fd: int | None = None) -> dict[str, str]:
+                   release_fd: int | None = None, threads: int | None = None) -> dict[str, str]:
     """
     The variables a rank's process gets on top of its launcher's environment
     (:func:`~airflow_provider_horovod.runtime.task.plan.child_environ` applies them). ``spec.env`` overrides the
@@ -32,8 +32,10 @@ def worker_environ(spec: JobSpec, *, launch_env: Mapping[str, str], devices: Map
     :param progress_fd: the milestones pipe's write end.
     :param metrics_fd: the ``report()`` pipe's write end; ``None``: ``report()`` is a no-op.
     :param release_fd: for a rank started ahead of its rendezvous: the release pipe's read end.
+    :param threads: ``OMP_NUM_THREADS`` for the rank (:func:`omp_threads`), under ``spec.env``; ``None``: none set.
     """
     extra = {
+        **({OMP_THREADS: str(threads)} if threads is not None else {}),
         **devices,
         **spec.env,
         **launch_env,
@@ -60,3 +62,24 @@ def worker_environ(spec: JobSpec, *, launch_env: Mapping[str, str], devices: Map
         if not spec.use_gpu or spec.launcher != HOROVOD:  # horovod.torch imports after CUDA_VISIBLE_DEVICES is set
             extra[protocol.ENV_PREIMPORT] = ",".join(preimports(spec.payload, spec.launcher))
     return extra
+
+
+OMP_THREADS = "OMP_NUM_THREADS"
+
+
+def omp_threads(spec: JobSpec, inherited: Mapping[str, str]) -> int | None:
+    """
+    The ``OMP_NUM_THREADS`` of the ``torch.distributed`` ranks started as processes on the driver (``np < 0``):
+    torchrun's rule, 1 when more than one process starts and neither ``inherited`` (the driver's environment) nor
+    the job's ``env`` sets it; else ``None`` (the rank keeps what it inherits). Horovod ranks: ``None``
+    (``horovodrun`` sets nothing).
+
+    Ranks in barrier tasks need nothing from here: Spark's Python worker, whose environment they inherit, already
+    has ``OMP_NUM_THREADS=spark.task.cpus`` unless ``spark.executorEnv.OMP_NUM_THREADS`` sets it.
+
+    :param spec: the job.
+    :param inherited: the environment the ranks start from.
+    """
+    if spec.launcher != TORCH or OMP_THREADS in spec.env or OMP_THREADS in inherited:
+        return None
+    return 1 if spec.np > 1 else None

@@ -46,11 +46,14 @@ class RankProcess:
     :param devices: the rank's device variables (from :func:`~.gpus.device_env`); ``spec.env`` overrides them.
     :param metrics: called with each record the rank's ``report()`` sends; ``None``: the rank's ``report()`` is
         a no-op.
+    :param threads: its ``OMP_NUM_THREADS`` (:func:`~.rank_env.omp_threads`); ``None``: as inherited.
     """
 
     def __init__(self, slot: Slot, spec: JobSpec, gloo: dict[str, str], workdir: str, sink: Sink,
-                 devices: dict[str, str] | None = None, metrics: MetricsSink | None = None) -> None:
+                 devices: dict[str, str] | None = None, metrics: MetricsSink | None = None,
+                 threads: int | None = None) -> None:
         self.slot = slot
+        self._threads = threads
         self._devices = dict(devices or {})
         self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
         self._spec = spec
@@ -111,7 +114,8 @@ class RankProcess:
             fds.append(release_read)
         extra = worker_environ(self._spec, launch_env=self._gloo, devices=self._devices, payload=payload_path,
                                result=self.result_path, error=self.error_path, lifeline_fd=read_end,
-                               progress_fd=progress_write, metrics_fd=metrics_write, release_fd=release_read)
+                               progress_fd=progress_write, metrics_fd=metrics_write, release_fd=release_read,
+                               threads=self._threads)
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", protocol.WORKER_MODULE],

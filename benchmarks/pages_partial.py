@@ -1,0 +1,87 @@
+"""
+A partial run's page (``--only b8``, ``--only b7,b8``): the rerun benchmarks' parts of ``docs/benchmarks.md``
+replaced by this run's, the rest of the page (from an earlier full run) kept, and a line saying what was rerun when.
+
+The parts of a benchmark ``Bn`` are found by the generator's own prefixes: its table rows (``| Bn ...``), its
+target lines (``- Bn ...``), its line under "What is measured" (``- Bn (``) and its "Where the time goes: Bn"
+section. A part the old page lacks is put after the last line of its kind.
+"""
+
+from __future__ import annotations
+
+ROW_KEYS = ("b1", "b2", "b3", "b4", "b7", "b8")
+"""The benchmarks with rows in the main table (B5 has a section of its own: :func:`report.write_b5_section`)."""
+NOTE_PREFIX = "Rerun alone: "
+
+
+def rerun_keys(results: dict) -> list[str]:
+    """The row benchmarks this run measured."""
+    return [k for k in ROW_KEYS if results.get(k) is not None]
+
+
+def is_partial(results: dict) -> bool:
+    """Some row benchmarks ran, not all (B5 alone is :func:`report.only_b5`'s case)."""
+    keys = rerun_keys(results)
+    return bool(keys) and len(keys) < len(ROW_KEYS)
+
+
+def _section(lines: list[str], start: int) -> int:
+    """The index after the section that starts at ``lines[start]`` (the next ``## `` heading, or the end)."""
+    end = start + 1
+    while end < len(lines) and not lines[end].startswith("## "):
+        end += 1
+    return end
+
+
+def _replace(old: list[str], new: list[str], match, anchor) -> list[str]:
+    """``old`` with its lines that ``match`` replaced by ``new``'s (at the first old one; else after the last
+    line that ``anchor`` matches)."""
+    fresh = [ln for ln in new if match(ln)]
+    at = [i for i, ln in enumerate(old) if match(ln)]
+    if at:
+        kept = [ln for i, ln in enumerate(old) if i not in set(at)]
+        return kept[:at[0]] + fresh + kept[at[0]:]
+    anchors = [i for i, ln in enumerate(old) if anchor(ln)]
+    pos = anchors[-1] + 1 if anchors else len(old)
+    return old[:pos] + fresh + old[pos:]
+
+
+def merge(old_page: str, new_page: str, results: dict) -> str:
+    """
+    ``old_page`` with the parts of every benchmark in :func:`rerun_keys` taken from ``new_page`` (the whole
+    page this run would write on its own), and one line naming the rerun, its date and its load.
+    """
+    old, new = old_page.split("\n"), new_page.split("\n")
+    for key in rerun_keys(results):
+        tag = key.upper() + " "
+        old = _replace(old, new, lambda ln: ln.startswith(f"| {tag}"), lambda ln: ln.startswith("| B"))
+        old = _replace(old, new, lambda ln: ln.startswith(f"- {tag}") and ": **" in ln,
+                       lambda ln: ln.startswith("- B") and ": **" in ln)
+        old = _replace(old, new, lambda ln: ln.startswith(f"- {key.upper()} ("),
+                       lambda ln: ln.startswith("- B") and " (" in ln and ": **" not in ln)
+        heading = f"## Where the time goes: {key.upper()}"
+        starts = [i for i, ln in enumerate(new) if ln.startswith(heading)]
+        if starts:
+            fresh = new[starts[0]:_section(new, starts[0])]
+            at = [i for i, ln in enumerate(old) if ln.startswith(heading)]
+            if at:
+                old = old[:at[0]] + fresh + old[_section(old, at[0]):]
+    for heading in ("## How to rerun",):  # the generator's own text, not a run's numbers
+        at_new = [i for i, ln in enumerate(new) if ln.startswith(heading)]
+        at_old = [i for i, ln in enumerate(old) if ln.startswith(heading)]
+        if at_new and at_old:
+            old = old[:at_old[0]] + new[at_new[0]:_section(new, at_new[0])] + old[_section(old, at_old[0]):]
+    meta = results["meta"]
+    loads = " / ".join(f"{x[0]:.1f}" for x in (meta.get("load_start"), meta.get("load_end")) if x)
+    note = (f"{NOTE_PREFIX}{', '.join(k.upper() for k in rerun_keys(results))} on {meta['date']} "
+            f"({results['config']['mode']} settings, {meta.get('total_seconds', 0) / 60:.1f} min; 1-minute load "
+            f"average at its start / end {loads} on {meta['cores']} cores); their rows, targets and sections above "
+            "and below are from that run, the rest from the run named at the top."
+            + "".join(f" Time budget: {n}." for n in results.get("notes", [])))
+    same = note.split(" on ")[0] + " on "  # an earlier rerun of the same benchmarks: its line goes
+    for i in [i for i, ln in enumerate(old) if ln.startswith(same)][::-1]:
+        del old[i - 1 if i and not old[i - 1] else i:i + 1]
+    results_at = next((i for i, ln in enumerate(old) if ln.startswith("Ratios are of medians")), None)
+    if results_at is not None:
+        old = old[:results_at + 1] + ["", note] + old[results_at + 1:]
+    return "\n".join(old)
