@@ -75,7 +75,7 @@ def test_training_run_registered_model_and_promotion(airflow, mlflow_server):  #
     assert xcom["mlflow_run_id"] == run.info.run_id and xcom["model_version"] == "1"
     assert xcom["mlflow_run_url"] == f"{mlflow_server}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
     links = airflow.api("GET", f"/api/v2/dags/mlflow_retraining/dagRuns/{train_run}/taskInstances/train/links").json()
-    assert links["MLflow run"] == xcom["mlflow_run_url"]
+    assert links["extra_links"]["MLflow run"] == xcom["mlflow_run_url"], links
     version = client.get_model_version("digits_classifier", "1")
     assert version.run_id == run.info.run_id and "candidate" in version.aliases
     (event,) = airflow.asset_events(source_dag_id="mlflow_retraining")
