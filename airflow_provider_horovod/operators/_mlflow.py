@@ -142,7 +142,7 @@ class MlflowTracking:
         :param run: the try's work; returns rank 0's value.
         :param resumed: the try comes back from its trigger.
         """
-        from airflow.exceptions import TaskDeferred
+        from airflow.providers.common.compat.sdk import TaskDeferred
 
         if not self.mlflow_conn_id:
             return run(context)
