@@ -2,7 +2,7 @@
 #   make demo   set everything up and run the example retraining DAG on an embedded local Spark
 #   make test   set everything up and run the whole test suite (with the Keras environment, .venv-keras)
 #   make up / make down   start / stop a local deployment to watch the example DAGs in Airflow's UI
-.PHONY: setup setup-keras setup-browser demo up down test clean
+.PHONY: setup setup-keras setup-browser setup-mlflow-server demo up down test clean
 
 setup:
 	bash scripts/setup.sh
@@ -25,8 +25,12 @@ down:
 setup-browser: setup
 	bash scripts/setup_browser.sh
 
-test: setup setup-keras setup-browser
+# the MLflow tracking server the MLflow tests start (its own virtualenv: its pins are not Airflow's)
+setup-mlflow-server:
+	bash scripts/setup_mlflow_server.sh
+
+test: setup setup-keras setup-browser setup-mlflow-server
 	bash scripts/test.sh
 
 clean:
-	rm -rf .venv .venv-keras .venv-byo .airflow .airflow-up .pytest_cache
+	rm -rf .venv .venv-keras .venv-byo .venv-mlflow-server .airflow .airflow-up .pytest_cache

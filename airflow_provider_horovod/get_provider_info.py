@@ -31,13 +31,15 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_horovod.hooks.horovod",
                     "airflow_provider_horovod.hooks.standalone",
                     "airflow_provider_horovod.hooks.connect",
+                    "airflow_provider_horovod.hooks.mlflow",
                 ],
             }
         ],
         "triggers": [
             {"integration-name": "Horovod", "python-modules": ["airflow_provider_horovod.triggers.horovod"]}
         ],
-        "extra-links": ["airflow_provider_horovod.links.SparkUILink"],
+        "extra-links": ["airflow_provider_horovod.links.SparkUILink",
+                        "airflow_provider_horovod.links.MlflowRunLink"],
         "task-decorators": [
             {"class-name": "airflow_provider_horovod.decorators.horovod.horovod_task", "name": "horovod"},
             {"class-name": "airflow_provider_horovod.decorators.torch_distributed.torch_distributed_task",

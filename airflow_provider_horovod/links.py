@@ -73,3 +73,30 @@ def push_spark_ui_url(ti: Any, url: str) -> None:
 
 
 _UNKNOWN = object()
+
+
+XCOM_MLFLOW_RUN_URL = "mlflow_run_url"
+"""XCom key of the try's MLflow run page (the operator's data; the link has its own key)."""
+
+
+class MlflowRunLink(BaseOperatorLink):
+    """
+    "MLflow run" button on the task: the page of the try's MLflow run (``mlflow_conn_id``), pushed as XCom
+    :data:`XCOM_MLFLOW_RUN_URL` when the run is created; ``""`` without one. Like :class:`SparkUILink`, an operator
+    that ran the try answers from what it knows, other instances from the XCom.
+    """
+
+    name = "MLflow run"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        """
+        :param operator: the task.
+        :param ti_key: the task instance.
+        :return: the run's URL, or ``""``.
+        """
+        known = getattr(operator, "mlflow_run_url", None)
+        if known:
+            return known
+        if getattr(operator, "mlflow_conn_id", None) is None:
+            return ""
+        return XCom.get_value(ti_key=ti_key, key=XCOM_MLFLOW_RUN_URL) or ""

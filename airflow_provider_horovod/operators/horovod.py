@@ -15,7 +15,7 @@ from airflow.providers.common.compat.sdk import BaseOperator, ResumableJobMixin
 
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_flag
-from airflow_provider_horovod.links import SparkUILink
+from airflow_provider_horovod.links import MlflowRunLink, SparkUILink
 from airflow_provider_horovod.operators.common import (
     DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, XCOM_CHECKPOINT_DIR, _default_deferrable, validate_deploy_mode,
 )
@@ -24,6 +24,7 @@ from airflow_provider_horovod.operators._arguments import (
 )
 from airflow_provider_horovod.operators._durable import DurableClusterJob
 from airflow_provider_horovod.operators._hooks import OperatorHooks
+from airflow_provider_horovod.operators._mlflow import MlflowTracking
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes import resolve_deploy_mode
 from airflow_provider_horovod.operators.modes.base import DelegatesToDeployMode, DeployMode, JobRequest
@@ -42,8 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["HorovodRunnerOperator"]
 
 
-class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMixin, ResumableJobMixin,
-                            BaseOperator):
+class HorovodRunnerOperator(OperatorHooks, MlflowTracking, DelegatesToDeployMode, OpenLineageMixin,
+                            ResumableJobMixin, BaseOperator):
     """
     Run a Horovod training function on Spark, the way Databricks' ``HorovodRunner`` does in a notebook.
 
@@ -80,16 +81,13 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
         the task fails naming the ranks that never joined. ``None``: no limit.
     :param training_timeout_s: seconds each rank may run in all (``None``: no limit; Airflow's
         ``execution_timeout`` also applies and stops the Spark job).
-    :param max_return_value_bytes: largest return value accepted for XCom, bytes (default 1 MiB). Checked twice:
-        rank 0 measures its value's cloudpickle and, when that is larger, does not send it (nothing large goes
-        through the executor's and the driver's JVMs), so the task fails as soon as the job has ended, with
-        ``artifact_paths`` pushed and the model files kept; a value that passes is measured again here, serialized
-        as XCom stores it. Write models and tensors under :func:`airflow_provider_horovod.runtime.artifact_dir`.
+    :param max_return_value_bytes: largest return value accepted for XCom, bytes (default 1 MiB): rank 0 does not
+        send a larger cloudpickle (the task fails once the job has ended, ``artifact_paths`` pushed, the files
+        kept); a value that passes is measured again as XCom serializes it. Models go under ``artifact_dir()``.
     :param spark_name: the Spark application name; default ``airflow-horovod-<dag_id>-<task_id>``. (templated)
     :param spark_submit_kwargs: further ``SparkSubmitHook`` arguments (``executor_memory``, ``jars``, ...).
-    :param poll_interval_s: seconds between polls of the Spark monitoring REST API while the job runs; the
-        task log gets the barrier stage's state changes (waiting for slots, ranks running on which executors,
-        a failed attempt and its reason). ``None`` turns polling off. Also the driver-state poll in cluster mode.
+    :param poll_interval_s: seconds between polls of the Spark monitoring REST API while the job runs (the stage's
+        state changes in the task log) and of the driver's state in cluster mode. ``None`` turns polling off.
     :param deploy_mode: ``"client"`` (the Spark driver runs in this task, via spark-submit) or ``"cluster"`` (the
         driver runs on a Spark standalone worker, submitted through the master's REST submission server);
         ``None``: the connection's ``deploy-mode`` extra, else client.
@@ -97,12 +95,9 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
         :class:`~airflow_provider_horovod.triggers.horovod.HorovodSparkJobTrigger`. Default from
         ``[operators] default_deferrable``. Client mode always runs synchronously (the driver lives in the task).
     :param cancel_on_kill: kill the Spark driver when the task is killed, times out, or its trigger fails.
-    :param durable: cluster deploy mode: persist the submitted driver to the task state store before waiting, so
-        that after the Airflow task process dies (worker crash, SIGKILL) the retry reattaches to the still-running
-        driver instead of submitting a second one, or reads the result of one that finished meanwhile (Airflow's
-        ``ResumableJobMixin``; the name and default ``True`` as on ``SparkSubmitOperator``). Needs Airflow 3.3+;
-        below that it has no effect. Client mode cannot reattach (the driver lives in this task's process).
-        See ``docs/how-it-works.md``.
+    :param durable: cluster deploy mode: persist the submitted driver to the task state store before waiting, so a
+        retry after a worker crash reattaches to it or reads its result (``ResumableJobMixin``, as on
+        ``SparkSubmitOperator``; Airflow 3.3+). Client mode cannot reattach. See ``docs/how-it-works.md``.
     :param openlineage_inject_parent_job_info: add the ``spark.openlineage.parentJob*`` properties to the Spark conf
         so Spark's own OpenLineage listener links its events to this task (default ``[openlineage]
         spark_inject_parent_job_info``, else ``False``; as on ``SparkSubmitOperator``).
@@ -125,21 +120,22 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
         standalone master before anything is submitted. Bound concurrency the Airflow way with a pool:
         ``docs/shared-clusters.md``. (templated)
     :param timeline: record the Horovod Timeline to ``horovod_timeline.json`` in the artifact directory (one of
-        ``artifact_paths``; open it in ``chrome://tracing`` or Perfetto). TensorBoard logs need no flag: the
-        function writes them under :func:`airflow_provider_horovod.runtime.tensorboard_dir`, and the directory is
-        pushed as XCom ``tensorboard_dir``. See :mod:`airflow_provider_horovod.runtime.observability`.
+        ``artifact_paths``). TensorBoard logs need no flag (:func:`airflow_provider_horovod.runtime.tensorboard_dir`,
+        XCom ``tensorboard_dir``). See :mod:`airflow_provider_horovod.runtime.observability`.
     :param launcher: how the ranks start: ``"horovod"`` (the function calls ``hvd.init()``) or ``"torch"`` (each
         rank gets the torchrun environment and calls ``torch.distributed.init_process_group()`` itself; see
         :class:`~airflow_provider_horovod.operators.torch_distributed.TorchDistributedOperator` and
         ``docs/torch-distributed.md``). ``timeline`` needs ``"horovod"``.
+    :param mlflow_conn_id: with ``mlflow_experiment`` (templated), ``mlflow_register_model``, ``mlflow_model_alias``,
+        ``mlflow_model_path``: one MLflow run per try (``docs/mlflow.md``, ``operators._mlflow.MlflowTracking``).
     :raises ValueError: an argument is invalid (raised when the DAG is parsed).
     :raises TypeError: ``python_callable`` is not callable.
     """
 
     template_fields: Sequence[str] = ("op_args", "op_kwargs", "conn_id", "conf", "env_vars", "artifact_dir",
-                                      "checkpoint_dir", "spark_name", "staging_dir", "slot_wait_timeout_s")
+                                      "checkpoint_dir", "spark_name", "staging_dir", "slot_wait_timeout_s", "mlflow_experiment")
     template_fields_renderers = {"op_kwargs": "py", "op_args": "py", "conf": "json", "env_vars": "json"}
-    operator_extra_links = (SparkUILink(),)
+    operator_extra_links = (SparkUILink(), MlflowRunLink())
     ui_color = "#f6e3c5"
     external_id_key = DurableClusterJob.external_id_key
     """Task-state-store key of the persisted cluster-mode job (renaming it breaks in-flight retries)."""
@@ -219,10 +215,8 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
         self.deferrable = deferrable
         self.cancel_on_kill = cancel_on_kill
         self.staging_dir = staging_dir
-        self._mode: DeployMode | None = None
-        """The deploy mode this try runs in, chosen once in :meth:`execute`."""
-        self._reporter: JobReporter | None = None
-        """This try's reporting steps, made with its deploy mode."""
+        self._mode: DeployMode | None = None  # the deploy mode this try runs in, chosen once in execute()
+        self._reporter: JobReporter | None = None  # this try's reporting steps, made with its deploy mode
 
     @property
     def spark_ui_url(self) -> str | None:
@@ -242,11 +236,9 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
             return ClientMode(request, self.hook, reporter, deferrable=self.deferrable)
         if name == "connect":
             return ConnectMode(request, self.connect_hook, reporter)
-        return ClusterMode(request, self.cluster_hook, reporter, self._cluster_options())
-
-    def _cluster_options(self) -> ClusterOptions:
-        return ClusterOptions(defer=self.defer, deferrable=self.deferrable, cancel_on_kill=self.cancel_on_kill,
-                              poll_interval_s=self.poll_interval_s, staging_dir=self.staging_dir, conf=self.conf)
+        return ClusterMode(request, self.cluster_hook, reporter, ClusterOptions(
+            defer=self.defer, deferrable=self.deferrable, cancel_on_kill=self.cancel_on_kill,
+            poll_interval_s=self.poll_interval_s, staging_dir=self.staging_dir, conf=self.conf))
 
     def _payload(self) -> tuple[bytes, bytes]:
         """``(key, payload)``: the callable and its arguments, signed with a key made for this try."""
@@ -264,6 +256,9 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
 
     def execute(self, context: Context) -> Any:
         """Serialize, submit, wait; push ``spark_app_id``, ``artifact_dir``, ``artifact_paths``; return rank 0's value."""
+        return self.mlflow_tracked(context, self._execute)
+
+    def _execute(self, context: Context) -> Any:
         ti = context["ti"]
         self.inject_openlineage_properties(context)
         artifact_dir, checkpoint_dir = self._storage_locations(context)
@@ -285,16 +280,20 @@ class HorovodRunnerOperator(OperatorHooks, DelegatesToDeployMode, OpenLineageMix
             self.log.warning("durable=True has no effect in %s deploy mode: the Spark driver runs in this task's "
                              "process and ends with it, so a retry starts the training again; use "
                              "deploy_mode='cluster' to reattach after a worker crash", mode.name)
-        external_id = mode.submit_job(context)
-        mode.poll_until_complete(external_id, context)
-        return mode.get_job_result(external_id, context)
+        external_id = self.submit_job(context)
+        self.poll_until_complete(external_id, context)
+        return self.get_job_result(external_id, context)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger (cluster mode): validate its event, read the result, push XComs, or raise."""
-        return ClusterMode(None, self.cluster_hook, self._new_reporter()).complete(context, event)
+        return self.mlflow_tracked(context, lambda ctx: ClusterMode(None, self.cluster_hook, self._new_reporter())
+                                   .complete(ctx, event), resumed=True)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """When the trigger failed or timed out (``__fail__``), kill the driver before failing the task."""
-        if next_method == "__fail__" and self.cancel_on_kill:
+        if next_method != "__fail__":
+            return super().resume_execution(next_method, next_kwargs, context)
+        if self.cancel_on_kill:
             ClusterMode(None, self.cluster_hook, self._new_reporter()).kill_after_trigger_failure(context)
-        return super().resume_execution(next_method, next_kwargs, context)
+        return self.mlflow_tracked(context, lambda ctx: super(HorovodRunnerOperator, self).resume_execution(
+            next_method, next_kwargs, ctx), resumed=True)

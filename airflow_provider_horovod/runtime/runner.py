@@ -15,6 +15,7 @@ from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_fail
 from airflow_provider_horovod.runtime.driver.shipping import runtime_zip, ship_runtime
 from airflow_provider_horovod.runtime.driver.slots import local_master_slots, not_enough_slots, wait_for_slots
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
+from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink, check_mlflow_installed, run_env
 from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
 from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S,
@@ -87,6 +88,10 @@ class HorovodRunner:
         job that resumes. ``None`` (default): ``checkpoint_dir()`` raises. See ``docs/checkpoints.md``.
     :param try_number: which attempt this run is (1 for the first), for the ranks'
         :func:`~airflow_provider_horovod.runtime.try_number` and the resume log line; ``None`` (default): unknown.
+    :param mlflow_run: log into an MLflow run (``docs/mlflow.md``): ``True`` the active run (``mlflow.start_run()``
+        in this process), or a run id; every rank gets ``MLFLOW_RUN_ID``, the tracking URI and credentials, so
+        ``mlflow.start_run()`` on rank 0 resumes it, and ``report()``'s metrics are logged into it from the driver.
+        ``False`` (default): none (unless ``env`` names one).
     :raises ValueError: an argument is invalid (raised here, before any Spark work), with the same message as the
         operator's and the decorator's (:class:`~airflow_provider_horovod.runtime.settings.JobSettings`).
     """
@@ -110,6 +115,7 @@ class HorovodRunner:
         launcher: str = DEFAULT_LAUNCHER,
         checkpoint_dir: str | None = None,
         try_number: int | None = None,
+        mlflow_run: bool | str = False,
     ) -> None:
         self.settings = JobSettings(
             np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
@@ -127,6 +133,11 @@ class HorovodRunner:
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         if timeline:
             self.env.setdefault(ENV_TIMELINE, "1")
+        if not isinstance(mlflow_run, bool | str) or mlflow_run == "":
+            raise ValueError(f"mlflow_run must be True, False or a run id, got {mlflow_run!r}")
+        if mlflow_run:
+            check_mlflow_installed("mlflow_run")
+        self.mlflow_run = mlflow_run
         self.last_metrics: dict[str, Any] = {}
         """Rank 0's last ``report()`` metrics of the latest run (empty before one, or when it reported none)."""
 
@@ -206,13 +217,16 @@ class HorovodRunner:
         :raises LaunchError: the stage could not run.
         """
         s = self.settings
+        env = self.env if not self.mlflow_run else \
+            {**run_env(None if self.mlflow_run is True else self.mlflow_run), **self.env}
         spec = JobSpec(payload=payload, np=abs(s.np), artifact_dir=self.artifact_dir,
-                       forward_all=s.driver_log_verbosity == "all", gloo_timeout_s=s.gloo_timeout_s, env=self.env,
+                       forward_all=s.driver_log_verbosity == "all", gloo_timeout_s=s.gloo_timeout_s, env=env,
                        start_timeout_s=s.start_timeout_s, training_timeout_s=s.training_timeout_s,
                        use_gpu=s.use_gpu, gpu_visibility=s.gpu_visibility,
                        max_return_value_bytes=s.max_return_value_bytes, launcher=s.launcher,
                        checkpoint_dir=s.checkpoint_dir, try_number=s.try_number)
-        with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror) as collector:
+        with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror,
+                              sink=MlflowMetricsSink.from_env(env)) as collector:
             try:
                 result = run_on_driver(spec, metrics=collector.add) if self.np < 0 \
                     else self._run_barrier(spec, collector.add)

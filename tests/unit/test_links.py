@@ -33,7 +33,8 @@ def test_the_link_has_its_own_xcom_key_apart_from_the_operators_data():
     with DAG("links", schedule=None) as dag:
         HorovodRunnerOperator(task_id="t", python_callable=_train)
     serialized = DagSerialization.to_dict(dag)
-    assert serialized["dag"]["tasks"][0]["__var"]["_operator_extra_links"] == {"Spark UI": "_link_SparkUILink"}
+    assert serialized["dag"]["tasks"][0]["__var"]["_operator_extra_links"] == {
+        "Spark UI": "_link_SparkUILink", "MLflow run": "_link_MlflowRunLink"}
     link = DagSerialization.from_dict(serialized).get_task("t").operator_extra_link_dict["Spark UI"]
     assert link.xcom_key == "_link_SparkUILink"
 

@@ -72,12 +72,16 @@ class MetricsCollector:
     :param remote_flush_interval_s: seconds between writes to object storage.
     :param mirror_dir: another directory (path or URI) that gets a copy of ``progress.json`` (the driver program's
         result directory, which the Airflow side reads in cluster deploy mode).
+    :param sink: also logs rank 0's records elsewhere, from the collector's thread, every ``sink_interval_s`` and
+        at the end (an :class:`~airflow_provider_horovod.runtime.mlflow_sink.MlflowMetricsSink`: ``log(records)``).
+    :param sink_interval_s: seconds between the sink's calls at most.
     :param clock: the wall clock (tests).
     """
 
     def __init__(self, artifact_dir: str | None, *, mirror_dir: str | None = None,
                  emit: Callable[[str], None] | None = None,
                  log_interval_s: float = 5.0, flush_interval_s: float = 2.0, remote_flush_interval_s: float = 10.0,
+                 sink: Any = None, sink_interval_s: float = 5.0,
                  clock: Callable[[], float] = time.time) -> None:
         self.artifact_dir = artifact_dir
         self.mirror_dir = mirror_dir
@@ -98,6 +102,9 @@ class MetricsCollector:
         self._changed = False  # a record came since the last line
         self._dirty = False  # ... since the last write
         self._write_failed = False
+        self._sink = sink
+        self._sink_interval_s = sink_interval_s
+        self._for_sink: list[dict[str, Any]] = []  # rank 0's records the sink has not had yet
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -118,6 +125,8 @@ class MetricsCollector:
                 if isinstance(record.get("metrics"), dict):
                     self._latest.update(record["metrics"])
                 self._history.append(json.dumps(record, separators=(",", ":")))
+                if self._sink is not None:
+                    self._for_sink.append(record)
                 step, at = record.get("step"), record.get("time")
                 if isinstance(step, int) and isinstance(at, int | float):
                     self._window.append((float(at), step))
@@ -197,8 +206,15 @@ class MetricsCollector:
         if line is not None:
             self._emit(line)
 
+    def _to_sink(self) -> None:
+        if self._sink is None:
+            return
+        with self._lock:
+            records, self._for_sink = self._for_sink, []
+        self._sink.log(records)
+
     def _run(self) -> None:
-        next_write = next_log = time.monotonic()
+        next_write = next_log = next_sink = time.monotonic()
         while not self._stop.wait(min(1.0, self._flush_interval_s, self._log_interval_s)):
             now = time.monotonic()
             if now >= next_write:
@@ -207,6 +223,9 @@ class MetricsCollector:
             if now >= next_log:
                 self._log()
                 next_log = now + self._log_interval_s
+            if now >= next_sink:
+                self._to_sink()
+                next_sink = now + self._sink_interval_s
 
     def __enter__(self) -> MetricsCollector:
         self._thread = threading.Thread(target=self._run, name="horovod-metrics", daemon=True)
@@ -230,5 +249,6 @@ class MetricsCollector:
         if exc and exc[0] is not None and self._state == "running":
             self.finish("failed")
         self._log()
+        self._to_sink()
         if self._last is not None or self._ranks:  # nothing reported: leave no files behind
             self._write(final=True)

@@ -1,0 +1,99 @@
+"""
+MLflow tracking: the operator's parse-time checks, and the hook and the driver's metrics sink against a real tracking
+server on 127.0.0.1 (tests/mlflow_server.py; one for the module, ~10 s to start).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+
+import pytest
+
+from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
+from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink
+from airflow_provider_horovod.runtime.runner import HorovodRunner
+from tests.mlflow_server import mlflow_server  # noqa: F401  (fixture)
+
+
+def _train():
+    return None
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"mlflow_experiment": "x"}, "need mlflow_conn_id"),
+    ({"mlflow_register_model": "m"}, "need mlflow_conn_id"),
+    ({"mlflow_conn_id": ""}, "mlflow_conn_id must be a non-empty string"),
+    ({"mlflow_conn_id": "m", "mlflow_register_model": 3}, "mlflow_register_model must be a non-empty string"),
+])
+def test_bad_mlflow_arguments_fail_at_parse_time(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        HorovodRunnerOperator(task_id="t", python_callable=_train, **kwargs)
+
+
+def test_without_the_client_the_error_gives_the_install_command(monkeypatch):
+    # the one case a real environment cannot give while the dev extra has the client: find_spec says it is missing
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    for make in (lambda: HorovodRunnerOperator(task_id="t", python_callable=_train, mlflow_conn_id="m"),
+                 lambda: HorovodRunner(np=2, mlflow_run="abc")):
+        with pytest.raises(ValueError, match=r"pip install 'airflow-provider-horovod\[mlflow\]'"):
+            make()
+
+
+def test_runner_mlflow_run_must_be_a_flag_or_a_run_id():
+    with pytest.raises(ValueError, match="mlflow_run must be True, False or a run id"):
+        HorovodRunner(np=2, mlflow_run="")
+
+
+def test_hook_run_lifecycle_and_registry_against_a_real_server(mlflow_server, monkeypatch, tmp_path):  # noqa: F811
+    from airflow_provider_horovod.hooks.mlflow import MlflowHook
+
+    host, port = mlflow_server.rsplit(":", 1)
+    monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_T", json.dumps({"conn_type": "http", "host": host.split("//")[1],
+                                                            "port": int(port), "login": "u", "password": "p"}))
+    hook = MlflowHook("mlflow_t")
+    env = hook.start_run("unit", tags={"airflow.try_number": 1}, params={"np": 2, "big": "x" * 2000})
+    assert env["MLFLOW_TRACKING_URI"] == mlflow_server
+    assert env["MLFLOW_TRACKING_USERNAME"] == "u" and env["MLFLOW_TRACKING_PASSWORD"] == "p"
+    run_id = env["MLFLOW_RUN_ID"]
+    assert hook.run_status(run_id) == "RUNNING" and hook.run_status("0" * 32) is None
+
+    # the driver's sink: rank 0's records become metric history at their steps; the others' are not its business
+    with MetricsCollector(None, sink=MlflowMetricsSink.from_env(env), sink_interval_s=0.2, log_interval_s=60) as c:
+        for step in range(1, 6):
+            c.add({"time": time.time(), "rank": 0, "step": step, "metrics": {"loss": 1.0 / step, "nan": None}})
+            c.add({"time": time.time(), "rank": 1, "step": step})
+    client = hook.get_conn()
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [
+        (s, 1.0 / s) for s in range(1, 6)]
+    assert client.get_metric_history(run_id, "nan") == []
+    run = client.get_run(run_id)
+    assert run.data.params["np"] == "2" and len(run.data.params["big"]) == 500
+
+    model = tmp_path / "model.pt"
+    model.write_bytes(b"weights")
+    version = hook.register_model(run_id, "unit_model", alias="candidate", model_file=str(model))
+    again = hook.register_model(run_id, "unit_model", alias="candidate", model_uri=f"runs:/{run_id}/model")
+    assert (version, again) == ("1", "2")
+    assert client.get_model_version_by_alias("unit_model", "candidate").version == "2"
+    assert [f.path for f in client.list_artifacts(run_id, "model")] == ["model/model.pt"]
+    hook.log_outputs(run_id, str(tmp_path), [str(model)])
+    hook.end_run(run_id, "FAILED", {"horovod.error": "RuntimeError: boom"})
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED" and run.data.tags["horovod.error"] == "RuntimeError: boom"
+    assert run.data.tags["horovod.artifact_dir"] == str(tmp_path)
+    assert hook.run_url(run.info.experiment_id, run_id) == \
+        f"{mlflow_server}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+
+
+def test_sink_reports_a_dead_server_once_and_never_raises(capfd, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # port 9: refused at once, no backoff
+    sink = MlflowMetricsSink({"MLFLOW_RUN_ID": "r", "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
+    for _ in range(3):
+        sink.log([{"time": 1.0, "step": 1, "metrics": {"loss": 1.0}}])
+    assert sink.failed and sink.logged == 0
+    assert capfd.readouterr().err.count("cannot log the metrics to MLflow run r") == 1
