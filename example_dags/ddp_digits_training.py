@@ -134,6 +134,8 @@ with DAG(
         python_callable=train_digits_ddp,
         op_kwargs={"data_path": data_path, "epochs": 30},
         np=2,
+        retries=1,  # the retry resumes from the latest checkpoint (XCom checkpoint_dir; docs/checkpoints.md)
+        retry_delay=pendulum.duration(seconds=10),
     )
 
     @task

@@ -201,6 +201,7 @@ with DAG(
         np=2,
         timeline=True,  # Horovod Timeline -> horovod_timeline.json among artifact_paths (chrome://tracing, Perfetto)
         retries=1,  # the retry resumes from the latest checkpoint (XCom checkpoint_dir; docs/checkpoints.md)
+        retry_delay=pendulum.duration(seconds=10),
     )
 
     @task

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
-
-from airflow.models import DagRun, TaskInstance
-from airflow.models.xcom import XComModel
-from airflow.utils.session import create_session
+import os
 
 
 def latest_run(dag_id: str) -> dict:
     """Task states, try numbers and deserialized XComs of the newest run of ``dag_id``."""
+    if not os.environ.get("AIRFLOW_HOME"):  # Airflow would make ~/airflow and an empty database there
+        raise SystemExit("AIRFLOW_HOME is not set: set it to the Airflow home of the run, e.g. "
+                         "AIRFLOW_HOME=$PWD/.airflow for `make demo`'s")
+    from airflow.models import DagRun, TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
     with create_session() as session:
         run = session.query(DagRun).filter(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).first()
         if run is None:

@@ -71,11 +71,12 @@ def describe(snapshot: Snapshot) -> dict[str, str]:
             # remaining task-start events are on their way
             facts[topic] = (f"barrier stage {stage.stage_id} starting: {stage.num_active_tasks}/{n} tasks "
                             "launched")
-        elif stage.status == "ACTIVE":
-            busy = [e for e in snapshot.executors if e.active_tasks > 0]
+        elif stage.status == "ACTIVE" and (busy := [e for e in snapshot.executors if e.active_tasks > 0]):
             where = ", ".join(f"executor {e.id} ({e.host_port}): {e.active_tasks} task{'s' if e.active_tasks != 1 else ''}"
-                              for e in busy) or "unknown executors"
+                              for e in busy)
             facts[topic] = f"{n}/{n} ranks running on {where}"
+        # ACTIVE with every task running but no executor counting one: the executors' view is behind the stage's
+        # (its tasks are ending, or just started); no new fact until one of them agrees
         elif stage.status == "FAILED":
             facts[topic] = (f"barrier stage {stage.stage_id} attempt {stage.attempt_id} failed: "
                             f"{_first_line(stage.failure_reason)}")

@@ -55,6 +55,11 @@ def test_all_ranks_running_names_the_executors():
     assert facts == {"stage-3-0": "2/2 ranks running on executor driver (127.0.0.1:40000): 2 tasks"}
 
 
+def test_no_line_while_no_executor_counts_the_running_ranks():
+    """The executors' view lags the stage's when the ranks end (the demo printed "running on unknown executors")."""
+    assert describe(snapshot({"status": "ACTIVE", "numActiveTasks": 2}, active_on_executor=0)) == {}
+
+
 def test_ranks_finishing_one_by_one_is_not_waiting_for_slots():
     facts = describe(snapshot({"status": "ACTIVE", "numActiveTasks": 1, "numCompleteTasks": 1}))
     assert facts == {"stage-3-0": "barrier stage 3: 1/2 ranks finished, 1 still running"}
