@@ -16,6 +16,7 @@ from pydantic import Field
 from airflow_provider_horovod.clients._spark_model import (
     Bool, CamelCaseModel, Int, RunTogetherModel, Str, state_in,
 )
+from airflow_provider_horovod.clients.spark_rest_errors import SparkSubmissionError
 
 DRIVER_SUCCESS_STATES = frozenset({"FINISHED"})
 DRIVER_FAILURE_STATES = frozenset({"FAILED", "KILLED", "ERROR"})
@@ -95,6 +96,22 @@ class MasterState(RunTogetherModel):
     def application(self, app_id: str) -> MasterApplication | None:
         """The active or completed application with this id, or ``None``."""
         return next((a for a in self.active_apps + self.completed_apps if a.id == app_id), None)
+
+    def driver_status(self, submission_id: str) -> DriverStatus:
+        """
+        The driver's state as the REST submission server's status call would give it, from this page (cluster
+        deploy mode through spark-submit's legacy gateway, where the master runs no REST server): the same states,
+        no message (the page has none).
+
+        :param submission_id: the driver id (``driver-...``).
+        :raises SparkSubmissionError: the master does not know the driver (as the REST status call raises).
+        """
+        driver = self.driver(submission_id)
+        if driver is None:
+            raise SparkSubmissionError(f"the master does not know submission {submission_id!r} (the state page "
+                                       f"of {self.url} lists no such driver)")
+        return DriverStatus(submission_id=submission_id, success=True, driver_state=driver.state,
+                            worker_id=driver.worker_id)
 
 
 class SubmissionResponse(CamelCaseModel):

@@ -79,7 +79,8 @@ class SparkRestClient(SparkRestBase):
 
     def _attempt(self, call: Call[T], timeout_: httpx.Timeout) -> T:
         try:
-            response = self._http.request(call.method, call.url, json=call.body, timeout=timeout_)
+            response = self._http.request(call.method, call.url, timeout=timeout_,
+                                               **({"data": call.body} if call.form else {"json": call.body}))
         except httpx.RequestError as exc:
             raise request_error(call, exc, self.access.origin) from exc
         return decode(call, response, self.access.origin)
@@ -198,6 +199,19 @@ class SparkRestClient(SparkRestBase):
         :raises SparkRestError: as :meth:`applications`.
         """
         return self._run(self.endpoints.kill_submission(submission_id), timeout_s)
+
+    def kill_driver_ui(self, submission_id: str, *, timeout_s: float | None = None) -> None:
+        """``POST {master_ui_url}/driver/kill/`` (``id``, ``terminate=true``): the master web UI's kill link for a
+        driver, for a master without a REST submission server (``spark.ui.killEnabled``, the default, must be on).
+
+        As asynchronous as :meth:`kill_submission`, and the page says nothing back: poll the driver's state.
+
+        :param submission_id: the driver id.
+        :param timeout_s: timeout of each attempt in seconds (default: the client's).
+        :raises SparkRestError: as :meth:`applications` (HTTP 401/403: the UI's filter refused the token).
+        :raises ValueError: when the client has no ``master_ui_url``.
+        """
+        self._run(self.endpoints.kill_driver_ui(submission_id), timeout_s)
 
     def request_json(self, method: str, url: str, *, body: Mapping[str, Any] | None = None,
                      idempotent: bool | None = None, timeout_s: float | None = None) -> Any:

@@ -45,7 +45,8 @@ class AsyncSparkRestClient(SparkRestBase):
 
     async def _attempt(self, call: Call[T], timeout_: httpx.Timeout) -> T:
         try:
-            response = await self._http.request(call.method, call.url, json=call.body, timeout=timeout_)
+            response = await self._http.request(call.method, call.url, timeout=timeout_,
+                                               **({"data": call.body} if call.form else {"json": call.body}))
         except httpx.RequestError as exc:
             raise request_error(call, exc, self.access.origin) from exc
         return decode(call, response, self.access.origin)
@@ -99,6 +100,10 @@ class AsyncSparkRestClient(SparkRestBase):
     async def kill_submission(self, submission_id: str, *, timeout_s: float | None = None) -> SubmissionResponse:
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.kill_submission`."""
         return await self._run(self.endpoints.kill_submission(submission_id), timeout_s)
+
+    async def kill_driver_ui(self, submission_id: str, *, timeout_s: float | None = None) -> None:
+        """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.kill_driver_ui`."""
+        await self._run(self.endpoints.kill_driver_ui(submission_id), timeout_s)
 
     async def request_json(self, method: str, url: str, *, body: Mapping[str, Any] | None = None,
                            idempotent: bool | None = None, timeout_s: float | None = None) -> Any:

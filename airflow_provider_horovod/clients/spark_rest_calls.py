@@ -37,7 +37,7 @@ class Call(Generic[T]):
     :param method: the HTTP method.
     :param url: the full URL.
     :param parse: turns the decoded JSON body of a 2xx answer into the result; raises :class:`SparkRestError`.
-    :param body: the JSON body to send, if any.
+    :param body: the JSON body to send, if any (with ``form``: an HTML form, and no body is read back).
     :param idempotent: whether the call may be repeated after it possibly reached the server (read timeout,
         HTTP 5xx). A non-idempotent call (``create``) is retried only when the connection could not be made.
     """
@@ -47,6 +47,7 @@ class Call(Generic[T]):
     parse: Callable[[Any], T]
     body: Mapping[str, Any] | None = None
     idempotent: bool = True
+    form: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,8 @@ def is_retryable(call: Call[Any], exc: BaseException) -> bool:
     """Whether ``exc``, raised by an attempt of ``call``, deserves another attempt (never an auth or TLS error)."""
     if isinstance(exc, (SparkRestAuthError, SparkRestTLSError)) or not isinstance(exc, SparkRestUnavailableError):
         return False
-    if call.idempotent:
-        return True
-    # The request may have reached the server unless the connection itself failed.
-    return isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout))
+    # unless it is idempotent, the request may have reached the server unless the connection itself failed
+    return call.idempotent or isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout))
 
 
 def _log_retry(call: Call[Any]) -> Callable[[tenacity.RetryCallState], None]:
@@ -162,6 +161,8 @@ def decode(call: Call[T], response: httpx.Response, origin: str | None = None) -
         cls = SparkRestUnavailableError if status >= 500 else SparkRestError
         raise cls(f"Spark REST {call.method} answered HTTP {status}: {_server_message(response)}",
                   status_code=status, url=call.url)
+    if call.form:
+        return call.parse(None)
     try:
         data = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -287,6 +288,10 @@ class Endpoints:
         # Killing twice is harmless (the second answer says the driver already finished): idempotent.
         return Call("POST", _join(self.rest_url, "rest_url", f"/v1/submissions/kill/{_seg(submission_id)}"),
                     master.SubmissionResponse.from_json)
+
+    def kill_driver_ui(self, submission_id: str) -> Call[None]:  # the master UI's kill link; it answers a redirect
+        return Call("POST", _join(self.master_ui_url, "master_ui_url", "/driver/kill/"), lambda _: None,
+                    body={"id": submission_id, "terminate": "true"}, form=True)
 
     @staticmethod
     def raw(method: str, url: str, body: Mapping[str, Any] | None = None,

@@ -7,7 +7,9 @@ payload, the runtime zip (executors and the driver need neither Airflow nor this
 program, and the files the driver writes back (``status.json`` as soon as the application exists, then
 ``result.json`` / ``result.pkl``).
 Submission and tracking use the standalone master's REST API (``/v1/submissions/create|status|kill``) and
-``/json``, through :mod:`airflow_provider_horovod.clients`.
+``/json``, through :mod:`airflow_provider_horovod.clients`; with the Spark RPC secret in the connection (no REST
+server then) spark-submit's legacy gateway submits (:mod:`~airflow_provider_horovod.utils.standalone_gateway`), the
+master web UI's ``/json/`` and ``/driver/kill/`` follow and kill.
 
 Connection (the Spark provider's ``spark`` type): host ``spark://master`` and port 7077; the password, when the
 master's REST server (and web UI) run ``org.apache.spark.ui.JWSFilter``, is the bearer token (a JWS); extras
@@ -26,15 +28,16 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient, SparkRestError
+from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.utils.driver_poll import driver_failure
+from airflow_provider_horovod.utils.driver_poll import driver_failure, outside_kill
 from airflow_provider_horovod.utils.job_result import read_job_result
-from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, check_no_rest_secret
+from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, connection_auth_secret
 from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from airflow_provider_horovod.utils.spark_connection import connection_extras, probe_rest_access, rest_access
 from airflow_provider_horovod.utils.staging import Staging
+from airflow_provider_horovod.utils.standalone_gateway import submit_through_gateway
 from airflow_provider_horovod.utils.standalone_slots import check_standalone_fits
 from airflow_provider_horovod.utils.standalone_submission import PYTHON_RUNNER, driver_submission, stage_job
 
@@ -98,6 +101,13 @@ class HorovodStandaloneHook(BaseHook):
         )
 
     @cached_property
+    def _rpc_secret(self) -> str | None:
+        return connection_auth_secret(self.get_connection(self.conn_id))
+
+    uses_gateway = property(lambda self: self._rpc_secret is not None,
+                            doc="Whether the connection has the RPC secret: spark-submit's gateway, not REST.")
+
+    @cached_property
     def access(self) -> SparkRestAccess:
         """The bearer token (the connection's password) and CA bundle of every REST call (never logged)."""
         return rest_access(self.get_connection(self.conn_id))
@@ -137,15 +147,15 @@ class HorovodStandaloneHook(BaseHook):
         :return: the submission (driver) id, ``driver-...``.
         :raises HorovodAccessError: the REST server refused the connection's token, or its certificate (probed
             first: nothing is staged or submitted).
-        :raises HorovodJobError: the master refused the submission, or ``np`` task slots can never be had at the
-            same time on this cluster next to the driver's own cores (checked before creating the driver), or an
-            object-store staging location cannot be written or presigned, or the connection has an RPC secret
-            (:func:`~airflow_provider_horovod.utils.spark_auth.check_no_rest_secret`).
+        :raises HorovodJobError: the master refused the submission (or spark-submit reported no driver,
+            :func:`~airflow_provider_horovod.utils.standalone_gateway.submit_through_gateway`), or ``np`` task slots
+            can never be had at the same time on this cluster next to the driver's own cores (checked before
+            creating the driver), or an object-store staging location cannot be written or presigned.
         """
         settings = JobSettings.for_np(settings, self.np)
-        check_no_rest_secret(self.get_connection(self.conn_id))
         self.check_master_reachable()
-        self.check_access()
+        if not self.uses_gateway:
+            self.check_access()
         staging = Staging.of(staging)
         staging.create()
         stage_job(staging, payload)
@@ -155,17 +165,21 @@ class HorovodStandaloneHook(BaseHook):
         check_standalone_fits(master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
                               np=self.np, conf=submission.properties, cluster_mode=True, log=self.log,
                               access=self.access)
-        with self.client(RetryPolicy(max_attempts=3)) as client:
-            response = client.create_submission(
-                app_resource=submission.app_resource, main_class=PYTHON_RUNNER, app_args=submission.app_args,
-                spark_properties=submission.properties, environment_variables=submission.env,
-            )
-        if not response.success or not response.submission_id:
-            raise HorovodJobError(f"the standalone master refused the submission: {response.message}")
-        staging.write_bytes(SUBMISSION_FILE, json.dumps({"submission_id": response.submission_id}).encode())
-        self.log.info("Submitted driver %s to %s (staging %s)", response.submission_id, self.endpoints.master_url,
+        if self._rpc_secret is not None:
+            submission_id = submit_through_gateway(staging, submission, master_url=self.endpoints.master_url,
+                                                   secret=self._rpc_secret)
+        else:
+            with self.client(RetryPolicy(max_attempts=3)) as client:
+                response = client.create_submission(
+                    app_resource=submission.app_resource, main_class=PYTHON_RUNNER, app_args=submission.app_args,
+                    spark_properties=submission.properties, environment_variables=submission.env)
+            if not response.success or not response.submission_id:
+                raise HorovodJobError(f"the standalone master refused the submission: {response.message}")
+            submission_id = response.submission_id
+        staging.write_bytes(SUBMISSION_FILE, json.dumps({"submission_id": submission_id}).encode())
+        self.log.info("Submitted driver %s to %s (staging %s)", submission_id, self.endpoints.master_url,
                       staging.record)
-        return response.submission_id
+        return submission_id
 
     def check_master_reachable(self) -> None:
         """
@@ -178,20 +192,26 @@ class HorovodStandaloneHook(BaseHook):
         e = self.endpoints
         hint = f"Check the host and port of the Airflow connection {self.conn_id!r} and that the master is running"
         check_reachable(e.master_url, master_addresses(e.master_url), hint=hint)
+        if self.uses_gateway:  # spark-submit's gateway talks to the master itself, which runs no REST server
+            return
         rest = urlparse(e.rest_url)
         check_reachable(e.rest_url, [(rest.hostname or "", rest.port or 6066)],
                         what="the Spark master's REST submission server",
                         hint=f"{hint}, with spark.master.rest.enabled=true (the default from Spark 4.1) and its "
                              "spark.master.rest.port in the connection's spark.airflowProviderHorovod.restPort extra "
-                             "(default 6066)")
+                             "(default 6066); a master with Spark RPC authentication runs none: give the connection "
+                             "the spark.authenticate.secret extra to submit through spark-submit's gateway")
 
     def status(self, submission_id: str) -> DriverStatus:
         """
-        The driver's state from the REST submission server.
+        The driver's state from the REST submission server, or the master's ``/json/`` (:attr:`uses_gateway`).
 
         :param submission_id: the driver id (``driver-...``).
+        :raises SparkSubmissionError: the master does not know the driver.
         """
         with self.client() as client:
+            if self.uses_gateway:
+                return client.master_state().driver_status(submission_id)
             return client.driver_status(submission_id)
 
     def kill(self, submission_id: str) -> None:
@@ -201,6 +221,8 @@ class HorovodStandaloneHook(BaseHook):
         :param submission_id: the driver id (``driver-...``).
         """
         with self.client(RetryPolicy(max_attempts=3)) as client:
+            if self.uses_gateway:  # the master UI's kill link (spark.ui.killEnabled): it answers with a redirect
+                return client.kill_driver_ui(submission_id)
             response = client.kill_submission(submission_id)
         self.log.info("Kill of driver %s: %s", submission_id, response.message or response.success)
 
@@ -209,11 +231,9 @@ class HorovodStandaloneHook(BaseHook):
         Kill drivers of earlier tries of this task that are still running (siblings of ``staging``).
 
         A retry that submits must not run beside a live copy of the same training: the provider kills it. (With
-        ``durable=True`` a retry whose earlier driver is still active reattaches to it instead and never gets here;
-        see :mod:`airflow_provider_horovod.operators._durable`.)
+        ``durable=True`` a retry reattaches to its active driver instead: :mod:`~.operators._durable`.)
 
-        :param staging: this try's staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging`
-            or a path).
+        :param staging: this try's staging directory (a :class:`~.utils.staging.Staging` or a path).
         :return: the driver ids that were still active and were killed.
         """
         killed = []
@@ -231,8 +251,7 @@ class HorovodStandaloneHook(BaseHook):
         """
         ``(app_id, ui_url)`` once the driver has written ``status.json``, else ``(None, None)``.
 
-        :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging` or a
-            path or URI).
+        :param staging: the try's staging directory (a :class:`~.utils.staging.Staging`, a path or a URI).
         """
         try:
             data = json.loads(Staging.of(staging).read_bytes("status.json") or b"")
@@ -242,43 +261,30 @@ class HorovodStandaloneHook(BaseHook):
 
     def killed_from_outside(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
         """
-        The headline for a driver that was killed through the master rather than failing on its own, else ``None``.
-
-        A driver killed through the REST API (``/v1/submissions/kill``) or the master UI's kill link ends ``KILLED``;
-        an application killed from the master UI ends ``KILLED`` in the master's state (``/json/``), while its
-        driver, whose SparkContext was shut down under it, ends ``FAILED``. Either way the dying driver's last
-        exception (``Py4JNetworkError``, "SparkContext was shut down") is only a consequence.
+        The headline for a driver that was killed through the master rather than failing on its own, else ``None``
+        (:func:`~airflow_provider_horovod.utils.driver_poll.outside_kill`, with the application's state from the
+        master's ``/json/`` when the driver's own state does not tell).
 
         :param submission_id: the driver id.
         :param driver_state: the driver's final state.
         :param app_id: its Spark application id, when it had started one.
-        :return: e.g. ``Spark driver driver-... was KILLED from outside this task ...``, or ``None``.
         """
-        app = f" (application {app_id})" if app_id else ""
-        if driver_state == "KILLED":
-            return (f"Spark driver {submission_id}{app} was KILLED from outside this task, through the standalone "
-                    f"master (its REST API's kill or the master UI's kill link); driver state {driver_state}")
-        if not app_id or driver_state == "FINISHED":
-            return None
-        try:
-            with self.client(RetryPolicy(max_attempts=2)) as client:
-                application = client.master_state().application(app_id)
-        except Exception as err:  # noqa: BLE001 - the master cannot tell now: the driver's own account stands
-            self.log.debug("Cannot read the master's state for %s: %s", app_id, err)
-            return None
-        if application is None or application.state != "KILLED":
-            return None
-        return (f"Spark application {app_id} of driver {submission_id} was KILLED from outside this task, through "
-                f"the standalone master (the master UI's kill link or its REST API); application state KILLED, "
-                f"driver state {driver_state}")
+        app_state = None
+        if app_id and driver_state not in ("KILLED", "FINISHED"):
+            try:
+                with self.client(RetryPolicy(max_attempts=2)) as client:
+                    application = client.master_state().application(app_id)
+                app_state = application.state if application is not None else None
+            except Exception as err:  # noqa: BLE001 - the master cannot tell now: the driver's own account stands
+                self.log.debug("Cannot read the master's state for %s: %s", app_id, err)
+        return outside_kill(submission_id, driver_state, app_id, app_state)
 
     @staticmethod
     def result(staging: Any, status: DriverStatus | None = None, *, headline: str | None = None):  # -> JobResult
         """
         The job's result from the staging directory; the driver's state explains a missing result.
 
-        :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging` or a
-            path or URI).
+        :param staging: the try's staging directory (a :class:`~.utils.staging.Staging`, a path or a URI).
         :param status: the driver's final state, when known.
         :param headline: what the error says first when the job failed for a reason outside it (a kill:
             :meth:`killed_from_outside`); the driver's own account follows.

@@ -8,13 +8,16 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestAccess, SparkRestError
+from airflow_provider_horovod.clients import (
+    AsyncSparkRestClient, DriverStatus, RetryPolicy, SparkRestAccess, SparkRestError,
+)
 from airflow_provider_horovod.utils.driver_poll import ProgressLog, read_poll, read_progress
 
 
 class HorovodSparkJobTrigger(BaseTrigger):
     """
-    Poll the standalone master's REST submission server until the driver ends, then yield one event.
+    Poll the standalone master's REST submission server (or, with ``master_ui_url``, its web UI's ``/json/``) until
+    the driver ends, then yield one event.
 
     Uses the async REST client (httpx), so the triggerer's event loop is never blocked. Each poll is read by
     :func:`~airflow_provider_horovod.utils.driver_poll.read_poll`, as the task's own wait reads
@@ -33,10 +36,14 @@ class HorovodSparkJobTrigger(BaseTrigger):
     :param conn_id: the Spark connection the driver was submitted through: the trigger reads its password (the bearer
         token of a ``JWSFilter``) and CA bundle in the triggerer, so no secret is serialized with it; ``None``: no
         token, the system's CAs.
+    :param master_ui_url: the master's web UI, for a driver submitted through spark-submit's legacy gateway (a
+        master with Spark RPC authentication runs no REST server): its state comes from ``/json/`` and a kill goes
+        through the UI's kill link; ``None``: the REST submission server's status and kill calls.
     """
 
     def __init__(self, *, submission_id: str, rest_url: str, staging: str, poll_interval_s: float = 5.0,
-                 cancel_on_kill: bool = True, timeout_s: float = 30.0, conn_id: str | None = None) -> None:
+                 cancel_on_kill: bool = True, timeout_s: float = 30.0, conn_id: str | None = None,
+                 master_ui_url: str | None = None) -> None:
         super().__init__()
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be > 0 seconds, got {poll_interval_s!r}")
@@ -48,6 +55,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         self.cancel_on_kill = cancel_on_kill
         self.timeout_s = timeout_s
         self.conn_id = conn_id
+        self.master_ui_url = master_ui_url
         self._access: SparkRestAccess | None = None  # from the connection, on first use
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -56,7 +64,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"submission_id": self.submission_id, "rest_url": self.rest_url, "staging": self.staging,
              "poll_interval_s": self.poll_interval_s, "cancel_on_kill": self.cancel_on_kill,
-             "timeout_s": self.timeout_s, "conn_id": self.conn_id},
+             "timeout_s": self.timeout_s, "conn_id": self.conn_id, "master_ui_url": self.master_ui_url},
         )
 
     async def access(self) -> SparkRestAccess:
@@ -75,8 +83,14 @@ class HorovodSparkJobTrigger(BaseTrigger):
         return self._access
 
     def _client(self, access: SparkRestAccess) -> AsyncSparkRestClient:
-        return AsyncSparkRestClient(rest_url=self.rest_url, timeout_s=self.timeout_s, retry=RetryPolicy(),
-                                    access=access)
+        return AsyncSparkRestClient(rest_url=self.rest_url, master_ui_url=self.master_ui_url, timeout_s=self.timeout_s,
+                                    retry=RetryPolicy(), access=access)
+
+    async def _status(self, client: AsyncSparkRestClient) -> DriverStatus:
+        """The driver's state: the REST status call, or the master's ``/json/`` (as the hook's ``status``)."""
+        if self.master_ui_url:
+            return (await client.master_state()).driver_status(self.submission_id)
+        return await client.driver_status(self.submission_id)
 
     async def _app(self) -> tuple[str | None, str | None]:
         """``(app_id, ui_url)`` from the driver's ``status.json`` (read off the event loop), else ``(None, None)``."""
@@ -126,7 +140,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         async with self._client(await self.access()) as client:
             while True:
                 try:
-                    status = await client.driver_status(self.submission_id)
+                    status = await self._status(client)
                 except SparkRestError as err:
                     status = err
                 app = poll.app if poll is not None and poll.app_id else await self._app()
@@ -165,6 +179,9 @@ class HorovodSparkJobTrigger(BaseTrigger):
     async def _kill_driver(self) -> None:
         self.log.info("Task killed while deferred: killing driver %s", self.submission_id)
         async with self._client(await self.access()) as client:
+            if self.master_ui_url:  # the master UI's kill link: it answers with a redirect
+                await client.kill_driver_ui(self.submission_id)
+                return
             response = await client.kill_submission(self.submission_id)
         self.log.info("Kill of driver %s: %s", self.submission_id, response.message or response.success)
 

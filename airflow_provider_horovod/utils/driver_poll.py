@@ -21,7 +21,7 @@ from airflow_provider_horovod.clients import DriverStatus, SparkRestError
 from airflow_provider_horovod.runtime.wire.progress import PROGRESS_FILE, progress_line
 
 __all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "ProgressLog", "driver_failure",
-           "read_poll", "read_progress", "validate_event"]
+           "outside_kill", "read_poll", "read_progress", "validate_event"]
 
 RUNNING, SUCCESS, FAILED = "running", "success", "failed"
 """A poll's outcome: the driver goes on, ended FINISHED, or ended otherwise (or its state could not be read)."""
@@ -86,6 +86,33 @@ def driver_failure(driver_state: str | None, message: str | None) -> RuntimeErro
     :return: ``RuntimeError("driver state FAILED: ...")``.
     """
     return RuntimeError(f"driver state {driver_state}: {message or 'no message'}")
+
+
+def outside_kill(submission_id: str, driver_state: str | None, app_id: str | None,
+                 app_state: str | None = None) -> str | None:
+    """
+    The headline for a driver that was killed through the master rather than failing on its own, else ``None``.
+
+    A driver killed through the REST API (``/v1/submissions/kill``) or the master UI's kill link ends ``KILLED``;
+    an application killed from the master UI ends ``KILLED`` in the master's state (``/json/``), while its
+    driver, whose SparkContext was shut down under it, ends ``FAILED``. Either way the dying driver's last
+    exception (``Py4JNetworkError``, "SparkContext was shut down") is only a consequence.
+
+    :param submission_id: the driver id.
+    :param driver_state: the driver's final state.
+    :param app_id: its Spark application id, when it had started one.
+    :param app_state: the application's state on the master, when known.
+    :return: e.g. ``Spark driver driver-... was KILLED from outside this task ...``, or ``None``.
+    """
+    app = f" (application {app_id})" if app_id else ""
+    if driver_state == "KILLED":
+        return (f"Spark driver {submission_id}{app} was KILLED from outside this task, through the standalone "
+                f"master (its REST API's kill or the master UI's kill link); driver state {driver_state}")
+    if not app_id or driver_state == "FINISHED" or app_state != "KILLED":
+        return None
+    return (f"Spark application {app_id} of driver {submission_id} was KILLED from outside this task, through "
+            f"the standalone master (the master UI's kill link or its REST API); application state KILLED, "
+            f"driver state {driver_state}")
 
 
 def validate_event(event: Any) -> dict[str, Any]:

@@ -15,11 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_horovod.exceptions import HorovodJobError
-
 __all__ = ["AUTH_PROPERTIES_FILE", "AUTH_SECRET_CONF", "AUTH_SECRET_ENV", "CONNECTION_SECRET_EXTRA",
-           "auth_submit_kwargs", "check_no_auth_secret", "check_no_rest_secret", "connection_auth_secret",
-           "write_auth_properties"]
+           "auth_submit_kwargs", "check_no_auth_secret", "connection_auth_secret", "write_auth_properties"]
 
 AUTH_SECRET_CONF = "spark.authenticate.secret"
 """The Spark property that holds the shared secret of a standalone cluster's RPC authentication."""
@@ -74,25 +71,44 @@ def connection_auth_secret(conn: Any) -> str | None:
     return value
 
 
-def _escape(value: str) -> str:
-    """A value as a Java properties file reads it back (``java.util.Properties.load``)."""
-    return value.replace("\\", "\\\\")  # after "key=", only a backslash is special
+def _escape(text: str, *, key: bool = False) -> str:
+    """``text`` as ``java.util.Properties.load`` reads it back (a key also escapes its separators)."""
+    out = []
+    for i, ch in enumerate(text):
+        if ch == "\\" or (key and ch in "=: #!") or (ch == " " and i == 0):
+            out.append("\\" + ch)
+        elif ch in "\t\n\r\f":
+            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}[ch])
+        elif ord(ch) < 0x20 or ord(ch) > 0x7E:
+            out.extend(f"\\u{unit:04x}" for unit in _utf16(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
-def write_auth_properties(path: str | os.PathLike[str], secret: str, *, base_file: str | None = None) -> str:
+def _utf16(ch: str) -> list[int]:
+    data = ch.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def write_auth_properties(path: str | os.PathLike[str], secret: str, *, base_file: str | None = None,
+                          properties: Mapping[str, str] | None = None) -> str:
     """
     Write a properties file for ``spark-submit --properties-file`` that only its owner can read (mode 0600): the
-    secret and ``spark.authenticate=true``, after the lines of ``base_file`` (the user's own properties file).
+    secret and ``spark.authenticate=true``, after the lines of ``base_file`` (the user's own properties file) and
+    ``properties``.
 
     :param path: the file to create; it must not exist yet.
     :param secret: the RPC secret.
     :param base_file: a properties file whose lines come first (the user's ``properties_file``), or ``None``.
+    :param properties: Spark properties written before the secret (cluster mode's whole application), or ``None``.
     :return: ``path``, as a string.
     :raises FileExistsError: ``path`` exists.
     :raises OSError: ``base_file`` cannot be read, or ``path`` cannot be written.
     """
     base = Path(base_file).read_text() if base_file else ""
     text = f"{base.rstrip()}\n" if base.strip() else ""
+    text += "".join(f"{_escape(k, key=True)}={_escape(v)}\n" for k, v in (properties or {}).items())
     text += f"spark.authenticate=true\n{AUTH_SECRET_CONF}={_escape(secret)}\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -125,21 +141,3 @@ def auth_submit_kwargs(conn: Any | None, staging_dir: str | os.PathLike[str],
     kwargs["properties_file"] = write_auth_properties(Path(staging_dir) / AUTH_PROPERTIES_FILE, secret,
                                                       base_file=user_file)
     return kwargs, not user_file
-
-
-def check_no_rest_secret(conn: Any) -> None:
-    """
-    Refuse cluster deploy mode through the standalone master's REST submission server on a connection with an RPC
-    secret: Spark's master does not start its REST server when ``spark.authenticate.secret`` is set (SPARK-25088),
-    and a REST submission carries no secret for the driver.
-
-    :param conn: the Spark connection (an Airflow ``Connection``).
-    :raises HorovodJobError: the connection has the :data:`CONNECTION_SECRET_EXTRA` extra; the message says what
-        works instead.
-    """
-    if connection_auth_secret(conn) is not None:
-        raise HorovodJobError(
-            f"connection {conn.conn_id!r} has the {CONNECTION_SECRET_EXTRA!r} extra (Spark RPC authentication), but "
-            "cluster deploy mode submits through the standalone master's REST server, which Spark does not run "
-            "with spark.authenticate.secret set (SPARK-25088). Use deploy-mode 'client' on this cluster "
-            "(docs/security.md); nothing was submitted")

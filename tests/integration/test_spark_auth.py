@@ -9,7 +9,15 @@ server is off (the master refuses to start it with the secret set, SPARK-25088).
   extra (this machine's ``SPARK_CONF_DIR`` has none), and the secret is in no process command line sampled during
   the run, not in the job's output, not in its result, and redacted in the Spark event log.
 
-About 60 s on a 2-core machine (the cluster's start, one training, one refused JVM).
+* ``HorovodStandaloneHook`` trains np=2 in cluster deploy mode through spark-submit's legacy gateway (the master runs
+  no REST server), waited for with the hook's status (the master's ``/json/``) and then read by the deferral
+  trigger's ``run()``; neither the secret nor the payload's HMAC key is on a command line (the driver's and the
+  executors' included: the worker runs them here), in the driver's or executors' output, the result or the event
+  log; a long job killed through the hook's ``kill`` (the master UI's kill link) ends KILLED on the master;
+  without the secret the hook says which extra is missing, with a wrong one that spark-submit submitted no driver.
+
+About 60 s on a 2-core machine (the cluster's start, one training, one refused JVM), and 45 to 85 s more for cluster
+deploy mode (one training, one driver killed once its application started, one refused spark-submit).
 """
 
 from __future__ import annotations
@@ -48,7 +56,8 @@ def cluster(tmp_path_factory):
     defaults = {"spark.authenticate": "true", "spark.authenticate.secret": SECRET, **ENCRYPTION}
     (work / "conf" / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in defaults.items()))
     here = tmp_path_factory.mktemp("airflow-spark-conf")  # this machine's Spark: no secret, no defaults
-    with standalone_cluster(workers=1, cores_per_worker=2, work_dir=work, rest=False) as c, \
+    # 3 cores, 2 GiB (accounting only): cluster deploy mode's driver takes a core beside np=2's executors
+    with standalone_cluster(workers=1, cores_per_worker=3, memory_per_worker="2g", work_dir=work, rest=False) as c, \
             pytest.MonkeyPatch.context() as mp:
         conn = json.loads(c.airflow_connection(deploy_mode="client"))
         conn["extra"][CONNECTION_SECRET_EXTRA] = SECRET
@@ -63,8 +72,9 @@ class _CommandLines:
     permission bits of the file ``watched`` while it exists.
     """
 
-    def __init__(self, needle: str, watched: Path, period_s: float = 0.2, limit_s: float = 240.0) -> None:
-        self.needle, self.watched, self.period_s, self.limit_s = needle, watched, period_s, limit_s
+    def __init__(self, needle: str, watched: Path, period_s: float = 0.2, limit_s: float = 240.0,
+                 also: tuple[str, ...] = ()) -> None:
+        self.needles, self.watched, self.period_s, self.limit_s = (needle, *also), watched, period_s, limit_s
         self.hits: list[str] = []
         self.modes: set[int] = set()
         """The permission bits ``watched`` had whenever it existed."""
@@ -77,7 +87,7 @@ class _CommandLines:
         while not self._stop.is_set() and time.monotonic() < deadline:
             for proc in psutil.process_iter(["cmdline"]):
                 line = " ".join(proc.info.get("cmdline") or [])
-                if self.needle in line:
+                if any(needle in line for needle in self.needles):
                     self.hits.append(line[:300])
             try:
                 self.modes.add(self.watched.stat().st_mode & 0o777)
@@ -145,3 +155,120 @@ def test_client_mode_trains_with_the_secret_kept_out_of_sight(cluster, tmp_path)
     # the executors are the worker's: it passes them the secret in their environment, not their command line
     assert all(SECRET not in p.read_text(errors="replace") for p in cluster.work_dir.glob("worker-0/app-*/*/std*"))
     assert httpx.get(f"{cluster.web_ui_url}/json/", timeout=5).json()["completedapps"][0]["state"] == "FINISHED"
+
+
+def _cluster_job(tmp_path: Path, tag: str, gate: Path | None = None, conf: dict | None = None):
+    from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+    from airflow_provider_horovod.runtime.settings import JobSettings
+    from tests.integration.shared_cluster_jobs import job_conf, payload_file
+
+    hook = HorovodStandaloneHook(conn_id=CONN_ID, np=2, name=f"auth-{tag}",
+                                 conf={**job_conf(2, executor_cores=1), **ENCRYPTION, **(conf or {})})
+    staging = tmp_path / "staging" / tag
+    path, key = payload_file(staging, tag, tmp_path, gate)
+    submission_id = hook.submit(staging=staging, payload=path.read_bytes(), key=key,
+                                artifact_dir=str(tmp_path / "artifacts" / tag),
+                                settings=JobSettings(np=2, slot_wait_timeout_s=120))
+    return hook, staging, submission_id, key
+
+
+def test_cluster_mode_trains_through_the_gateway_with_the_secret_kept_out_of_sight(cluster, tmp_path):
+    import asyncio
+
+    import cloudpickle
+
+    from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+    from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
+    from airflow_provider_horovod.utils.driver_poll import read_poll
+    from airflow_provider_horovod.utils.standalone_gateway import GATEWAY_JAR
+
+    events = tmp_path / "events"
+    events.mkdir()
+    conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+    polls = []
+    with _CommandLines(SECRET, tmp_path / "unused") as ps:
+        hook, staging, submission_id, key = _cluster_job(tmp_path, "gateway", conf=conf)
+        ps.needles += (key.hex(),)  # the payload's HMAC key: on no command line either
+        assert hook.uses_gateway and (staging / GATEWAY_JAR).exists()
+
+        def ended():
+            poll = read_poll(submission_id, hook.status(submission_id), HorovodStandaloneHook.app_started(staging),
+                             polls[-1] if polls else None)
+            polls.append(poll)
+            return poll.done
+
+        wait_until(ended, f"driver {submission_id} to end", timeout_s=240, context=lambda: cluster.log_tail(20))
+    driver_files = list(cluster.work_dir.glob(f"worker-0/{submission_id}/*"))
+    context = "\n".join(p.read_text(errors="replace")[-3000:] for p in driver_files if p.name.startswith("std"))
+    assert polls[-1].outcome == "success" and polls[-1].driver_state == "FINISHED", context
+    assert polls[-1].app_id and polls[-1].app_id.startswith("app-"), polls
+    result = HorovodStandaloneHook.result(staging, hook.status(submission_id))
+    value = cloudpickle.loads(result.return_value)
+    assert value["size"] == 2 and value["total"] == 2.0, context
+    assert "HMAC ok" in context  # the key reached the driver, in its environment
+    # the deferral trigger reads the same driver from the master's /json/ (no REST server here)
+    trigger = HorovodSparkJobTrigger(submission_id=submission_id, rest_url=hook.endpoints.rest_url,
+                                     staging=str(staging), poll_interval_s=0.5, conn_id=CONN_ID,
+                                     master_ui_url=hook.endpoints.master_ui_url)
+
+    async def first_event():
+        async for event in trigger.run():
+            return event.payload
+
+    event = asyncio.run(asyncio.wait_for(first_event(), timeout=60))
+    assert event["status"] == "success" and event["driver_state"] == "FINISHED", event
+    assert event["app_id"] == polls[-1].app_id
+    assert ps.samples >= 5 and ps.hits == [], ps.hits
+    assert SECRET not in repr(result) and SECRET not in repr(value) and SECRET not in repr(event)
+    assert not list(staging.glob("*.properties"))
+    for path in [*driver_files, *cluster.work_dir.glob(f"worker-0/{polls[-1].app_id}/*/std*")]:
+        text = path.read_text(errors="replace") if path.is_file() and path.suffix != ".jar" else ""
+        assert SECRET not in text and key.hex() not in text, path
+    pages = [httpx.get(f"{cluster.web_ui_url}{page}", timeout=5).text for page in ("/json/", "/")]
+    assert all(SECRET not in page and key.hex() not in page for page in pages)  # the master holds both, shows neither
+    [log] = list(events.iterdir())
+    text = log.read_text()
+    assert SECRET not in text and key.hex() not in text
+    env = next(json.loads(e) for e in text.splitlines() if '"SparkListenerEnvironmentUpdate"' in e)
+    props = dict(env["Spark Properties"])
+    assert props["spark.authenticate.secret"] == "*********(redacted)" and props["spark.submit.deployMode"] == "cluster"
+
+
+def test_a_cluster_mode_driver_is_killed_through_the_master_ui(cluster, tmp_path):
+    from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+
+    gate = tmp_path / "never"  # the ranks wait for it: the job runs until killed
+    hook, staging, submission_id, _ = _cluster_job(tmp_path, "killed", gate=gate)
+    wait_until(lambda: HorovodStandaloneHook.app_started(staging)[0] or hook.status(submission_id).is_terminal,
+               "the driver's application to start", timeout_s=240, context=lambda: cluster.log_tail(20))
+    assert hook.status(submission_id).driver_state == "RUNNING"
+    hook.kill(submission_id)
+    wait_until(lambda: hook.status(submission_id).is_terminal, f"driver {submission_id} to end", timeout_s=60,
+               context=lambda: cluster.log_tail(20))
+    assert hook.status(submission_id).driver_state == "KILLED"
+    [driver] = [d for d in cluster.master_json()["completeddrivers"] if d["id"] == submission_id]
+    assert driver["state"] == "KILLED"
+
+
+def test_cluster_mode_without_the_right_secret_fails_saying_why(cluster, tmp_path, monkeypatch):
+    from airflow_provider_horovod.exceptions import HorovodJobError
+    from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+    from tests.integration.shared_cluster_jobs import job_conf, payload_file
+
+    conn = json.loads(os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"])
+    wrong = "rpc-wrong-" + secrets.token_hex(8)
+    for name, extra in (("spark_auth_none", {}), ("spark_auth_wrong", {CONNECTION_SECRET_EXTRA: wrong})):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}", json.dumps(
+            {**conn, "extra": {**{k: v for k, v in conn["extra"].items() if k != CONNECTION_SECRET_EXTRA}, **extra}}))
+    path, key = payload_file(tmp_path / "staging", "refused", tmp_path, None)
+    jobs = {name: HorovodStandaloneHook(conn_id=name, np=2, conf={**job_conf(2, executor_cores=1), **ENCRYPTION})
+            for name in ("spark_auth_none", "spark_auth_wrong")}
+    with pytest.raises(HorovodJobError, match="REST submission server.*give the connection the "
+                                              "spark.authenticate.secret extra"):
+        jobs["spark_auth_none"].submit(staging=tmp_path / "staging", payload=path.read_bytes(), key=key,
+                                       artifact_dir=str(tmp_path / "art"))
+    with pytest.raises(HorovodJobError, match=r"spark-submit did not submit the driver to spark://") as refused:
+        jobs["spark_auth_wrong"].submit(staging=tmp_path / "staging", payload=path.read_bytes(), key=key,
+                                        artifact_dir=str(tmp_path / "art"))
+    assert wrong not in str(refused.value) and cluster.master_json()["activedrivers"] == []

@@ -1,8 +1,8 @@
 """
 Standalone cluster deploy mode: the Spark driver runs on a Spark standalone worker, submitted through the master's
-REST submission server (``HorovodStandaloneHook``). The task waits for it in-process or defers to
-``HorovodSparkJobTrigger``; with ``durable=True`` a retry reattaches to it (:mod:`airflow_provider_horovod.operators._durable`
-says which driver state means what).
+REST submission server or spark-submit's legacy gateway (``HorovodStandaloneHook``). The task waits for it in-process
+or defers to ``HorovodSparkJobTrigger``; with ``durable=True`` a retry reattaches to it
+(:mod:`airflow_provider_horovod.operators._durable` says which driver state means what).
 """
 
 from __future__ import annotations
@@ -161,13 +161,11 @@ class ClusterMode(DurableClusterJob, DeployMode):
         if options.deferrable:
             if options.defer is None:
                 raise RuntimeError("deferrable cluster mode needs the operator's defer")
-            options.defer(
-                trigger=HorovodSparkJobTrigger(
-                    submission_id=job["submission_id"], rest_url=self.hook.endpoints.rest_url,
-                    staging=job["staging"], poll_interval_s=options.poll_interval_s or 5.0,
-                    cancel_on_kill=options.cancel_on_kill, conn_id=self.hook.conn_id),
-                method_name="execute_complete",
-            )
+            options.defer(trigger=HorovodSparkJobTrigger(
+                submission_id=job["submission_id"], rest_url=self.hook.endpoints.rest_url, staging=job["staging"],
+                poll_interval_s=options.poll_interval_s or 5.0, cancel_on_kill=options.cancel_on_kill,
+                conn_id=self.hook.conn_id, master_ui_url=self.hook.endpoints.master_ui_url if self.hook.uses_gateway
+                else None), method_name="execute_complete")
         staging = Staging(job["staging"])
         status = self._wait_for_driver(context["ti"], job["submission_id"], staging)
         headline = self._kill_headline(job["submission_id"], status.driver_state, self.reporter.spark_app_id)

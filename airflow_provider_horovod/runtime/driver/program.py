@@ -33,10 +33,21 @@ import json
 import os
 import sys
 import traceback
+from typing import Any
 from pathlib import Path
 
 KEY_ENV = "HOROVOD_AIRFLOW_PAYLOAD_KEY"
 APP_MARKER = "airflow-provider-horovod: Spark application"
+AUTH_SECRET_ENV, AUTH_SECRET_CONF = "_SPARK_AUTH_SECRET", "spark.authenticate.secret"
+
+
+def _with_auth_secret(builder: Any) -> Any:
+    """
+    ``builder`` with ``spark.authenticate.secret`` from ``_SPARK_AUTH_SECRET``, where a standalone worker put it: it
+    keeps the secret off a cluster-mode driver's command line, but the driver's SparkContext wants it in its conf.
+    """
+    secret = os.environ.get(AUTH_SECRET_ENV)  # the secret Spark's SecurityManager itself prefers to the conf's
+    return builder.config(AUTH_SECRET_CONF, secret) if secret else builder
 
 
 def _is_uri(location: str) -> bool:
@@ -217,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         if settings.np > 0:
             from pyspark.sql import SparkSession
 
-            spark = SparkSession.builder.getOrCreate()
+            spark = _with_auth_secret(SparkSession.builder).getOrCreate()
             sc = spark.sparkContext
             ui_url = advertised_ui_url(sc.uiWebUrl, sc.getConf().get("spark.driver.host", None))
             outcome["app_id"], outcome["ui_url"] = sc.applicationId, ui_url

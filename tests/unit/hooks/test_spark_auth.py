@@ -1,7 +1,8 @@
 """
 The Spark RPC secret on its way to a client-mode job (utils/spark_auth.py, hooks/horovod.py): refused in DAG code,
 read from the connection's extra (which Airflow's secrets masker hides), written to an owner-only properties file
-that the spark-submit command names instead of the secret; cluster mode refused on such a connection.
+that the spark-submit command names instead of the secret (cluster mode: tests/unit/utils/
+test_standalone_gateway.py).
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ import stat
 import pytest
 from airflow.sdk import Connection
 
-from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook, _SparkSubmit
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.operators.common import check_spark_arguments
 from airflow_provider_horovod.utils.spark_auth import (
-    AUTH_PROPERTIES_FILE, CONNECTION_SECRET_EXTRA, auth_submit_kwargs, check_no_rest_secret, connection_auth_secret,
+    AUTH_PROPERTIES_FILE, CONNECTION_SECRET_EXTRA, auth_submit_kwargs, connection_auth_secret,
 )
 
 SECRET = "unit-secret-\\with=backslash:and#more"
@@ -93,7 +93,3 @@ def test_the_command_line_names_the_file_and_loads_the_defaults(tmp_path, monkey
     assert not any(SECRET in arg for arg in command)
 
 
-def test_cluster_mode_is_refused_on_a_connection_with_the_secret():
-    check_no_rest_secret(_conn())  # no secret: nothing to say
-    with pytest.raises(HorovodJobError, match=r"SPARK-25088\). Use deploy-mode 'client'.*nothing was submitted"):
-        check_no_rest_secret(_conn(**{CONNECTION_SECRET_EXTRA: SECRET}))

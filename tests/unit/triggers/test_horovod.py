@@ -16,7 +16,7 @@ def test_serialize_round_trip():
     assert path == "airflow_provider_horovod.triggers.horovod.HorovodSparkJobTrigger"
     assert kwargs == {"submission_id": "driver-20261130-0001", "rest_url": "http://m:6066",
                       "staging": "/shared/.staging/d/r/t/try-1", "poll_interval_s": 2.5, "cancel_on_kill": False,
-                      "timeout_s": 7, "conn_id": None}
+                      "timeout_s": 7, "conn_id": None, "master_ui_url": None}
     assert HorovodSparkJobTrigger(**kwargs).serialize() == (path, kwargs)
     with_conn = HorovodSparkJobTrigger(**{**kwargs, "conn_id": "spark_secure"})
     assert with_conn.serialize()[1] == {**kwargs, "conn_id": "spark_secure"}  # the id only: the token stays put

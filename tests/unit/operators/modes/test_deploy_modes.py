@@ -133,6 +133,7 @@ class FakeStandaloneHook:
 
     np = 2
     conn_id = "spark_cluster"
+    uses_gateway = False
     access = SparkRestAccess()
     endpoints = StandaloneEndpoints(master_url="spark://127.0.0.1:7077", rest_url="http://127.0.0.1:6066",
                                     master_ui_url="http://127.0.0.1:8080")
@@ -198,8 +199,11 @@ def _defer(**kwargs: Any) -> None:
     raise Deferred(kwargs)
 
 
-def test_deferrable_cluster_mode_hands_the_driver_to_the_trigger(tmp_path):
-    mode = _cluster(tmp_path, FakeStandaloneHook("RUNNING"), deferrable=True, defer=_defer)
+@pytest.mark.parametrize("gateway", [False, True])
+def test_deferrable_cluster_mode_hands_the_driver_to_the_trigger(tmp_path, gateway):
+    hook = FakeStandaloneHook("RUNNING")
+    hook.uses_gateway = gateway  # the connection has the RPC secret: spark-submit's gateway, the master's web UI
+    mode = _cluster(tmp_path, hook, deferrable=True, defer=_defer)
     record = mode.submit_job({"ti": FakeTI()})
     assert record["deferred"] is True
     with pytest.raises(Deferred) as raised:
@@ -209,6 +213,7 @@ def test_deferrable_cluster_mode_hands_the_driver_to_the_trigger(tmp_path):
     assert (trigger.submission_id, trigger.rest_url, trigger.staging, trigger.conn_id) == (
         "driver-1", "http://127.0.0.1:6066", str(tmp_path / "staging" / "try-1"), "spark_cluster")
     assert trigger.serialize()[1]["conn_id"] == "spark_cluster"  # the triggerer reads the token from it
+    assert trigger.master_ui_url == ("http://127.0.0.1:8080" if gateway else None)  # where it reads the state
     assert deferred["method_name"] == "execute_complete"
 
 
