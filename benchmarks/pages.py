@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchmarks.airflow_side import EXIT
 from benchmarks.pages_b5 import b5_section
+from benchmarks.pages_b9 import b9_section
 from benchmarks.profile import PHASES
 from benchmarks.rows import seconds as _s
 
@@ -36,6 +37,8 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
     out += _b4_details(results)
     if results.get("b5") is not None:
         out += [*b5_section(results), ""]
+    if results.get("b9") is not None:
+        out += [*b9_section(results), ""]
     out += _method(cfg)
     out += _machine(meta)
     out += ["## How to rerun", "", "From the repository root:", "", "```sh", rerun, "```", "",
