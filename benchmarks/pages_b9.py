@@ -61,8 +61,9 @@ def b9_section(results: dict, standalone_run: bool = False) -> list[str]:
                 f"1-minute load average at its start / end: {' / '.join(f'{x[0]:.1f}' for x in loads)} on "
                 f"{meta['cores']} cores; pyspark {v.get('pyspark')}, horovod {v.get('horovod')}, torch "
                 f"{v.get('torch')}.", ""]
-    out += ["An executor JVM holding one rank of an np=2 training is SIGKILLed one step before a checkpoint is due "
-            "(the worst place), and the job is run again with the same checkpoint directory, as an Airflow retry "
+    out += ["An executor JVM holding one rank of an np=2 training is SIGKILLed in the last step before a checkpoint "
+            "is due (the worst place; when the harness is slow the kill lands just after that checkpoint and the round "
+            "loses nothing), and the job is run again with the same checkpoint directory, as an Airflow retry "
             "does. Goal: at most one checkpoint interval of training lost per fault.", "", *b9_table(results), ""]
     if "error" in b9:
         return out + [B9_END]
@@ -75,8 +76,9 @@ def b9_section(results: dict, standalone_run: bool = False) -> list[str]:
             f"SparkSession of its own, `spark.executor.cores=1`: one executor per rank) running "
             f"`HorovodRunner(np=2, checkpoint_dir=..., try_number=n)` on {b9['steps']} steps of one allreduce and "
             f"{b9['step_s']} s of work, `save_checkpoint` every {b9['interval']} steps; rank 0 appends each step it "
-            f"trains, with its time, to a file. Once that file shows step {b9['kill_at']}, the harness SIGKILLs "
-            "the executor whose process tree holds rank 1 (psutil: `CoarseGrainedExecutorBackend` of the try's "
+            f"trains, with its time, to a file. Once that file shows step {b9['kill_at']} (so the kill lands in "
+            f"step {b9['kill_at'] + 1}, the last before a checkpoint is due), the harness SIGKILLs the executor whose "
+            "process tree holds rank 1 (psutil: `CoarseGrainedExecutorBackend` of the try's "
             "application). The retry starts as soon as the first try has failed (an Airflow retry with "
             "`retry_delay=0`); work lost = the first try's last step - the step the retry resumed from.", B9_END]
     return out
