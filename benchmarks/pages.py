@@ -23,8 +23,9 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
         "",
         table,
         "",
-        "Ratios are of medians. B1/B2/B7: seconds, lower is better; B3/B8: samples/s, higher is better. B5 (queueing on "
-        "a busy cluster) and B9 (work lost per fault) have tables of their own, [below](#b5-queueing-on-a-busy-cluster).",
+        "Ratios are of medians. B1/B2/B7: seconds, lower is better; B3/B8: samples/s, higher is better. B5 (queueing "
+        "on a busy cluster) and B9 (work lost per fault) have tables of their own, "
+        "[below](#b5-queueing-on-a-busy-cluster).",
         "",
         *_conditions(results),
         f"![B1 launch seconds and B3 samples/s]({png})" if png else f"Chart: {chart_note}.",

@@ -447,4 +447,4 @@ def test_a_lost_worker_fails_the_try_naming_the_executor_and_the_retry_resumes(a
         if killed:
             cluster.restart_worker(killed[0])
     assert re.search(r"Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) during the "
-                     r"barrier stage: ", error), error
+                     r"barrier stage: worker lost: 127\.0\.0\.1:\d+ got disassociated", error), error

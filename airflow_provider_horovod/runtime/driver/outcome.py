@@ -64,9 +64,9 @@ def lost_executor(text: str, reports: list[dict], np: int | None = None,
     worker gone), or ``None`` when Spark's account says something else.
 
     Spark aborts a barrier result stage on its first lost task ("Could not recover from a failed barrier ResultStage")
-    and kills the other tasks, whose ranks die with them; it never re-attempts it (``spark.stage.maxConsecutiveAttempts``
-    and ``spark.task.maxFailures`` do not apply), so the failure reaches the caller, e.g. Airflow, whose retry resumes
-    from the checkpoint.
+    and kills the other tasks, whose ranks die with them; it never re-attempts it
+    (``spark.stage.maxConsecutiveAttempts`` and ``spark.task.maxFailures`` do not apply), so the failure reaches the
+    caller, e.g. Airflow, whose retry resumes from the checkpoint.
 
     :param text: ``str()`` of what Spark raised on the driver (``ExecutorLostFailure (executor 1 exited caused by one
         of the running tasks) Reason: Command exited with code 137``).
@@ -93,8 +93,9 @@ def lost_executor(text: str, reports: list[dict], np: int | None = None,
     which = f" ({', '.join(where)})" if where else ""
     hint = ": SIGKILL, e.g. the kernel's OOM killer or a kill -9" if reason.endswith("code 137") else ""
     return (f"Spark lost executor {executor}{f' on {host}' if host else ''}{which} during the barrier stage: "
-            f"{reason}{hint} (exited {match.group('cause')}). The other ranks were stopped and Spark does not re-attempt a barrier "
-            "stage: retry the task (retries=) and, with checkpoints, the next try resumes from the latest one")
+            f"{reason}{hint} (exited {match.group('cause')}). The other ranks were stopped and Spark does not "
+            "re-attempt a barrier stage: retry the task (retries=) and, with checkpoints, the next try resumes from "
+            "the latest one")
 
 
 def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
