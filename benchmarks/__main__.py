@@ -1,7 +1,7 @@
 """
 ``python -m benchmarks [--quick]``: run B1-B8 interleaved, print the table, write ``docs/benchmarks.md`` + PNG.
 
-``--only b5`` rewrites only the B5 section of an existing page (B5 has a table of its own).
+``--only b5`` (``--only b9``) rewrites only the B5 (B9) section of an existing page (each has a table of its own).
 
 Contenders of one benchmark run in turns (A B C A B C ...) after one untimed warm-up round, so a slow spell
 of the shared machine hits all of them alike; the report uses medians.
@@ -25,10 +25,10 @@ from benchmarks.env import REPO, setup_environ
 
 FULL = {"b1_reps": 5, "b3_reps": 3, "b3_warmup": 50, "b3_steps": 1000, "b2_reps": 3, "b4_seconds": 60.0,
         "b4_cluster_seconds": 20.0, "b5_reps": 3, "b7_reps": 5, "b8_reps": 3, "b8_epochs": 45, "min_reps": 2,
-        "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 200}}
+        "b9_reps": 3, "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 200, "b9": 360}}
 QUICK = {"b1_reps": 2, "b3_reps": 1, "b3_warmup": 30, "b3_steps": 300, "b2_reps": 1, "b4_seconds": 15.0,
          "b4_cluster_seconds": 10.0, "b5_reps": 1, "b7_reps": 2, "b8_reps": 1, "b8_epochs": 14, "min_reps": 1,
-         "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90}}
+         "b9_reps": 1, "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90, "b9": 120}}
 """Rounds per benchmark, and a time budget per benchmark (seconds, warm-up included): once the next round would
 end past it, no further round starts (at least ``min_reps`` run), so a run stays bounded on a loaded machine."""
 BATCH_SIZE = 32  # the example DAG's default
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the selected benchmarks, print the table and write the page."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter B4 runs (~5-8 min)")
-    parser.add_argument("--only", default="b1,b2,b3,b4,b5,b7,b8", help="comma-separated subset, e.g. b1,b3")
+    parser.add_argument("--only", default="b1,b2,b3,b4,b5,b7,b8,b9", help="comma-separated subset, e.g. b1,b3")
     parser.add_argument("--no-write", action="store_true", help="print the table only; write no files")
     parser.add_argument("--from-results", metavar="PICKLE", help="rewrite the page from a saved run; measure nothing")
     parser.add_argument("--out", default=str(REPO / "docs"), help="folder for benchmarks.md/.png (default docs/)")
@@ -202,6 +202,10 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
         from benchmarks import queueing
 
         section(results, "b5", lambda: queueing.run_b5(cfg["b5_reps"], budget["b5"], notes, log))
+    if "b9" in only:
+        from benchmarks import lost_executor
+
+        section(results, "b9", lambda: lost_executor.run_b9(cfg["b9_reps"], budget["b9"], notes, log))
 
     results["meta"]["total_seconds"] = time.time() - started
     results["meta"]["load_end"] = report.load_average()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchmarks.airflow_side import EXIT
 from benchmarks.pages_b5 import b5_section
+from benchmarks.pages_b9 import b9_section
 from benchmarks.profile import PHASES
 from benchmarks.rows import seconds as _s
 
@@ -22,8 +23,9 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
         "",
         table,
         "",
-        "Ratios are of medians. B1/B2/B7: seconds, lower is better; B3/B8: samples/s, higher is better. B5 (queueing on "
-        "a busy cluster) has a table of its own, [below](#b5-queueing-on-a-busy-cluster).",
+        "Ratios are of medians. B1/B2/B7: seconds, lower is better; B3/B8: samples/s, higher is better. B5 (queueing "
+        "on a busy cluster) and B9 (work lost per fault) have tables of their own, "
+        "[below](#b5-queueing-on-a-busy-cluster).",
         "",
         *_conditions(results),
         f"![B1 launch seconds and B3 samples/s]({png})" if png else f"Chart: {chart_note}.",
@@ -36,6 +38,8 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
     out += _b4_details(results)
     if results.get("b5") is not None:
         out += [*b5_section(results), ""]
+    if results.get("b9") is not None:
+        out += [*b9_section(results), ""]
     out += _method(cfg)
     out += _machine(meta)
     out += ["## How to rerun", "", "From the repository root:", "", "```sh", rerun, "```", "",

@@ -20,7 +20,7 @@ def rerun_keys(results: dict) -> list[str]:
 
 
 def is_partial(results: dict) -> bool:
-    """Some row benchmarks ran, not all (B5 alone is :func:`report.only_b5`'s case)."""
+    """Some row benchmarks ran, not all (B5 or B9 alone is :func:`report.only_sections`' case)."""
     keys = rerun_keys(results)
     return bool(keys) and len(keys) < len(ROW_KEYS)
 

@@ -15,10 +15,12 @@ from pathlib import Path
 
 from benchmarks.rows import rows
 
-RERUN = ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8 and ~9 for B5)\n" \
-        ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n" \
-        ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page\n" \
-        ".venv/bin/python -m benchmarks --only b8  # some of B1-B8: rewrites their rows and sections only"
+RERUN = (".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8, ~9 for "
+         "B5 and ~4 for B9)\n"
+         ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n"
+         ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page\n"
+         ".venv/bin/python -m benchmarks --only b9  # B9 alone: rewrites its section of this page\n"
+         ".venv/bin/python -m benchmarks --only b8  # some of B1-B4/B7/B8: rewrites their rows and sections only")
 
 
 def load_average() -> list[float] | None:
@@ -71,6 +73,10 @@ def console_table(results: dict) -> str:
     out += [" | ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS) for r in table]
     if results.get("b5") is not None:
         out += ["", "B5 queueing on a busy cluster:", *b5_table(results)]
+    if results.get("b9") is not None:
+        from benchmarks.pages_b9 import b9_table
+
+        out += ["", "B9 work lost per fault:", *b9_table(results)]
     return "\n".join(out)
 
 
@@ -81,17 +87,28 @@ def markdown_table(results: dict) -> str:
     return "\n".join(out)
 
 
-def only_b5(results: dict) -> bool:
-    """Whether ``results`` hold B5 alone (``--only b5``): then only the page's B5 section is rewritten."""
-    return results.get("b5") is not None and all(results.get(k) is None for k in ("b1", "b2", "b3", "b4", "b7", "b8"))
+_SECTION_ONLY = ("b5", "b9")
+"""Benchmarks with a section of their own, which a run of them alone (``--only b5,b9``) rewrites in place."""
+
+
+def only_sections(results: dict) -> list[str]:
+    """The benchmarks of a run of only :data:`_SECTION_ONLY` ones (then only their sections are rewritten), or []."""
+    ran = [k for k in ("b1", "b2", "b3", "b4", "b5", "b7", "b8", "b9") if results.get(k) is not None]
+    return ran if ran and set(ran) <= set(_SECTION_ONLY) else []
 
 
 def write_results(results: dict, docs: Path) -> tuple[Path, str]:
-    """:func:`write`, or for a B5-only run :func:`write_b5_section` (the rest of the page stays as it is)."""
+    """
+    :func:`write`; for a run of B5 and/or B9 alone :func:`write_section` for each, for a run of some of the others
+    :func:`write_partial` (the rest of the page stays as it is).
+    """
     from benchmarks import pages_partial
 
-    if only_b5(results):
-        return write_b5_section(results, docs), "unchanged (B5 only)"
+    sections = only_sections(results)
+    if sections:
+        for name in sections:
+            md = write_section(results, docs, name)
+        return md, f"unchanged ({', '.join(s.upper() for s in sections)} only)"
     if pages_partial.is_partial(results) and (docs / "benchmarks.md").exists():
         return write_partial(results, docs), "unchanged (partial run)"
     return write(results, docs)
@@ -108,20 +125,28 @@ def write_partial(results: dict, docs: Path) -> Path:
 
 
 def write_b5_section(results: dict, docs: Path) -> Path:
+    """:func:`write_section` of B5."""
+    return write_section(results, docs, "b5")
+
+
+def write_section(results: dict, docs: Path, name: str) -> Path:
     """
-    Replace the B5 section of ``docs/benchmarks.md`` (between its markers) with this run's, or insert it before
-    "## What is measured"; the rest of the page, from an earlier full run, is kept.
+    Replace the section of benchmark ``name`` (``"b5"`` or ``"b9"``) of ``docs/benchmarks.md`` (between its markers)
+    with this run's, or insert it before "## What is measured"; the rest of the page, from an earlier run, is kept.
 
     :raises FileNotFoundError: there is no page yet (run the full harness once).
     """
-    from benchmarks import pages_b5
+    from benchmarks import pages_b5, pages_b9
 
+    start_mark, end_mark, lines = {
+        "b5": (pages_b5.B5_START, pages_b5.B5_END, pages_b5.b5_section),
+        "b9": (pages_b9.B9_START, pages_b9.B9_END, pages_b9.b9_section)}[name]
     md = docs / "benchmarks.md"
     text = md.read_text()
-    section = "\n".join(pages_b5.b5_section(results, standalone_run=True))
-    start, end = text.find(pages_b5.B5_START), text.find(pages_b5.B5_END)
+    section = "\n".join(lines(results, standalone_run=True))
+    start, end = text.find(start_mark), text.find(end_mark)
     if start >= 0 and end > start:
-        text = text[:start] + section + text[end + len(pages_b5.B5_END):]
+        text = text[:start] + section + text[end + len(end_mark):]
     else:
         at = text.find("## What is measured")
         at = at if at >= 0 else len(text)

@@ -84,6 +84,7 @@ class StandaloneCluster:
     processes: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
     http: dict = field(default_factory=dict, repr=False)
     """Keyword arguments of the fixture's own requests (``headers``, ``verify``): a master behind a JWSFilter or SSL."""
+    _commands: dict[str, tuple] = field(default_factory=dict, repr=False)
 
     @property
     def log_dir(self) -> Path:
@@ -137,11 +138,42 @@ class StandaloneCluster:
 
     def _start(self, name: str, main_class: str, args: list[str], env: dict[str, str],
                prefix: Sequence[str] = ()) -> None:
-        with open(self.log_dir / f"{name}.log", "wb") as log:  # the JVM keeps its own copy of the descriptor
+        self._commands[name] = (main_class, args, env, prefix)
+        with open(self.log_dir / f"{name}.log", "ab") as log:  # the JVM keeps its own copy of the descriptor
             self.processes[name] = subprocess.Popen(
                 [*prefix, str(Path(env["SPARK_HOME"]) / "bin" / "spark-class"), main_class, *args],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work_dir,
                 start_new_session=True)
+
+    def worker_running(self, pid: int) -> str:
+        """The name (``worker-<i>``) of the worker whose process tree holds process ``pid`` (an executor, a rank).
+
+        :raises LookupError: no worker of this cluster is an ancestor of ``pid``.
+        """
+        workers = {popen.pid: name for name, popen in self.processes.items() if name.startswith("worker-")}
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for proc in psutil.Process(pid).parents():
+                if proc.pid in workers:
+                    return workers[proc.pid]
+        raise LookupError(f"process {pid} runs under no worker of this cluster")
+
+    def kill_worker(self, name: str) -> None:
+        """SIGKILL worker ``name`` and every process below it (its executors and their Pythons): a machine lost."""
+        root = psutil.Process(self.processes[name].pid)
+        procs = [root, *root.children(recursive=True)]
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(procs, timeout=10)
+        self.processes[name].wait(timeout=10)
+
+    def restart_worker(self, name: str, timeout_s: float = 60.0) -> None:
+        """Start worker ``name`` again (after :meth:`kill_worker`) and wait until the master has every worker ALIVE.
+
+        :raises TimeoutError: the master does not list them all ALIVE within ``timeout_s``.
+        """
+        self._start(name, *self._commands[name])
+        self._wait_ready(time.monotonic() + timeout_s, self.workers)
 
     def _check_running(self) -> None:
         for name, popen in self.processes.items():

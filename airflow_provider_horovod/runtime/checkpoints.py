@@ -32,7 +32,8 @@ import uuid
 from typing import Any
 
 from airflow_provider_horovod.runtime.artifacts import ensure_dir, is_remote, join_location, local_path
-from airflow_provider_horovod.runtime.progress import env_rank
+from airflow_provider_horovod.runtime.progress import env_rank, send_event
+from airflow_provider_horovod.runtime.wire.progress import resume_line
 
 CHECKPOINT_DIR_ENV = "HOROVOD_AIRFLOW_CHECKPOINT_DIR"
 """Environment variable that carries the checkpoint directory into every rank."""
@@ -254,10 +255,10 @@ def load_checkpoint(map_location: Any = "cpu", *, weights_only: bool = True,
             continue
         state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
         if loud:
-            saved_by = manifest.get("try_number")
-            print(f"{_PREFIX} resuming from checkpoint step {step}{_try_text(try_number())}"
-                  f"{f', saved by try {saved_by}' if saved_by is not None else ''}, from {store.where(name)}",
-                  flush=True)
+            resumed = {"step": step, "try_number": try_number(), "saved_by": manifest.get("try_number"),
+                       "location": store.where(name)}
+            print(f"{_PREFIX} {resume_line(resumed)}", flush=True)
+            send_event("resumed", **resumed)  # progress.json: the Airflow side logs it in cluster mode
         return state, step
     if loud:
         print(f"{_PREFIX} no checkpoint in {location}: starting from the beginning{_try_text(try_number())}",

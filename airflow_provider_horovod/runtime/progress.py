@@ -43,6 +43,7 @@ class _Sender:
         self.rank = env_rank()
         self._cond = threading.Condition()
         self._pending: dict[str, Any] | None = None
+        self._events: list[dict[str, Any]] = []  # never dropped by the throttle, unlike reports
         self._broken = False
         self._thread = threading.Thread(target=self._run, name="horovod-report", daemon=True)
         self._thread.start()
@@ -53,10 +54,20 @@ class _Sender:
             self._pending = record
             self._cond.notify()
 
+    def put_event(self, record: dict[str, Any]) -> None:
+        with self._cond:
+            self._events.append(record)
+            self._cond.notify()
+
     def _take(self) -> dict[str, Any] | None:
         with self._cond:
             record, self._pending = self._pending, None
             return record
+
+    def _take_events(self) -> list[dict[str, Any]]:
+        with self._cond:
+            events, self._events = self._events, []
+            return events
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._broken:
@@ -69,15 +80,19 @@ class _Sender:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._pending is None:
+                while self._pending is None and not self._events:
                     self._cond.wait()
+            for event in self._take_events():
+                self._write(event)
             record = self._take()
             if record is not None:
                 self._write(record)
             time.sleep(SEND_INTERVAL_S)  # the throttle: at most one record per interval
 
     def flush(self) -> None:
-        """Send the newest record now (at exit: the last report is never lost to the throttle)."""
+        """Send the events and the newest record now (at exit: the last report is never lost to the throttle)."""
+        for event in self._take_events():
+            self._write(event)
         record = self._take()
         if record is not None:
             self._write(record)
@@ -138,3 +153,16 @@ def report(step: int | None = None, total_steps: int | None = None, epoch: int |
     if sender.rank == 0:
         record["metrics"] = {str(k): _number(k, v) for k, v in metrics.items()}
     sender.put(record)
+
+
+def send_event(event: str, **fields: Any) -> None:
+    """
+    Send a one-time event of this rank to the driver, which keeps it in ``progress.json`` (a no-op outside a job).
+    Unlike :func:`report` records, events are never dropped by the throttle.
+
+    :param event: its kind, e.g. ``"resumed"`` (:func:`~airflow_provider_horovod.runtime.load_checkpoint`'s).
+    :param fields: JSON-able values.
+    """
+    sender = _get_sender()
+    if sender is not None:
+        sender.put_event({"event": event, "time": time.time(), "rank": sender.rank, **fields})

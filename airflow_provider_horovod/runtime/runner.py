@@ -280,5 +280,12 @@ class HorovodRunner:
                 sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         # The log server is closed: every failure report a task sent has arrived.
         if stage_error is not None:
-            raise_for_stage_failure(stage_error, logs.failures, lambda: not_enough_slots(sc, spec.np))
+            raise_for_stage_failure(stage_error, logs.failures, lambda: not_enough_slots(sc, spec.np), np=spec.np,
+                                    executor_host=functools.partial(_executor_host, sc))
         return results[0] if results else None
+
+
+def _executor_host(sc: Any, executor_id: str) -> str | None:
+    """The host of executor ``executor_id`` (lost ones too) from the driver's status store, the REST API's source."""
+    summary = sc._jsc.sc().statusStore().executorSummary(executor_id)
+    return str(summary.hostPort()).rsplit(":", 1)[0] or None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_horovod.clients import DriverStatus, SparkRestError
-from airflow_provider_horovod.runtime.wire.progress import PROGRESS_FILE, progress_line
+from airflow_provider_horovod.runtime.wire.progress import PROGRESS_FILE, progress_line, resume_line
 
 __all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "ProgressLog", "driver_failure",
            "outside_kill", "read_poll", "read_progress", "validate_event"]
@@ -134,7 +134,8 @@ class ProgressLog:
     """
     Which progress lines a wait for a cluster-mode driver logs: the driver's ``progress.json`` (in the staging
     directory) as :func:`~airflow_provider_horovod.runtime.wire.progress.progress_line` puts it, when it is newer
-    than the last line logged and at most every ``interval_s``.
+    than the last line logged and at most every ``interval_s``; once, the line that says the try resumed from a
+    checkpoint (``resuming from checkpoint step 20 (try 2), saved by try 1, from ...``).
 
     :param interval_s: seconds between lines at least.
     :param clock: a monotonic clock (tests).
@@ -145,6 +146,7 @@ class ProgressLog:
         self._clock = clock
         self._seen: float | None = None
         self._logged_at: float | None = None
+        self._resume_logged = False
 
     def line(self, data: bytes | None) -> str | None:
         """
@@ -160,6 +162,9 @@ class ProgressLog:
             return None  # a write in progress on a store without atomic replace: the next poll reads it
         if not isinstance(snapshot, dict) or snapshot.get("time") == self._seen:
             return None
+        if isinstance(snapshot.get("resumed"), dict) and not self._resume_logged:  # once, at once
+            self._resume_logged = True
+            return resume_line(snapshot["resumed"])
         now = self._clock()
         if self._logged_at is not None and now - self._logged_at < self.interval_s:
             return None

@@ -5,8 +5,10 @@ to the running driver; a deferred task marked failed by a user kills its driver 
 that is cleared, or marked failed and re-run, trains a fresh job instead of adopting the driver being killed; a
 driver or application killed through the master fails the task with a headline that says so; OpenLineage events name
 the model output and carry the training's metrics; report()'s progress reaches the task logs, XCom, the asset event and
-the UI plugin's endpoint while the task is deferred; a torch.distributed (DDP) task deferred in cluster mode returns its value, model and asset event.
-One cluster and one deployment for the module.
+the UI plugin's endpoint while the task is deferred; a torch.distributed (DDP) task deferred in cluster mode returns its value, model and asset event;
+an executor JVM (cluster mode) or a whole worker (client mode) holding one rank is SIGKILLed mid-training: the first try
+fails naming the lost executor, the retry resumes from the latest checkpoint (issue #26; the worker-kill test starts
+the worker again afterwards). One cluster and one deployment for the module.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -22,7 +25,7 @@ import pytest
 
 from tests.airflow_deployment import DeploymentError, _poll, airflow_deployment, copy_dags
 from tests.s3_server import s3_server  # noqa: F401  (fixture)
-from tests.standalone import standalone_cluster
+from tests.standalone import MARKER_ENV, standalone_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -43,7 +46,7 @@ def lineage_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def airflow(cluster, tmp_path_factory, lineage_file, s3_server):  # noqa: F811
     dags = copy_dags(tmp_path_factory.mktemp("dags"), HERE / "dags" / "horovod_durable.py",
-                     HERE / "dags" / "torch_cluster.py")
+                     HERE / "dags" / "torch_cluster.py", HERE / "dags" / "horovod_resume.py")
     s3_server.fs().mkdir("staging")
     env = {
         "AIRFLOW_CONN_MINIO": json.dumps({
@@ -331,3 +334,117 @@ def test_a_deferred_torch_distributed_task_trains_ddp_on_the_cluster(airflow, cl
     assert links.json()["extra_links"]["Spark UI"].startswith("http://"), links.json()
     log = _log(airflow, "torch_cluster_deferred", run_id)
     assert "torch.distributed job: np=2, cluster deploy mode" in log and "Pausing task as DEFERRED" in log, log[-4000:]
+
+
+def _rank_executor(cluster, rank: int) -> tuple[psutil.Process, str]:
+    """The executor JVM (``CoarseGrainedExecutorBackend``) of this cluster whose process tree runs ``rank``, and its
+    application id (from its command line)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in cmd:
+            continue
+        try:
+            if proc.environ().get(MARKER_ENV) != cluster.marker:
+                continue
+            if any(child.environ().get("HOROVOD_RANK") == str(rank) for child in proc.children(recursive=True)):
+                return proc, cmd[cmd.index("--app-id") + 1]
+        except psutil.Error:
+            continue
+    return None
+
+
+def _rank_processes(cluster) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            continue
+        if env.get(MARKER_ENV) == cluster.marker and "HOROVOD_RANK" in env:
+            found.append(proc)
+    return found
+
+
+def _steps(airflow, dag_id: str, run_id: str) -> list[dict]:
+    """The function's own record of the steps rank 0 trained (``steps.jsonl`` next to the checkpoint directory)."""
+    where = airflow.xcom(dag_id, run_id, "train", "checkpoint_dir", default=None)  # pushed before the submission
+    record = Path(where).parent / "steps.jsonl" if where else None
+    # complete lines only: the file may be read while rank 0 writes one
+    return [json.loads(line) for line in record.read_text().split("\n")[:-1]] if record and record.exists() else []
+
+
+STEPS, INTERVAL = 40, 5
+"""As in dags/horovod_resume.py."""
+
+
+def _kill_mid_training_and_check_the_resume(airflow, cluster, dag_id: str, kill) -> tuple[str, str]:
+    """
+    Trigger ``dag_id``; once rank 0 has trained step 12 (a checkpoint at step 10, the next one due at 15) call
+    ``kill(executor, app_id)`` on rank 1's executor; check the failed first try and the resumed second; return the
+    first try's error and the application id.
+    """
+    run_id = airflow.trigger(dag_id)
+    # the checkpoint_dir XCom is pushed before the job is submitted
+    _poll(f"{dag_id}'s rank 0 to train step 12", lambda: len(_steps(airflow, dag_id, run_id)) >= 12,
+          timeout_s=240, interval_s=0.5)
+    executor, app_id = _poll("rank 1's executor", lambda: _rank_executor(cluster, 1), timeout_s=10)
+    killed_at = time.time()
+    kill(executor, app_id)
+    assert airflow.wait_for_run(dag_id, run_id, timeout_s=240) == "success", _log(airflow, dag_id, run_id, 2)[-4000:]
+    assert _ti(airflow, dag_id, run_id)["try_number"] == 2
+    error = airflow.task_error(dag_id, run_id, "train", try_number=1) or ""
+    failed = [e for e in airflow.task_log_events(dag_id, run_id, "train", 1) if e.get("error_detail")]
+    assert failed and _epoch(failed[-1]["timestamp"]) - killed_at < 30, failed  # not a Gloo or barrier timeout
+    steps = _steps(airflow, dag_id, run_id)
+    first = [r["step"] for r in steps if r["try"] == 1]
+    second = [r["step"] for r in steps if r["try"] == 2]
+    # one run of the function in the first try: Spark re-attempted nothing (its defaults for barrier stages stay)
+    assert first == list(range(1, len(first) + 1)), first
+    latest = max(s for s in first if s % INTERVAL == 0)  # the first try's latest checkpoint
+    assert second[0] == latest + 1 and second[-1] == STEPS, (first, second)  # resumed from it, trained to the end
+    assert len(first) + len(second) <= STEPS + INTERVAL, (first, second)
+    value = airflow.xcom(dag_id, run_id, "train")
+    assert value["try_number"] == 2 and value["resumed_from_step"] == latest, value
+    assert value["trained_steps"] == [latest + 1, STEPS] and value["weight"] == 2.0 * STEPS  # no step counted twice
+    [event] = airflow.asset_events(source_dag_id=dag_id, source_run_id=run_id)
+    assert event["extra"]["return_value"] == value
+    retry_log = _log(airflow, dag_id, run_id, try_number=2)
+    assert f"resuming from checkpoint step {latest} (try 2), saved by try 1" in retry_log, retry_log[-4000:]
+    _poll("no rank process left on the cluster", lambda: not _rank_processes(cluster), timeout_s=30)
+    return error, app_id
+
+
+def _epoch(timestamp: str) -> float:
+    import datetime
+
+    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_lost_executor_fails_the_try_naming_it_and_the_retry_resumes_from_the_checkpoint(airflow, cluster):
+    # cluster deploy mode; the executor JVM of rank 1 is SIGKILLed (an OOM kill): Spark reports exit code 137
+    error, app_id = _kill_mid_training_and_check_the_resume(
+        airflow, cluster, "horovod_resume_executor", lambda executor, _app: executor.send_signal(signal.SIGKILL))
+    headline = error.splitlines()[0]
+    assert re.search(r"Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) during the barrier stage: "
+                     r"Command exited with code 137: SIGKILL", headline), error
+    assert "Gloo" not in headline and "timed out" not in headline, error
+    # Spark made one attempt of the barrier stage (its default spark.stage.maxConsecutiveAttempts=4 notwithstanding)
+    assert "Could not recover from a failed barrier ResultStage" in error, error
+
+
+def test_a_lost_worker_fails_the_try_naming_the_executor_and_the_retry_resumes(airflow, cluster):
+    # client deploy mode (a worker killed in cluster mode may hold the driver); last of the module's tests, and the
+    # worker is started again afterwards
+    killed: list[str] = []
+
+    def kill_worker(executor: psutil.Process, _app: str) -> None:
+        killed.append(cluster.worker_running(executor.pid))
+        cluster.kill_worker(killed[0])
+
+    try:
+        error, _ = _kill_mid_training_and_check_the_resume(airflow, cluster, "horovod_resume_worker", kill_worker)
+    finally:
+        if killed:
+            cluster.restart_worker(killed[0])
+    assert re.search(r"Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) during the "
+                     r"barrier stage: worker lost: 127\.0\.0\.1:\d+ got disassociated", error), error

@@ -105,18 +105,25 @@ class MetricsCollector:
         self._sink = sink
         self._sink_interval_s = sink_interval_s
         self._for_sink: list[dict[str, Any]] = []  # rank 0's records the sink has not had yet
+        self._resumed: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- records ------------------------------------------------------------------------------------------------
     def add(self, record: dict[str, Any]) -> None:
         """
-        Take one record (``{"time", "rank", "step", "total_steps", "epoch", "metrics"}``); a malformed one is ignored.
+        Take one record (``{"time", "rank", "step", "total_steps", "epoch", "metrics"}``, or an event such as
+        ``{"event": "resumed", "rank", "step", "try_number", "saved_by", "location"}``); a malformed one is ignored.
 
         :param record: what a rank's ``report()`` sent.
         """
         rank = record.get("rank")
         if not isinstance(rank, int):
+            return
+        if record.get("event") == "resumed":  # load_checkpoint's, rank 0's: kept in the snapshot, not a report
+            with self._lock:
+                self._resumed = {k: record.get(k) for k in ("step", "try_number", "saved_by", "location")}
+                self._changed = self._dirty = True
             return
         with self._lock:
             self._ranks[str(rank)] = {"step": record.get("step"), "time": record.get("time")}
@@ -160,7 +167,7 @@ class MetricsCollector:
             "percent": 100.0 * step / total if step is not None and total else None,
             "steps_per_s": rate, "eta_s": eta, "metrics": dict(self._latest),
             "ranks": {r: dict(v) for r, v in sorted(self._ranks.items(), key=lambda kv: int(kv[0]))},
-            "slowest_rank": slowest,
+            "slowest_rank": slowest, "resumed": self._resumed,
         }
 
     @property

@@ -11,6 +11,9 @@ SLOTS_MESSAGE = "requires more slots than the total number of slots"
 """Spark's barrier slot check failure (SPARK-24819)."""
 
 
+_EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (?P<id>\S+) exited (?P<cause>[^)]*)\)"
+                            r"(?: Reason: (?P<reason>[^\n]*))?")
+_BARRIER_TASK = re.compile(r"barrier task \w+Task\(\d+, (?P<partition>\d+)\) finished unsuccessfully")
 _PY4J_CALL = re.compile(r"^An error occurred while calling \S+$")
 _RUNTIME_ERRORS = "airflow_provider_horovod.runtime.errors."
 _TRACEBACK = "Traceback (most recent call last):"
@@ -54,24 +57,70 @@ def task_exception(text: str) -> str | None:
     return None
 
 
+def lost_executor(text: str, reports: list[dict], np: int | None = None,
+                  executor_host: Callable[[str], str | None] | None = None) -> str | None:
+    """
+    The headline for a barrier stage that failed because Spark lost an executor (its JVM killed, out of memory, its
+    worker gone), or ``None`` when Spark's account says something else.
+
+    Spark aborts a barrier result stage on its first lost task ("Could not recover from a failed barrier ResultStage")
+    and kills the other tasks, whose ranks die with them; it never re-attempts it
+    (``spark.stage.maxConsecutiveAttempts`` and ``spark.task.maxFailures`` do not apply), so the failure reaches the
+    caller, e.g. Airflow, whose retry resumes from the checkpoint.
+
+    :param text: ``str()`` of what Spark raised on the driver (``ExecutorLostFailure (executor 1 exited caused by one
+        of the running tasks) Reason: Command exited with code 137``).
+    :param reports: the failure reports of the ranks that were stopped (``RankFailedError.to_dict()``): with ``np``,
+        the one rank among ``0 .. np-1`` that sent none is the lost executor's.
+    :param np: the job's number of ranks.
+    :param executor_host: the host of an executor id, from Spark's status store (``None`` when unknown).
+    """
+    match = _EXECUTOR_LOST.search(text)
+    if match is None:
+        return None
+    executor = match.group("id")
+    host = None
+    if executor_host is not None:
+        try:
+            host = executor_host(executor)
+        except Exception:  # noqa: BLE001 - a name for the message only (Spark Connect: no JVM to ask)
+            host = None
+    where = [f"barrier task {m.group('partition')}"] if (m := _BARRIER_TASK.search(text)) else []
+    missing = sorted(set(range(np)) - {r.get("rank") for r in reports}) if np else []
+    if len(missing) == 1:
+        where.append(f"rank {missing[0]}")
+    reason = (match.group("reason") or "no reason given").strip()
+    which = f" ({', '.join(where)})" if where else ""
+    hint = ": SIGKILL, e.g. the kernel's OOM killer or a kill -9" if reason.endswith("code 137") else ""
+    return (f"Spark lost executor {executor}{f' on {host}' if host else ''}{which} during the barrier stage: "
+            f"{reason}{hint} (exited {match.group('cause')}). The other ranks were stopped and Spark does not "
+            "re-attempt a barrier stage: retry the task (retries=) and, with checkpoints, the next try resumes from "
+            "the latest one")
+
+
 def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
-                            not_enough_slots: Callable[[], str]) -> None:
+                            not_enough_slots: Callable[[], str], *, np: int | None = None,
+                            executor_host: Callable[[str], str | None] | None = None) -> None:
     """
     Raise the error that explains a failed barrier stage.
 
     :param stage_error: what Spark raised on the driver.
     :param reports: failure reports the tasks sent over the log channel (``RankFailedError.to_dict()``).
     :param not_enough_slots: builds the message for Spark's slot check failure.
+    :param np: the job's number of ranks (names the lost executor's rank, :func:`lost_executor`).
+    :param executor_host: the host of an executor id (:func:`lost_executor`).
     :raises RankFailedError: a rank failed on its own (the root cause among all reports).
     :raises LaunchError: Spark could not give the stage its slots, or lost a task (executor or Python worker
         died, stage cancelled); bystander ranks are listed. Its message is never empty: an exception without
-        text is named by its type.
+        text is named by its type. A lost executor's headline names it, its host and Spark's reason.
     """
     failures = [RankFailedError.from_dict(f) for f in reports]
     in_exception = RankFailedError.find_in(str(stage_error))
     if in_exception is not None:
         failures.append(in_exception)
-    if any(not f.is_secondary for f in failures) or (in_exception is not None and not reports):
+    # Spark's first failed task is the root cause when it is a lost executor: the ranks' reports are its consequences
+    lost = lost_executor(str(stage_error), reports, np, executor_host)
+    if lost is None and (any(not f.is_secondary for f in failures) or (in_exception is not None and not reports)):
         raise root_cause(failures) from None
     if SLOTS_MESSAGE in str(stage_error):
         raise LaunchError(not_enough_slots()) from stage_error
@@ -81,7 +130,9 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     # an exception without text (Py4J's, when the driver JVM is gone or out of memory) is named by its type
     details = spark_reason(str(stage_error)) or (f"{type(stage_error).__module__}.{type(stage_error).__qualname__}"
                                                  " (with no message)").removeprefix("builtins.")
-    if cause is not None and cause.startswith("LaunchError: "):
+    if lost is not None:
+        reason = f"{lost}\nSpark's account: {details}"
+    elif cause is not None and cause.startswith("LaunchError: "):
         reason = f"{cause.removeprefix('LaunchError: ')}\nSpark's account: {details.splitlines()[0]}"
     elif cause is not None:
         reason = f"the Horovod barrier stage failed: {cause}\nSpark's account: {details}"

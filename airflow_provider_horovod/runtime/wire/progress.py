@@ -5,7 +5,8 @@ for it (:func:`progress_line`), shared by the driver (which prints it in client 
 
 The snapshot: ``{"time", "started_at", "state" ("running" | "finished" | "failed"), "step", "total_steps", "epoch",
 "percent", "steps_per_s", "eta_s", "metrics" (rank 0's last values), "ranks" ({"<rank>": {"step", "time"}}),
-"slowest_rank"}``; times are Unix seconds, rates per second.
+"slowest_rank", "resumed" (``{"step", "try_number", "saved_by", "location"}`` when rank 0 resumed from a checkpoint,
+else ``None``)}``; times are Unix seconds, rates per second.
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ def _value(number: Any) -> str:
     if number is None:
         return "nan"
     return f"{number:.4g}" if isinstance(number, float) else str(number)
+
+
+def resume_line(resumed: Mapping[str, Any]) -> str:
+    """
+    The line that says a try resumed from a checkpoint, e.g. ``resuming from checkpoint step 20 (try 2), saved by try
+    1, from /ckpt/step-000000000020.json`` (rank 0 prints it; the Airflow side logs it from ``progress.json``).
+
+    :param resumed: ``{"step", "try_number", "saved_by", "location"}`` (the last three may be ``None``).
+    """
+    number, saved_by, where = resumed.get("try_number"), resumed.get("saved_by"), resumed.get("location")
+    return (f"resuming from checkpoint step {resumed.get('step')}{f' (try {number})' if number is not None else ''}"
+            f"{f', saved by try {saved_by}' if saved_by is not None else ''}{f', from {where}' if where else ''}")
 
 
 def progress_line(snapshot: Mapping[str, Any]) -> str | None:

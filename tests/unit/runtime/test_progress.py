@@ -70,3 +70,20 @@ def test_a_bad_value_is_named(kwargs, says):
             "    print(err)\n")
     _records, out = _run(code, rank="0")
     assert says in out
+
+
+EVENT_THEN_REPORTS = """
+from airflow_provider_horovod.runtime import report
+from airflow_provider_horovod.runtime.progress import send_event
+report(step=1)
+send_event("resumed", step=10, try_number=2)
+for step in range(2, 2001):
+    report(step=step)
+"""
+
+
+def test_an_event_is_never_dropped_by_the_throttle():
+    records, _ = _run(EVENT_THEN_REPORTS, rank="0")
+    events = [r for r in records if r.get("event")]
+    assert [(e["event"], e["step"], e["try_number"], e["rank"]) for e in events] == [("resumed", 10, 2, 0)]
+    assert [r for r in records if not r.get("event")][-1]["step"] == 2000  # the reports go on around it

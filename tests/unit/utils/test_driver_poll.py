@@ -215,3 +215,16 @@ def test_the_progress_log_logs_new_snapshots_at_most_every_interval():
     assert log.line(snap(2.0, 20)).startswith("step 20")
     now[0] = 12.0
     assert log.line(snap(2.0, 20)) is None  # nothing new
+
+
+def test_the_progress_log_says_once_and_at_once_that_the_try_resumed_from_a_checkpoint():
+    import json
+
+    from airflow_provider_horovod.utils.driver_poll import ProgressLog
+
+    log = ProgressLog(interval_s=5.0, clock=lambda: 0.0)
+    resumed = {"step": 10, "try_number": 2, "saved_by": 1, "location": "/ckpt/step-000000000010.json"}
+    snapshot = json.dumps({"time": 1.0, "state": "running", "step": None, "metrics": {}, "resumed": resumed}).encode()
+    assert log.line(snapshot) == ("resuming from checkpoint step 10 (try 2), saved by try 1, from "
+                                  "/ckpt/step-000000000010.json")
+    assert log.line(snapshot) is None  # once; and no progress line for a snapshot without steps

@@ -83,3 +83,13 @@ def test_a_job_that_reports_nothing_leaves_no_files(tmp_path):
     with MetricsCollector(str(tmp_path), emit=lambda _: None):
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_resume_event_is_kept_in_the_snapshot_and_is_no_report():
+    collector = MetricsCollector(None, clock=Clock())
+    assert collector.snapshot()["resumed"] is None
+    collector.add({"event": "resumed", "time": 1000.0, "rank": 0, "step": 10, "try_number": 2, "saved_by": 1,
+                   "location": "/ckpt/step-000000000010.json"})
+    snap = collector.snapshot()
+    assert snap["resumed"] == {"step": 10, "try_number": 2, "saved_by": 1, "location": "/ckpt/step-000000000010.json"}
+    assert snap["step"] is None and snap["ranks"] == {} and collector.last_metrics == {}

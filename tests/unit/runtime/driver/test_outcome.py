@@ -78,3 +78,46 @@ def test_an_exception_without_text_is_named_by_its_type():
         raise_for_stage_failure(Py4JNetworkError(), [], lambda: "not enough slots")
     assert str(info.value) == (f"the Horovod barrier stage failed: {__name__}.Py4JNetworkError (with no message)")
     assert _raised("") == "the Horovod barrier stage failed: RuntimeError (with no message)"
+
+
+# str() of what a real standalone run raised when the executor JVM of rank 1 was SIGKILLed (benchmark B9's set-up)
+EXECUTOR_KILLED = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Could not recover from a failed barrier \
+ResultStage. Most recent failure reason: Stage failed because barrier task ResultTask(0, 1) finished unsuccessfully.
+ExecutorLostFailure (executor 0 exited caused by one of the running tasks) Reason: Command exited with code 137
+\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:3000)
+"""
+BYSTANDER = {"rank": 0, "exit_code": 1, "exc_type": "horovod.common.exceptions.HorovodInternalError",
+             "exc_message": "Horovod has been shut down", "host": "10.0.0.5"}
+
+
+def test_a_lost_executor_is_named_with_its_host_rank_and_sparks_reason():
+    with pytest.raises(LaunchError) as info:
+        raise_for_stage_failure(RuntimeError(EXECUTOR_KILLED), [BYSTANDER], lambda: "unused", np=2,
+                                executor_host={"0": "10.0.0.7"}.get)
+    first, *rest = str(info.value).splitlines()
+    assert first.startswith("Spark lost executor 0 on 10.0.0.7 (barrier task 1, rank 1) during the barrier stage: "
+                            "Command exited with code 137: SIGKILL, e.g. the kernel's OOM killer or a kill -9 (exited "
+                            "caused by one of the running tasks). The other ranks were stopped"), first
+    assert "the next try resumes from the latest one" in first
+    assert rest[0].startswith("Spark's account: org.apache.spark.SparkException: Job aborted")
+    assert rest[-1] == "Ranks stopped as a consequence: 0 (horovod.common.exceptions.HorovodInternalError)"
+
+
+def test_a_lost_executor_wins_over_a_rank_that_failed_because_of_it():
+    # a survivor whose own code raised on the broken collective still is a consequence of the loss
+    primary = {**BYSTANDER, "exc_type": "RuntimeError", "exc_message": "allreduce failed"}
+    with pytest.raises(LaunchError) as info:
+        raise_for_stage_failure(RuntimeError(EXECUTOR_KILLED), [primary], lambda: "unused", np=2,
+                                executor_host=lambda _id: (_ for _ in ()).throw(RuntimeError("no JVM")))
+    assert str(info.value).startswith("Spark lost executor 0 (barrier task 1, rank 1) during the barrier stage: "
+                                      "Command exited with code 137")
+
+
+def test_a_worker_lost_without_a_reason_still_names_the_executor():
+    text = EXECUTOR_KILLED.replace("exited caused by one of the running tasks) Reason: Command exited with code 137",
+                                   "exited unrelated to the running tasks)")
+    with pytest.raises(LaunchError) as info:
+        raise_for_stage_failure(RuntimeError(text), [], lambda: "unused", np=3)
+    assert str(info.value).startswith("Spark lost executor 0 (barrier task 1) during the barrier stage: no reason "
+                                      "given (exited unrelated to the running tasks).")

@@ -1,0 +1,206 @@
+"""
+B9, work lost per fault: an executor JVM holding one rank is SIGKILLed mid-training and the job is run again with the
+same checkpoint directory (what an Airflow retry does), on a standalone cluster of 2 workers x 2 cores (127.0.0.1,
+:mod:`tests.standalone`).
+
+Each try is a client script (a SparkSession of its own with ``spark.executor.cores=1``, so each rank has its own
+executor) running ``HorovodRunner(np=2, checkpoint_dir=..., try_number=n)`` on an example-shaped training: ``STEPS``
+steps of one allreduce and ``STEP_S`` seconds of work, a checkpoint every ``INTERVAL`` steps, rank 0 appending each
+step it trains, with its time, to a file. Once rank 0 of the first try has recorded step ``KILL_AT``, the harness
+SIGKILLs the executor (``CoarseGrainedExecutorBackend`` of the try's application) that runs rank 1, so the kill
+lands in the next step, the last one before a checkpoint is due: the worst place for a fault.
+
+Reported, per round: **work lost** = steps the retry trains again (the first try's last step - the step it resumed
+from) / ``INTERVAL`` (goal <= 1.0); seconds from the kill to the failed try's ``HorovodRunner.run`` raising, and to
+the retry's first step (the retry is started as soon as the first try has failed, as an Airflow retry with
+``retry_delay=0``); the failed try's headline.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from benchmarks.env import bench_environ
+from benchmarks.queueing import Job
+
+STEPS, INTERVAL, STEP_S, KILL_AT = 60, 5, 0.2, 13
+GOAL = 1.0
+"""Issue #26's goal for work lost per fault, in checkpoint intervals."""
+TRY_TIMEOUT_S = 240.0
+
+SCRIPT = r'''
+import json, os, sys, time
+from pyspark.sql import SparkSession
+
+master, ckpt, record, try_no, steps, interval, step_s = sys.argv[1:8]
+spark = (SparkSession.builder.master(master).appName(f"b9-try-{try_no}")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.ui.showConsoleProgress", "false").config("spark.cores.max", "2")
+         .config("spark.executor.cores", "1").config("spark.executor.memory", "512m")
+         .config("spark.executorEnv.PYTHONUNBUFFERED", "1").getOrCreate())
+spark.sparkContext.setLogLevel("WARN")
+print("B9 APP", spark.sparkContext.applicationId, flush=True)
+from airflow_provider_horovod.runtime import HorovodRunner
+
+
+def train(record, steps, interval, step_s):
+    import json, time
+    import horovod.torch as hvd
+    import torch
+    from airflow_provider_horovod.runtime import load_checkpoint, save_checkpoint, try_number
+
+    hvd.init()
+    resumed = load_checkpoint()
+    start = resumed[1] if resumed else 0
+    weight = resumed[0]["weight"] if resumed else torch.zeros(1)
+    for step in range(start + 1, steps + 1):
+        weight += hvd.allreduce(torch.ones(1))
+        time.sleep(step_s)
+        if hvd.rank() == 0:
+            with open(record, "a") as f:
+                f.write(json.dumps({"try": try_number(), "step": step, "t": time.time()}) + "\n")
+            if step % interval == 0:
+                save_checkpoint({"weight": weight}, step=step)
+    return {"try": try_number(), "resumed_from": start, "weight": float(weight)} if hvd.rank() == 0 else None
+
+
+try:
+    value = HorovodRunner(np=2, checkpoint_dir=ckpt, try_number=int(try_no)).run(
+        train, record=record, steps=int(steps), interval=int(interval), step_s=float(step_s))
+except Exception as err:
+    print("B9 FAILED", time.time(), json.dumps(str(err)), flush=True)
+else:
+    print("B9 RESULT", time.time(), json.dumps(value), flush=True)
+spark.stop()
+'''
+
+
+def executor_of(app: str, executor_id: str | None = None) -> list[psutil.Process]:
+    """The ``CoarseGrainedExecutorBackend`` JVMs of application ``app`` (one id's, when given)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmd and app in cmd and (
+                executor_id is None or cmd[cmd.index("--executor-id") + 1] == executor_id):
+            found.append(proc)
+    return found
+
+
+def rank_executor(app: str, rank: int) -> psutil.Process:
+    """The executor JVM whose process tree runs Horovod rank ``rank`` (its ``HOROVOD_RANK`` environment)."""
+    for jvm in executor_of(app):
+        for child in jvm.children(recursive=True):
+            try:
+                if child.environ().get("HOROVOD_RANK") == str(rank):
+                    return jvm
+            except psutil.Error:
+                continue
+    raise LookupError(f"no executor of {app} runs rank {rank}")
+
+
+def _records(path: Path) -> list[dict]:
+    """The steps rank 0 recorded (complete lines only: the file may be read while a line is written)."""
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1]] if path.exists() else []
+
+
+def one_round(master: str, work: Path, log) -> dict:
+    """One kill and retry; the measurements of :mod:`benchmarks.lost_executor`'s docstring."""
+    ckpt, record = work / "checkpoints", work / "steps.jsonl"
+    script = work / "b9.py"
+    script.write_text(SCRIPT)
+    env = bench_environ()
+
+    def start(try_no: int) -> Job:
+        return Job(script, [master, str(ckpt), str(record), str(try_no), str(STEPS), str(INTERVAL), str(STEP_S)], env)
+
+    first = start(1)
+    _, app_line = first.wait_for("B9 APP", timeout_s=TRY_TIMEOUT_S)
+    app = app_line.split()[-1]
+    deadline = time.monotonic() + TRY_TIMEOUT_S
+    victim = None
+    while victim is None:  # found while the ranks start, so the kill follows step KILL_AT at once
+        try:
+            victim = rank_executor(app, 1)
+        except LookupError:
+            if time.monotonic() > deadline or first.proc.poll() is not None:
+                raise RuntimeError(f"rank 1 never started: {first.tail()}") from None
+            time.sleep(0.2)  # polls the process table, bounded by the deadline
+    while not any(r["step"] >= KILL_AT for r in _records(record)):
+        if time.monotonic() > deadline or first.proc.poll() is not None:
+            raise RuntimeError(f"the first try never trained step {KILL_AT}: {first.tail()}")
+        time.sleep(0.05)  # polls a file the job writes, bounded by the deadline
+    killed_at = time.time()
+    victim.send_signal(signal.SIGKILL)
+    failed_at, failed = _outcome(first)
+    first.finish()
+    if not failed.startswith("B9 FAILED"):
+        raise RuntimeError(f"the first try did not fail after its executor was killed: {failed}")
+    headline = json.loads(failed.split(" ", 3)[3]).splitlines()[0]
+    log(f"B9: first try failed {failed_at - killed_at:.1f} s after the kill: {headline}")
+    trained_first = [r["step"] for r in _records(record) if r["try"] == 1]
+    retry = start(2)
+    _, done = _outcome(retry)
+    retry.finish()
+    if not done.startswith("B9 RESULT"):
+        raise RuntimeError(f"the retry failed: {done}")
+    value = json.loads(done.split(" ", 3)[3])
+    second = [r for r in _records(record) if r["try"] == 2]
+    lost = max(trained_first) - value["resumed_from"]
+    return {"lost_steps": lost, "lost_intervals": lost / INTERVAL, "to_failure_s": failed_at - killed_at,
+            "to_retry_step_s": second[0]["t"] - killed_at, "retry_start_s": second[0]["t"] - failed_at,
+            "resumed_from": value["resumed_from"], "last_step_first_try": max(trained_first),
+            "total_steps": len(trained_first) + len(second), "headline": headline}
+
+
+def _outcome(job: Job) -> tuple[float, str]:
+    """The arrival time and text of the try's ``B9 FAILED`` or ``B9 RESULT`` line."""
+    deadline = time.monotonic() + TRY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for t, stream, line in list(job.lines):
+            if stream == "out" and line.startswith(("B9 FAILED", "B9 RESULT")):
+                return t, line
+        if job.proc.poll() is not None and not any(r.is_alive() for r in job._readers):
+            raise RuntimeError(f"the try ended without an outcome: {job.tail()}")
+        time.sleep(0.05)  # polls the lines a reader thread collects, bounded by the deadline
+    raise TimeoutError(f"no outcome within {TRY_TIMEOUT_S:.0f} s: {job.tail()}")
+
+
+def run_b9(reps: int, budget_s: float, notes: list[str], log) -> dict:
+    """
+    Start the cluster, run ``reps`` rounds (fewer when the next would pass ``budget_s``), return the results.
+
+    :param reps: rounds to run (at least one runs).
+    :param budget_s: seconds after which no further round starts.
+    :param notes: where a cut round is noted.
+    :param log: progress lines.
+    """
+    from tests.standalone import standalone_cluster
+
+    rounds: list[dict] = []
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="horovod-b9-"))
+    try:
+        with standalone_cluster(workers=2, cores_per_worker=2, work_dir=work / "cluster") as cluster:
+            first_round = time.monotonic()  # the budget's rounds: the cluster's start is not one
+            for i in range(reps):
+                per_round = (time.monotonic() - first_round) / len(rounds) if rounds else 0.0
+                if rounds and time.monotonic() - started + per_round > budget_s:
+                    notes.append(f"B9: {i} of {reps} rounds (the next would have passed its {budget_s:.0f} s budget)")
+                    break
+                round_dir = work / f"round-{i}"
+                round_dir.mkdir()
+                rounds.append(one_round(cluster.master_url, round_dir, log))
+                log(f"B9 round {i}: {json.dumps(rounds[-1])}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"rounds": rounds, "steps": STEPS, "interval": INTERVAL, "step_s": STEP_S, "kill_at": KILL_AT,
+            "goal": GOAL, "median_lost_intervals": statistics.median(r["lost_intervals"] for r in rounds),
+            "max_lost_intervals": max(r["lost_intervals"] for r in rounds)}
