@@ -306,7 +306,7 @@ def _method(cfg: dict) -> list[str]:
         "np=2 is slower than np=1 here: a small MLP on 2 cores shared with Spark, where each step's gradient "
         "allreduce costs more than the compute it splits; B3 compares launchers at equal np (the training loop "
         "is the same function under both), not scaling.",
-        f"- B3 also runs the same function under bare `horovodrun -np 2 --gloo -H localhost:2 --network-interfaces "
+        "- B3 also runs the same function under bare `horovodrun -np 2 --gloo -H localhost:2 --network-interfaces "
         "lo` (`benchmarks/bare_throughput.py`), the launcher-free limit for ours; and ours with "
         "`runtime.report(step, total_steps, loss)` after every timed step and an artifact directory (the history "
         "and snapshot files written, as in a DAG), for what reporting costs (target: at most 1.02x slower).",
