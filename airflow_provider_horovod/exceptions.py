@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 
 class HorovodJobError(AirflowException):

@@ -70,7 +70,8 @@ def test_the_link_is_written_apart_from_the_data_the_operator_pushes_through_the
         assert stored(unicode_run, task, "_link_SparkUILink") == url  # Airflow's own write: a bare URL
         links = unicode_run.airflow.api(
             "GET", f"/api/v2/dags/{unicode_run.dag_id}/dagRuns/{unicode_run.run_id}/taskInstances/{task}/links").json()
-        assert links["extra_links"] == {"Spark UI": url}  # what the UI's button opens
+        # what the UI's buttons open: the Spark UI; no MLflow run (the task does not track one: a disabled button)
+        assert links["extra_links"] == {"Spark UI": url, "MLflow run": None}
     # while a task runs (push_spark_ui_url), and read by get_link for an operator that does not know its URL
     assert unicode_run.states["publish_link"] == "success", unicode_run.why("publish_link")
     assert through_backend(unicode_run, "publish_link", "spark_ui_url") == "http://spark-ui.example:4040"
