@@ -38,7 +38,9 @@ def ensure_dir(location: str) -> None:
     if is_remote(location):
         import fsspec
 
-        fs, path = fsspec.core.url_to_fs(location)
+        # a filesystem made from the environment as it is now, not fsspec's instance cached earlier in this process
+        # with other credentials or another endpoint (the environment is not part of its cache key)
+        fs, path = fsspec.core.url_to_fs(location, skip_instance_cache=True)
         fs.makedirs(path, exist_ok=True)
     else:
         os.makedirs(local_path(location), exist_ok=True)
@@ -76,7 +78,7 @@ def list_artifacts(location: str) -> list[str]:
     if is_remote(location):
         import fsspec
 
-        fs, path = fsspec.core.url_to_fs(location)
+        fs, path = fsspec.core.url_to_fs(location, skip_instance_cache=True)  # see ensure_dir
         if not fs.exists(path):
             return []
         top = path.rstrip("/")

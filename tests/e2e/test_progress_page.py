@@ -69,14 +69,28 @@ def training(airflow):
     return run_id
 
 
+_READ_TAB = """
+const text = (el) => (el ? el.innerText.replace(/\\s+/g, " ").trim() : "");
+const charts = {};
+for (const c of document.querySelectorAll(".chart")) charts[c.dataset.metric] = Number(c.dataset.points);
+return {
+  charts: charts,
+  status: text(document.getElementById("status-text")),
+  ranks: Array.from(document.querySelectorAll("#ranks tbody tr"),
+                    (tr) => Array.from(tr.cells, (td) => text(td)).join(" ")),
+  footer: text(document.getElementById("footer")),
+  slowest: document.querySelectorAll("#ranks tr.slowest").length,
+};
+"""
+
+
 def _tab(driver):
-    """What the tab shows: ``{metric: points}``, the progress text, the ranks' rows, the footer."""
-    charts = {c.get_attribute("data-metric"): int(c.get_attribute("data-points"))
-              for c in driver.find_elements("css selector", ".chart")}
-    rows = [r.text for r in driver.find_elements("css selector", "#ranks tbody tr")]
-    return {"charts": charts, "status": driver.find_element("id", "status-text").text, "ranks": rows,
-            "footer": driver.find_element("id", "footer").text,
-            "slowest": len(driver.find_elements("css selector", "#ranks tr.slowest"))}
+    """
+    What the tab shows: ``{metric: points}``, the progress text, the ranks' rows, the footer, how many rows are marked
+    slowest. Read in one script, so in one turn of the page's event loop: the page re-renders every few seconds, and
+    elements found one call before could be gone the next (Selenium's stale element reference).
+    """
+    return driver.execute_script(_READ_TAB)
 
 
 def test_the_endpoint_refuses_requests_without_a_session(airflow, training):
