@@ -35,6 +35,24 @@ def b5_table(results: dict) -> list[str]:
     return lines
 
 
+def standalone_run_line(results: dict, name: str) -> str:
+    """
+    The line a section written alone (``--only <name>``) opens with: its date, mode, duration, machine load and
+    versions, since the rest of the page comes from an earlier run.
+
+    :param results: the run's results dict.
+    :param name: the benchmark, e.g. ``"b5"``.
+    """
+    meta = results["meta"]
+    loads = [x for x in (meta.get("load_start"), meta.get("load_end")) if x]
+    v = meta.get("versions", {})
+    return (f"Measured by `python -m benchmarks --only {name}` on {meta['date']} ({results['config']['mode']} "
+            f"run, {meta.get('total_seconds', 0) / 60:.1f} min), separately from the sections above; "
+            f"1-minute load average at its start / end: {' / '.join(f'{x[0]:.1f}' for x in loads)} on "
+            f"{meta['cores']} cores; pyspark {v.get('pyspark')}, horovod {v.get('horovod')}, torch "
+            f"{v.get('torch')}.")
+
+
 def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
     """
     The B5 section, between :data:`B5_START` and :data:`B5_END`: table, where the time goes, reading, method.
@@ -45,16 +63,10 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
     """
     from benchmarks.queueing import GOAL_S, PHASES, phases
 
-    b5, meta = results["b5"], results["meta"]
+    b5 = results["b5"]
     out = [B5_START, "## B5 queueing on a busy cluster", ""]
     if standalone_run:
-        loads = [x for x in (meta.get("load_start"), meta.get("load_end")) if x]
-        v = meta.get("versions", {})
-        out += [f"Measured by `python -m benchmarks --only b5` on {meta['date']} ({results['config']['mode']} "
-                f"run, {meta.get('total_seconds', 0) / 60:.1f} min), separately from the sections above; "
-                f"1-minute load average at its start / end: {' / '.join(f'{x[0]:.1f}' for x in loads)} on "
-                f"{meta['cores']} cores; pyspark {v.get('pyspark')}, horovod {v.get('horovod')}, torch "
-                f"{v.get('torch')}.", ""]
+        out += [standalone_run_line(results, "b5"), ""]
     out += ["Time from one np=4 job freeing its task slots to the next, waiting, np=4 job's ranks starting, on a "
             "Spark standalone cluster of 2 workers x 2 cores (127.0.0.1) whose 4 slots the first job holds. Goal: "
             f"under {GOAL_S:.0f} s.", "", *b5_table(results), ""]

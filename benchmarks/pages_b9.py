@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 
+from benchmarks.pages_b5 import standalone_run_line
 from benchmarks.rows import seconds as _s
 
 B9_START = "<!-- B9 section: written by benchmarks (python -m benchmarks --only b9 rewrites it alone) -->"
@@ -51,16 +52,10 @@ def b9_section(results: dict, standalone_run: bool = False) -> list[str]:
     :param standalone_run: the section is written into a page from an earlier full run (``--only b9``): it then
         states its own date, machine load and versions.
     """
-    b9, meta = results["b9"], results["meta"]
+    b9 = results["b9"]
     out = [B9_START, "## B9 work lost per fault", ""]
     if standalone_run:
-        loads = [x for x in (meta.get("load_start"), meta.get("load_end")) if x]
-        v = meta.get("versions", {})
-        out += [f"Measured by `python -m benchmarks --only b9` on {meta['date']} ({results['config']['mode']} "
-                f"run, {meta.get('total_seconds', 0) / 60:.1f} min), separately from the sections above; "
-                f"1-minute load average at its start / end: {' / '.join(f'{x[0]:.1f}' for x in loads)} on "
-                f"{meta['cores']} cores; pyspark {v.get('pyspark')}, horovod {v.get('horovod')}, torch "
-                f"{v.get('torch')}.", ""]
+        out += [standalone_run_line(results, "b9"), ""]
     out += ["An executor JVM holding one rank of an np=2 training is SIGKILLed in the last step before a checkpoint "
             "is due (the worst place; when the harness is slow the kill lands just after that checkpoint and the round "
             "loses nothing), and the job is run again with the same checkpoint directory, as an Airflow retry "

@@ -57,12 +57,24 @@ def artifact_dir() -> str:
     :return: a local path or a URI (``s3://...``, ``gs://...``, ``file://...``), as given by the caller.
     :raises RuntimeError: called outside a job that was given an artifact directory.
     """
-    location = os.environ.get(ARTIFACT_DIR_ENV)
+    return env_location(ARTIFACT_DIR_ENV, "HorovodRunner(..., artifact_dir=...) or HorovodRunnerOperator (which always "
+                                          "sets one).", name="artifact_dir()")
+
+
+def env_location(env: str, hint: str, *, name: str) -> str:
+    """
+    The directory (path or URI) in environment variable ``env``, created if missing: what ``artifact_dir()`` and
+    ``checkpoint_dir()`` return.
+
+    :param env: the variable the launcher sets in every rank.
+    :param hint: the end of the error's message: what to call it from, or what to give.
+    :param name: the caller, for the message (``"artifact_dir()"``).
+    :raises RuntimeError: ``env`` is not set: "<name> has no directory: <env> is not set. Call it inside a function
+        run by <hint>".
+    """
+    location = os.environ.get(env)
     if not location:
-        raise RuntimeError(
-            f"artifact_dir() has no directory: {ARTIFACT_DIR_ENV} is not set. Call it inside a function run by "
-            "HorovodRunner(..., artifact_dir=...) or HorovodRunnerOperator (which always sets one)."
-        )
+        raise RuntimeError(f"{name} has no directory: {env} is not set. Call it inside a function run by {hint}")
     ensure_dir(location)
     return location
 

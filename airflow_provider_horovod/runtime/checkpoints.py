@@ -31,7 +31,7 @@ import time
 import uuid
 from typing import Any
 
-from airflow_provider_horovod.runtime.artifacts import ensure_dir, is_remote, join_location, local_path
+from airflow_provider_horovod.runtime.artifacts import env_location, is_remote, join_location, local_path
 from airflow_provider_horovod.runtime.progress import env_rank, send_event
 from airflow_provider_horovod.runtime.wire.progress import resume_line
 
@@ -60,15 +60,9 @@ def checkpoint_dir() -> str:
     :return: a local path or a URI (``s3://...``, ``file://...``), as the caller gave it.
     :raises RuntimeError: called outside a job that was given a checkpoint directory.
     """
-    location = os.environ.get(CHECKPOINT_DIR_ENV)
-    if not location:
-        raise RuntimeError(
-            f"checkpoint_dir() has no directory: {CHECKPOINT_DIR_ENV} is not set. Call it inside a function run by "
-            "HorovodRunnerOperator (which always sets one), or give HorovodRunner(..., checkpoint_dir=...) / "
-            "TorchDistributor(..., checkpoint_dir=...) a directory every rank can reach"
-        )
-    ensure_dir(location)
-    return location
+    return env_location(CHECKPOINT_DIR_ENV, "HorovodRunnerOperator (which always sets one), or give "
+                        "HorovodRunner(..., checkpoint_dir=...) / TorchDistributor(..., checkpoint_dir=...) a "
+                        "directory every rank can reach", name="checkpoint_dir()")
 
 
 def try_number() -> int | None:
