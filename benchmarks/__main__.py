@@ -25,7 +25,7 @@ from benchmarks.env import REPO, setup_environ
 
 FULL = {"b1_reps": 5, "b3_reps": 3, "b3_warmup": 50, "b3_steps": 1000, "b2_reps": 3, "b4_seconds": 60.0,
         "b4_cluster_seconds": 20.0, "b5_reps": 3, "b7_reps": 5, "b8_reps": 3, "b8_epochs": 45, "min_reps": 2,
-        "b9_reps": 3, "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 200, "b9": 360}}
+        "b9_reps": 3, "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 280, "b9": 360}}
 QUICK = {"b1_reps": 2, "b3_reps": 1, "b3_warmup": 30, "b3_steps": 300, "b2_reps": 1, "b4_seconds": 15.0,
          "b4_cluster_seconds": 10.0, "b5_reps": 1, "b7_reps": 2, "b8_reps": 1, "b8_epochs": 14, "min_reps": 1,
          "b9_reps": 1, "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90, "b9": 120}}

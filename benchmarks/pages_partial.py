@@ -46,6 +46,20 @@ def _replace(old: list[str], new: list[str], match, anchor) -> list[str]:
     return old[:pos] + fresh + old[pos:]
 
 
+def _without(line: str, keys: set[str]) -> str | None:
+    """
+    An earlier "Rerun alone" ``line`` without the benchmarks in ``keys`` (upper case: ``B8``) and their time-budget
+    notes; ``None`` when none of its benchmarks is left.
+    """
+    named, rest = line[len(NOTE_PREFIX):].split(" on ", 1)
+    left = [k for k in named.split(", ") if k not in keys]
+    if not left:
+        return None
+    head, *budgets = rest.split(" Time budget: ")
+    budgets = [b for b in budgets if b.split(":", 1)[0] not in keys]
+    return f"{NOTE_PREFIX}{', '.join(left)} on {head}" + "".join(f" Time budget: {b}" for b in budgets)
+
+
 def merge(old_page: str, new_page: str, results: dict) -> str:
     """
     ``old_page`` with the parts of every benchmark in :func:`rerun_keys` taken from ``new_page`` (the whole
@@ -78,9 +92,13 @@ def merge(old_page: str, new_page: str, results: dict) -> str:
             f"average at its start / end {loads} on {meta['cores']} cores); their rows, targets and sections above "
             "and below are from that run, the rest from the run named at the top."
             + "".join(f" Time budget: {n}." for n in results.get("notes", [])))
-    same = note.split(" on ")[0] + " on "  # an earlier rerun of the same benchmarks: its line goes
-    for i in [i for i, ln in enumerate(old) if ln.startswith(same)][::-1]:
-        del old[i - 1 if i and not old[i - 1] else i:i + 1]
+    rerun = {k.upper() for k in rerun_keys(results)}
+    for i in [i for i, ln in enumerate(old) if ln.startswith(NOTE_PREFIX)][::-1]:
+        kept = _without(old[i], rerun)  # an earlier rerun's line keeps only the benchmarks this run did not redo
+        if kept is None:
+            del old[i - 1 if i and not old[i - 1] else i:i + 1]
+        else:
+            old[i] = kept
     results_at = next((i for i, ln in enumerate(old) if ln.startswith("Ratios are of medians")), None)
     if results_at is not None:
         old = old[:results_at + 1] + ["", note] + old[results_at + 1:]
