@@ -15,6 +15,7 @@ from airflow.sdk.bases.operator import BaseOperatorMeta
 
 from airflow_provider_horovod.hooks.mlflow import MlflowHook
 from airflow_provider_horovod.links import XCOM_MLFLOW_RUN_URL
+from airflow_provider_horovod.operators._durable import ABANDONED
 from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR, XCOM_ARTIFACT_PATHS, XCOM_SPARK_APP_ID
 from airflow_provider_horovod.runtime.mlflow_sink import ENV_EXPERIMENT_ID, ENV_RUN_ID, check_mlflow_installed
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
@@ -94,6 +95,30 @@ class MlflowTracking:
         if self._mlflow_env and isinstance(record, dict):
             record[RUN_ID_RECORD_KEY] = self._mlflow_env[ENV_RUN_ID]
         return record
+
+    def get_job_status(self, external_id: Any, context: Any) -> str:
+        """
+        The stored job's state; when it ended without success (the try that watched it died), its run, still
+        ``RUNNING``, is ended ``FAILED`` (``KILLED`` for a job an earlier try killed), as a new job and run replace it.
+        """
+        status = super().get_job_status(external_id, context)  # type: ignore[misc]
+        run_id = external_id.get(RUN_ID_RECORD_KEY) if isinstance(external_id, dict) else None
+        if self.mlflow_conn_id and run_id and not self.is_job_active(status) \
+                and not self.is_job_succeeded(status):  # type: ignore[attr-defined]
+            self._end_left_run(run_id, status)
+        return status
+
+    def _end_left_run(self, run_id: str, job_status: str) -> None:
+        try:
+            if self.mlflow_hook.run_status(run_id) != "RUNNING":
+                return
+            status = "KILLED" if job_status == ABANDONED else "FAILED"
+            self.mlflow_hook.end_run(run_id, status, {"horovod.error": (
+                f"the job ended {job_status} with no try watching it (its task process was gone); a retry submits a "
+                "new job with a new run")})
+            self.log.info("MLflow run %s of an earlier try ended %s: its job is %s", run_id, status, job_status)
+        except Exception as err:  # noqa: BLE001 - the retry goes on
+            self.log.warning("Could not end MLflow run %s of an earlier try: %s", run_id, err)
 
     def poll_until_complete(self, external_id: Any, context: Any) -> Any:
         """Wait for the job; a job submitted by an earlier try (reattached) keeps that try's run."""

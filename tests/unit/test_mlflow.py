@@ -149,3 +149,28 @@ def test_the_operator_hands_its_run_to_the_trigger_and_ends_it_killed_when_kille
     run = hook.get_conn().get_run(env["MLFLOW_RUN_ID"])
     assert run.info.status == "KILLED"
     assert run.data.tags["horovod.error"] == "RuntimeError: Spark driver driver-1 was killed by this task"
+
+
+@pytest.mark.parametrize(("job_status", "run_status"), [("FAILED", "FAILED"), ("ABANDONED", "KILLED"),
+                                                        ("RUNNING", "RUNNING")])
+def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(
+        mlflow_server, monkeypatch, job_status, run_status):  # noqa: F811
+    from airflow_provider_horovod.operators._reporting import JobReporter
+    from airflow_provider_horovod.operators.modes.base import DeployMode
+
+    class StoredJob(DeployMode):  # the durable record's job, in the state the master would report
+        def get_job_status(self, external_id, context):
+            return job_status
+
+        def is_job_active(self, status):
+            return status == "RUNNING"
+
+    hook, env = _tracked_run(mlflow_server, monkeypatch, "mlflow_r")
+    op = HorovodRunnerOperator(task_id="t", python_callable=_train, mlflow_conn_id="mlflow_r")
+    op._mode = StoredJob(None, None, JobReporter(log=op.log, conn_id=None, poll_interval_s=None,
+                                                 max_return_value_bytes=1024, outlets=[]))
+    assert op.get_job_status({"submission_id": "driver-1", "mlflow_run_id": env["MLFLOW_RUN_ID"]}, {}) == job_status
+    run = hook.get_conn().get_run(env["MLFLOW_RUN_ID"])
+    assert run.info.status == run_status  # a job still running keeps its run for the reattach
+    if run_status != "RUNNING":
+        assert run.data.tags["horovod.error"].startswith(f"the job ended {job_status} with no try watching it")
