@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -122,6 +123,45 @@ class MlflowHook(BaseHook):
         for key, value in (tags or {}).items():
             client.set_tag(run_id, key, str(value))
         client.set_terminated(run_id, status)
+
+    async def end_run_async(self, run_id: str, status: str, tags: dict[str, Any] | None = None, *,
+                            timeout_s: float = 20.0) -> None:
+        """
+        :meth:`end_run` for an event loop (the triggerer): the tracking server's REST API (``runs/set-tag``,
+        ``runs/update``) through httpx, with the connection's credentials as the request's auth, not
+        ``MlflowClient``, which reads them from the process environment that every trigger of a triggerer shares.
+        Call :meth:`tracking_env` first, off the event loop (it reads the connection).
+
+        :param run_id: the run.
+        :param status: ``FINISHED``, ``FAILED`` or ``KILLED``.
+        :param tags: tags to set first.
+        :param timeout_s: timeout of each request, seconds.
+        :raises ValueError: the tracking URI is not ``http(s)://`` (a ``databricks`` or file store has no such API).
+        :raises httpx.HTTPError: the server did not answer, or refused a request.
+        """
+        import httpx
+
+        if self._env is None:
+            from asgiref.sync import sync_to_async
+
+            await sync_to_async(self.tracking_env)()
+        env = self._env or {}
+        uri = env[ENV_TRACKING_URI]
+        if not uri.startswith(("http://", "https://")):
+            raise ValueError(f"mlflow_conn_id={self.mlflow_conn_id!r}: tracking URI {uri!r} is not http(s)://; "
+                             "cannot end the run from the triggerer")
+        auth, headers = None, {}
+        if "MLFLOW_TRACKING_USERNAME" in env:  # as MLflow's own REST client: basic auth first, else the token
+            auth = httpx.BasicAuth(env["MLFLOW_TRACKING_USERNAME"], env.get("MLFLOW_TRACKING_PASSWORD", ""))
+        elif "MLFLOW_TRACKING_TOKEN" in env:
+            headers["Authorization"] = f"Bearer {env['MLFLOW_TRACKING_TOKEN']}"
+        async with httpx.AsyncClient(base_url=f"{uri}/api/2.0/mlflow", auth=auth, headers=headers,
+                                     verify="MLFLOW_TRACKING_INSECURE_TLS" not in env, timeout=timeout_s) as client:
+            for key, value in (tags or {}).items():
+                (await client.post("/runs/set-tag", json={"run_id": run_id, "key": key,
+                                                          "value": str(value)})).raise_for_status()
+            (await client.post("/runs/update", json={"run_id": run_id, "status": status,
+                                                     "end_time": int(time.time() * 1000)})).raise_for_status()
 
     def log_outputs(self, run_id: str, artifact_dir: str | None, artifact_paths: list[str]) -> None:
         """

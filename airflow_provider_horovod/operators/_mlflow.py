@@ -15,8 +15,10 @@ from airflow.sdk.bases.operator import BaseOperatorMeta
 
 from airflow_provider_horovod.hooks.mlflow import MlflowHook
 from airflow_provider_horovod.links import XCOM_MLFLOW_RUN_URL
+from airflow_provider_horovod.operators._durable import ABANDONED
 from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR, XCOM_ARTIFACT_PATHS, XCOM_SPARK_APP_ID
 from airflow_provider_horovod.runtime.mlflow_sink import ENV_EXPERIMENT_ID, ENV_RUN_ID, check_mlflow_installed
+from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 
 XCOM_MLFLOW_RUN_ID = "mlflow_run_id"
 XCOM_MODEL_VERSION = "model_version"
@@ -69,6 +71,7 @@ class MlflowTracking:
         self.mlflow_model_alias = mlflow_model_alias
         self.mlflow_model_path = mlflow_model_path
         self._mlflow_env = {}
+        self._mlflow_killed = False
         self.mlflow_run_url: str | None = None
         """What the "MLflow run" link shows for the try this instance runs."""
 
@@ -93,6 +96,30 @@ class MlflowTracking:
             record[RUN_ID_RECORD_KEY] = self._mlflow_env[ENV_RUN_ID]
         return record
 
+    def get_job_status(self, external_id: Any, context: Any) -> str:
+        """
+        The stored job's state; when it ended without success (the try that watched it died), its run, still
+        ``RUNNING``, is ended ``FAILED`` (``KILLED`` for a job an earlier try killed), as a new job and run replace it.
+        """
+        status = super().get_job_status(external_id, context)  # type: ignore[misc]
+        run_id = external_id.get(RUN_ID_RECORD_KEY) if isinstance(external_id, dict) else None
+        if self.mlflow_conn_id and run_id and not self.is_job_active(status) \
+                and not self.is_job_succeeded(status):  # type: ignore[attr-defined]
+            self._end_left_run(run_id, status)
+        return status
+
+    def _end_left_run(self, run_id: str, job_status: str) -> None:
+        try:
+            if self.mlflow_hook.run_status(run_id) != "RUNNING":
+                return
+            status = "KILLED" if job_status == ABANDONED else "FAILED"
+            self.mlflow_hook.end_run(run_id, status, {"horovod.error": (
+                f"the job ended {job_status} with no try watching it (its task process was gone); a retry submits a "
+                "new job with a new run")})
+            self.log.info("MLflow run %s of an earlier try ended %s: its job is %s", run_id, status, job_status)
+        except Exception as err:  # noqa: BLE001 - the retry goes on
+            self.log.warning("Could not end MLflow run %s of an earlier try: %s", run_id, err)
+
     def poll_until_complete(self, external_id: Any, context: Any) -> Any:
         """Wait for the job; a job submitted by an earlier try (reattached) keeps that try's run."""
         self._adopt_run(external_id, context)
@@ -102,6 +129,27 @@ class MlflowTracking:
         """Read the job's result (a job an earlier try submitted keeps that try's run)."""
         self._adopt_run(external_id, context)
         return super().get_job_result(external_id, context)
+
+    def defer(self, *, trigger: Any, **kwargs: Any) -> Any:
+        """
+        Defer to ``trigger``; a cluster-mode trigger gets the try's run, which it ends ``KILLED`` when the deferred
+        task is killed (marked failed or success, or cleared), as the task itself never resumes to end it.
+
+        :param trigger: the trigger.
+        :param kwargs: ``method_name``, ``kwargs``, ``timeout``, as ``BaseOperator.defer`` takes them.
+        :raises TaskDeferred: always.
+        """
+        if self.mlflow_conn_id and self._mlflow_env and isinstance(trigger, HorovodSparkJobTrigger):
+            trigger = trigger.with_mlflow_run(self.mlflow_conn_id, self._mlflow_env[ENV_RUN_ID])
+        return super().defer(trigger=trigger, **kwargs)  # type: ignore[misc]
+
+    def on_kill(self) -> None:
+        """
+        The task is being killed (marked failed or success, cleared, stopped): with ``cancel_on_kill`` the job is
+        killed too, and the run ends ``KILLED`` (without, the job goes on and a durable retry may keep the run).
+        """
+        self._mlflow_killed = bool(getattr(self, "cancel_on_kill", True))
+        super().on_kill()  # type: ignore[misc]
 
     def _start_run(self, context: Any) -> None:
         ti = context["ti"]
@@ -120,9 +168,14 @@ class MlflowTracking:
             return
         run_id = external_id.get(RUN_ID_RECORD_KEY)
         if run_id:
-            run = self.mlflow_hook.get_conn().get_run(run_id)
+            client, ti = self.mlflow_hook.get_conn(), context["ti"]
+            run = client.get_run(run_id)
             self._mlflow_env = {ENV_RUN_ID: run_id, ENV_EXPERIMENT_ID: run.info.experiment_id}
-            self._publish_run(context["ti"], "kept from the try that submitted the job")
+            if str(run.data.tags.get("airflow.try_number")) != str(ti.try_number):
+                client.set_tag(run_id, "airflow.reattached_try_number", str(ti.try_number))
+                self._publish_run(ti, "kept from the try that submitted the job")
+            else:
+                self._publish_run(ti, "resumed")
 
     def _publish_run(self, ti: Any, how: str) -> None:
         run_id, experiment_id = self._mlflow_env[ENV_RUN_ID], self._mlflow_env[ENV_EXPERIMENT_ID]
@@ -163,14 +216,16 @@ class MlflowTracking:
 
     def mlflow_failed(self, err: BaseException) -> None:
         """
-        End the try's run FAILED with the error's headline (tag ``horovod.error``); never raises.
+        End the try's run FAILED with the error's headline (tag ``horovod.error``), or KILLED when the task was
+        killed (:meth:`on_kill`: marked failed or success, cleared, stopped); never raises.
 
         :param err: why the try failed.
         """
         if not self._mlflow_env:
             return
+        status = "KILLED" if getattr(self, "_mlflow_killed", False) else "FAILED"
         try:
-            self.mlflow_hook.end_run(self._mlflow_env[ENV_RUN_ID], "FAILED", {"horovod.error": _headline(err)})
+            self.mlflow_hook.end_run(self._mlflow_env[ENV_RUN_ID], status, {"horovod.error": _headline(err)})
         except Exception as end_err:  # noqa: BLE001 - the task's own error is the one to report
             self.log.warning("Could not end MLflow run %s: %s", self._mlflow_env[ENV_RUN_ID], end_err)
 

@@ -39,11 +39,16 @@ class HorovodSparkJobTrigger(BaseTrigger):
     :param master_ui_url: the master's web UI, for a driver submitted through spark-submit's legacy gateway (a
         master with Spark RPC authentication runs no REST server): its state comes from ``/json/`` and a kill goes
         through the UI's kill link; ``None``: the REST submission server's status and kill calls.
+    :param mlflow_conn_id: the MLflow connection of the task's run (``mlflow_conn_id`` of the operator), read in the
+        triggerer; with ``mlflow_run_id``, a kill of the deferred task (:meth:`on_kill`) also ends that run
+        ``KILLED``, since the task never comes back to end it. ``None``: no run.
+    :param mlflow_run_id: the try's MLflow run.
     """
 
     def __init__(self, *, submission_id: str, rest_url: str, staging: str, poll_interval_s: float = 5.0,
                  cancel_on_kill: bool = True, timeout_s: float = 30.0, conn_id: str | None = None,
-                 master_ui_url: str | None = None) -> None:
+                 master_ui_url: str | None = None, mlflow_conn_id: str | None = None,
+                 mlflow_run_id: str | None = None) -> None:
         super().__init__()
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be > 0 seconds, got {poll_interval_s!r}")
@@ -57,6 +62,9 @@ class HorovodSparkJobTrigger(BaseTrigger):
         self.conn_id = conn_id
         self.master_ui_url = master_ui_url
         self._access: SparkRestAccess | None = None  # from the connection, on first use
+        self.mlflow_conn_id = mlflow_conn_id
+        self.mlflow_run_id = mlflow_run_id
+        self._mlflow_hook: Any = None  # an MlflowHook with the connection read, once run() starts
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and the constructor's keyword arguments (exactly)."""
@@ -64,8 +72,34 @@ class HorovodSparkJobTrigger(BaseTrigger):
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"submission_id": self.submission_id, "rest_url": self.rest_url, "staging": self.staging,
              "poll_interval_s": self.poll_interval_s, "cancel_on_kill": self.cancel_on_kill,
-             "timeout_s": self.timeout_s, "conn_id": self.conn_id, "master_ui_url": self.master_ui_url},
+             "timeout_s": self.timeout_s, "conn_id": self.conn_id, "master_ui_url": self.master_ui_url,
+             "mlflow_conn_id": self.mlflow_conn_id, "mlflow_run_id": self.mlflow_run_id},
         )
+
+    def with_mlflow_run(self, mlflow_conn_id: str, mlflow_run_id: str) -> HorovodSparkJobTrigger:
+        """
+        This trigger, ending the MLflow run ``mlflow_run_id`` ``KILLED`` when the deferred task is killed.
+
+        :param mlflow_conn_id: the run's MLflow connection.
+        :param mlflow_run_id: the run.
+        """
+        return type(self)(**{**self.serialize()[1], "mlflow_conn_id": mlflow_conn_id, "mlflow_run_id": mlflow_run_id})
+
+    async def _read_mlflow_connection(self) -> None:
+        """Read the MLflow connection once, while the trigger runs (not from :meth:`on_kill`: see there)."""
+        if self.mlflow_run_id is None or self.mlflow_conn_id is None or self._mlflow_hook is not None:
+            return
+        from asgiref.sync import sync_to_async
+
+        from airflow_provider_horovod.hooks.mlflow import MlflowHook
+
+        hook = MlflowHook(self.mlflow_conn_id)
+        try:
+            await sync_to_async(hook.tracking_env)()
+        except Exception as err:  # noqa: BLE001 - the training goes on; the run is ended when the task resumes
+            self.log.warning("Cannot read the MLflow connection %r: %s", self.mlflow_conn_id, err)
+            return
+        self._mlflow_hook = hook
 
     async def access(self) -> SparkRestAccess:
         """The bearer token and CA bundle of the connection (read once, through the triggerer's API)."""
@@ -137,6 +171,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         """
         poll, progress = None, ProgressLog()
         facts: dict[str, str] = {}
+        await self._read_mlflow_connection()
         async with self._client(await self.access()) as client:
             while True:
                 try:
@@ -162,7 +197,8 @@ class HorovodSparkJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """
         The deferred task was killed by a user (marked failed or success, or cleared; Airflow 3.3+): kill the driver
-        if ``cancel_on_kill``.
+        if ``cancel_on_kill``, then end the try's MLflow run (``mlflow_run_id``) ``KILLED`` with the tag
+        ``horovod.error`` saying why (the task does not resume to end it; a failure to end it is logged).
 
         Airflow 3.3.2's triggerer also calls ``on_kill`` when a trigger merely moves to another triggerer (it cancels
         every trigger no longer assigned to it with the "user action" message), so with several triggerers set
@@ -174,7 +210,28 @@ class HorovodSparkJobTrigger(BaseTrigger):
             return
         # The triggerer cancels this trigger's task again at each of its state syncs (about every second) while
         # on_kill runs: shield the request so a repeated cancellation cannot cut it short.
-        await asyncio.shield(asyncio.ensure_future(self._kill_driver()))
+        await asyncio.shield(asyncio.ensure_future(self._kill_driver_and_end_run()))
+
+    async def _kill_driver_and_end_run(self) -> None:
+        try:
+            await self._kill_driver()
+        finally:
+            await self._end_mlflow_run()
+
+    async def _end_mlflow_run(self) -> None:
+        if self.mlflow_run_id is None:
+            return
+        try:
+            if self._mlflow_hook is None:  # killed before run() read the connection
+                await self._read_mlflow_connection()
+            if self._mlflow_hook is None:
+                return
+            await self._mlflow_hook.end_run_async(self.mlflow_run_id, "KILLED", {"horovod.error": (
+                f"killed while deferred (the task was marked failed or success, or cleared): driver "
+                f"{self.submission_id} killed")})
+            self.log.info("MLflow run %s ended KILLED", self.mlflow_run_id)
+        except Exception as err:  # noqa: BLE001 - the kill is done; the run stays RUNNING
+            self.log.warning("Cannot end MLflow run %s: %s: %s", self.mlflow_run_id, type(err).__name__, err)
 
     async def _kill_driver(self) -> None:
         self.log.info("Task killed while deferred: killing driver %s", self.submission_id)

@@ -97,3 +97,80 @@ def test_sink_reports_a_dead_server_once_and_never_raises(capfd, monkeypatch):
         sink.log([{"time": 1.0, "step": 1, "metrics": {"loss": 1.0}}])
     assert sink.failed and sink.logged == 0
     assert capfd.readouterr().err.count("cannot log the metrics to MLflow run r") == 1
+
+
+def _tracked_run(mlflow_server, monkeypatch, conn_id: str):  # noqa: F811
+    from airflow_provider_horovod.hooks.mlflow import MlflowHook
+
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "http", "host": mlflow_server,
+                                                                       "password": "tok"}))
+    hook = MlflowHook(conn_id)
+    return hook, hook.start_run("unit-killed", tags={}, params={})
+
+
+def test_a_deferred_task_killed_by_a_user_ends_its_run_killed_from_the_trigger(
+        mlflow_server, monkeypatch, tmp_path):  # noqa: F811
+    import asyncio
+
+    from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
+    from tests.unit.triggers.test_horovod import _FakeMaster
+
+    hook, env = _tracked_run(mlflow_server, monkeypatch, "mlflow_k")
+    master = _FakeMaster(lambda method, path: (200, {"action": "KillSubmissionResponse", "message": "submitted"}))
+    try:
+        trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url=master.url, staging=str(tmp_path),
+                                         timeout_s=5).with_mlflow_run("mlflow_k", env["MLFLOW_RUN_ID"])
+        asyncio.run(asyncio.wait_for(trigger.on_kill(), timeout=60))
+    finally:
+        master.close()
+    assert master.requests == [("POST", "/v1/submissions/kill/driver-1")]
+    run = hook.get_conn().get_run(env["MLFLOW_RUN_ID"])
+    assert run.info.status == "KILLED" and run.info.end_time
+    assert run.data.tags["horovod.error"] == ("killed while deferred (the task was marked failed or success, or "
+                                              "cleared): driver driver-1 killed")
+
+
+def test_the_operator_hands_its_run_to_the_trigger_and_ends_it_killed_when_killed(mlflow_server, monkeypatch):  # noqa: F811
+    from airflow.providers.common.compat.sdk import TaskDeferred
+
+    from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
+
+    hook, env = _tracked_run(mlflow_server, monkeypatch, "mlflow_o")
+    op = HorovodRunnerOperator(task_id="t", python_callable=_train, mlflow_conn_id="mlflow_o")
+    op._mlflow_env = env
+    with pytest.raises(TaskDeferred) as deferred:
+        op.defer(trigger=HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://m:6066", staging="/s"),
+                 method_name="execute_complete")
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert (kwargs["mlflow_conn_id"], kwargs["mlflow_run_id"]) == ("mlflow_o", env["MLFLOW_RUN_ID"])
+    # a sync task killed (marked failed, cleared): on_kill kills the job, and the try's error ends the run KILLED
+    op.on_kill()
+    op.mlflow_failed(RuntimeError("Spark driver driver-1 was killed by this task"))
+    run = hook.get_conn().get_run(env["MLFLOW_RUN_ID"])
+    assert run.info.status == "KILLED"
+    assert run.data.tags["horovod.error"] == "RuntimeError: Spark driver driver-1 was killed by this task"
+
+
+@pytest.mark.parametrize(("job_status", "run_status"), [("FAILED", "FAILED"), ("ABANDONED", "KILLED"),
+                                                        ("RUNNING", "RUNNING")])
+def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(
+        mlflow_server, monkeypatch, job_status, run_status):  # noqa: F811
+    from airflow_provider_horovod.operators._reporting import JobReporter
+    from airflow_provider_horovod.operators.modes.base import DeployMode
+
+    class StoredJob(DeployMode):  # the durable record's job, in the state the master would report
+        def get_job_status(self, external_id, context):
+            return job_status
+
+        def is_job_active(self, status):
+            return status == "RUNNING"
+
+    hook, env = _tracked_run(mlflow_server, monkeypatch, "mlflow_r")
+    op = HorovodRunnerOperator(task_id="t", python_callable=_train, mlflow_conn_id="mlflow_r")
+    op._mode = StoredJob(None, None, JobReporter(log=op.log, conn_id=None, poll_interval_s=None,
+                                                 max_return_value_bytes=1024, outlets=[]))
+    assert op.get_job_status({"submission_id": "driver-1", "mlflow_run_id": env["MLFLOW_RUN_ID"]}, {}) == job_status
+    run = hook.get_conn().get_run(env["MLFLOW_RUN_ID"])
+    assert run.info.status == run_status  # a job still running keeps its run for the reattach
+    if run_status != "RUNNING":
+        assert run.data.tags["horovod.error"].startswith(f"the job ended {job_status} with no try watching it")

@@ -16,10 +16,14 @@ def test_serialize_round_trip():
     assert path == "airflow_provider_horovod.triggers.horovod.HorovodSparkJobTrigger"
     assert kwargs == {"submission_id": "driver-20261130-0001", "rest_url": "http://m:6066",
                       "staging": "/shared/.staging/d/r/t/try-1", "poll_interval_s": 2.5, "cancel_on_kill": False,
-                      "timeout_s": 7, "conn_id": None, "master_ui_url": None}
+                      "timeout_s": 7, "conn_id": None, "master_ui_url": None, "mlflow_conn_id": None,
+                      "mlflow_run_id": None}
     assert HorovodSparkJobTrigger(**kwargs).serialize() == (path, kwargs)
     with_conn = HorovodSparkJobTrigger(**{**kwargs, "conn_id": "spark_secure"})
     assert with_conn.serialize()[1] == {**kwargs, "conn_id": "spark_secure"}  # the id only: the token stays put
+    tracked = with_conn.with_mlflow_run("mlflow_default", "run-1")
+    assert tracked.serialize()[1] == {**kwargs, "conn_id": "spark_secure", "mlflow_conn_id": "mlflow_default",
+                                      "mlflow_run_id": "run-1"}  # the MLflow connection's id only, too
 
 
 def test_poll_interval_must_be_positive():
