@@ -31,7 +31,8 @@ self-signed certificate made with the JDK's keytool.
 * with a wrong token the deferrable task fails at once with the 403 named: one try, no retry (``retries=1``),
   nothing submitted.
 
-About 8 to 10 minutes on a 2-core machine (two clusters, one deployment, four trainings, one refused JVM).
+About 12 minutes on a 2-core machine shared with other test runs (two clusters, one deployment of about 1.5 min,
+four trainings of 1 to 2.5 min each, one refused JVM).
 """
 
 from __future__ import annotations
