@@ -235,17 +235,28 @@ class AirflowDeployment:
 
     def api(self, method: str, path: str, *, expect: Iterable[int] = (200,), **kwargs: Any) -> httpx.Response:
         """
-        Call the REST API (``path`` like ``/api/v2/dags``) with a bearer token (renewed on 401).
+        Call the REST API (``path`` like ``/api/v2/dags``) with a bearer token (renewed on 401); a ``GET`` that
+        times out is tried up to twice more.
 
         :raises DeploymentError: the status is not in ``expect``; the message has the response body.
         """
-        for attempt in range(2):
+        extra_headers = kwargs.pop("headers", {})
+        renewed, timeouts = False, 0
+        while True:
             if self._token is None:
                 self._token = self._login()
-            headers = {"Authorization": f"Bearer {self._token}", **kwargs.pop("headers", {})}
-            response = self._client.request(method, path, headers=headers, **kwargs)
-            if response.status_code == 401 and attempt == 0:
-                self._token = None
+            headers = {"Authorization": f"Bearer {self._token}", **extra_headers}
+            try:
+                response = self._client.request(method, path, headers=headers, **kwargs)
+            except httpx.TimeoutException:
+                # a loaded machine (2 cores shared with Spark) can stall the api-server past the client's timeout:
+                # reads are retried, a write is not (it may have been applied)
+                timeouts += 1
+                if method.upper() != "GET" or timeouts > 2:
+                    raise
+                continue
+            if response.status_code == 401 and not renewed:
+                renewed, self._token = True, None
                 continue
             break
         if response.status_code not in tuple(expect):
@@ -321,6 +332,18 @@ class AirflowDeployment:
                 raise KeyError(f"no XCom {key!r} for {dag_id}.{task_id} in run {run_id}")
             return default
         return response.json()["value"]
+
+    def xcoms(self, dag_id: str, run_id: str, task_id: str, *, map_index: int = -1) -> dict[str, Any]:
+        """Every XCom of the task (``{key: value}``, each value as :meth:`xcom` reads it)."""
+        response = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries",
+                            params={"map_index": map_index, "limit": 1000})
+        keys = [entry["key"] for entry in response.json()["xcom_entries"]]
+        return {key: self.xcom(dag_id, run_id, task_id, key, map_index=map_index) for key in keys}
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str, *, map_index: int = -1) -> dict[str, Any]:
+        """The task instance as the API shows it (``state``, ``try_number``, ``duration``, ``rendered_fields``...)."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+        return self.api("GET", path if map_index == -1 else f"{path}/{map_index}").json()
 
     def task_log_events(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, *,
                         map_index: int = -1) -> list[dict[str, Any]]:

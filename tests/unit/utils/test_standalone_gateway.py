@@ -2,8 +2,8 @@
 Cluster deploy mode through spark-submit's legacy gateway (utils/standalone_gateway.py), in parts: the driver id in
 ``ClientApp``'s output, spark-submit's environment and command line, the properties file, the driver program as a
 zip Python runs, the driver's state from the master's ``/json/`` (recorded from a real master) read as the REST status
-call's, and the master UI's kill link. The whole path on an authenticated cluster: tests/integration/
-test_spark_auth.py.
+call's, and the master UI's kill link. The whole path on an authenticated cluster: tests/e2e/
+test_secured_deployment.py.
 """
 
 from __future__ import annotations
