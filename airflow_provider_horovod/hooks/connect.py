@@ -64,19 +64,35 @@ class HorovodConnectHook(BaseHook):
         self.log.info("Spark Connect session to %s (%s)", url.split(";")[0], name)
         ensure_dir(artifact_dir)
         self._session = SparkSession.builder.remote(url).getOrCreate()
+        app_id = self.application_id(self._session)
         runner = HorovodRunner.from_settings(settings, artifact_dir=artifact_dir, env=env, spark=self._session)
         try:
             result = runner.run_payload(payload)
         except RankFailedError as err:
             raise HorovodJobError(str(err), failure=err.to_dict(),
-                                  app_id=None) from None  # the rank's own traceback is in the message
+                                  app_id=app_id) from None  # the rank's own traceback is in the message
         except HorovodRuntimeError as err:
-            raise HorovodJobError(f"{type(err).__name__}: {err}") from err
+            raise HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id) from err
         finally:
             self._session.stop()
             self._session = None
-        return JobResult(app_id=None, ui_url=None, artifact_paths=list_artifacts(artifact_dir), return_value=result,
+        return JobResult(app_id=app_id, ui_url=None, artifact_paths=list_artifacts(artifact_dir), return_value=result,
                          metrics=runner.last_metrics)
+
+    def application_id(self, session: Any) -> str | None:
+        """
+        The Spark application id of the Connect server the session runs on (``spark.app.id`` of its conf, e.g.
+        ``local-1700000000000`` or ``app-...``): the ``spark_app_id`` XCom and the MLflow run's ``spark.app_id`` tag.
+
+        :param session: the open Spark Connect session.
+        :return: the id, or ``None`` when the server does not tell it (then the job runs all the same).
+        """
+        try:
+            app_id = session.conf.get("spark.app.id", None)
+        except Exception as err:  # noqa: BLE001 - an id for the record, never a reason to fail the job
+            self.log.warning("The Spark Connect server did not tell its application id (%s)", type(err).__name__)
+            return None
+        return str(app_id) if app_id else None
 
     def on_kill(self) -> None:
         """Interrupt every operation of the session (the barrier stage's tasks, and with them the ranks)."""

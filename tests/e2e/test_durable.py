@@ -5,7 +5,9 @@ to the running driver; a deferred task marked failed by a user kills its driver 
 that is cleared, or marked failed and re-run, trains a fresh job instead of adopting the driver being killed; a
 driver or application killed through the master fails the task with a headline that says so; OpenLineage events name
 the model output and carry the training's metrics; report()'s progress reaches the task logs, XCom, the asset event and
-the UI plugin's endpoint while the task is deferred; a torch.distributed (DDP) task deferred in cluster mode returns its value, model and asset event;
+the UI plugin's endpoint while the task is deferred; a torch.distributed (DDP) task deferred in cluster mode returns
+its value, model and asset event; a torch.distributed task whose process is SIGKILLed mid-training reattaches to its
+running driver on the retry, as the Horovod one does;
 an executor JVM (cluster mode) or a whole worker (client mode) holding one rank is SIGKILLed mid-training: the first try
 fails naming the lost executor, the retry resumes from the latest checkpoint (issue #26; the worker-kill test starts
 the worker again afterwards). One cluster and one deployment for the module.
@@ -334,6 +336,34 @@ def test_a_deferred_torch_distributed_task_trains_ddp_on_the_cluster(airflow, cl
     assert links.json()["extra_links"]["Spark UI"].startswith("http://"), links.json()
     log = _log(airflow, "torch_cluster_deferred", run_id)
     assert "torch.distributed job: np=2, cluster deploy mode" in log and "Pausing task as DEFERRED" in log, log[-4000:]
+
+
+def test_a_torch_distributed_retry_after_the_task_process_dies_reattaches_to_the_running_driver(airflow, cluster):
+    # as the Horovod test above, with the torch launcher (DDP, cluster mode, sync): no second driver, the first try's
+    # directory, DDP's value
+    before = {d["id"] for d in _drivers(cluster)}
+    run_id = airflow.trigger("torch_durable")
+    _poll("the torch task to wait for its RUNNING driver",
+          lambda: "is RUNNING" in _log(airflow, "torch_durable", run_id), timeout_s=300, interval_s=2)
+    first = _ti(airflow, "torch_durable", run_id)
+    proc = _poll("the try's task process", lambda: _task_process(first["id"]), timeout_s=30)
+    [driver] = [d for d in _drivers(cluster) if d["state"] == "RUNNING" and d["id"] not in before]
+    proc.send_signal(signal.SIGKILL)  # a worker crash: no on_kill, no cleanup
+
+    assert airflow.wait_for_run("torch_durable", run_id, timeout_s=400) == "success", \
+        _log(airflow, "torch_durable", run_id, 2)[-4000:]
+    assert _ti(airflow, "torch_durable", run_id)["try_number"] == 2
+    drivers = [d for d in _drivers(cluster) if d["id"] not in before]
+    assert [(d["id"], d["state"]) for d in drivers] == [(driver["id"], "FINISHED")], drivers  # no second driver
+    retry_log = airflow.task_log("torch_durable", run_id, "train", try_number=2)
+    assert "Reconnecting to existing job" in retry_log, retry_log[-3000:]
+    value = airflow.xcom("torch_durable", run_id, "train")
+    assert (value["world_size"], value["same_weights"], value["steps"]) == (2, True, 20), value
+    artifact_dir = airflow.xcom("torch_durable", run_id, "train", "artifact_dir")
+    assert artifact_dir.endswith("/train/try-1")  # the job's directory, from the first submission
+    assert value["model_path"] == f"{artifact_dir}/model.pt" and Path(value["model_path"]).is_file()
+    assert airflow.xcom("torch_durable", run_id, "train", "artifact_paths") == [value["model_path"]]
+    assert airflow.xcom("torch_durable", run_id, "train", "spark_submission_id") == driver["id"]
 
 
 def _rank_executor(cluster, rank: int) -> tuple[psutil.Process, str]:

@@ -1,5 +1,6 @@
 """The barrier job over Spark Connect: a real Connect server on 127.0.0.1, no JVM in the caller.
 
+The operator runs under ``airflow dags test`` (real Airflow), with a real MLflow tracking server for its tracking.
 Each client runs in its own interpreter: PySpark refuses a remote session in a process that already has a
 classic one (the other integration tests' ``local[2]`` session lives in the pytest process).
 """
@@ -7,11 +8,13 @@ classic one (the other integration tests' ``local[2]`` session lives in the pyte
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
 from tests.client_script import run_client_script
 from tests.connect_server import connect_server
+from tests.mlflow_server import mlflow_server  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
@@ -101,25 +104,87 @@ def test_a_failing_rank_through_the_connect_hook_is_a_horovod_job_error_naming_i
     assert "bad shard over Connect" in result["message"] and "rank 1" in result["message"], result
 
 
+def _connect_env(connect_url: str) -> dict[str, str]:
+    from urllib.parse import urlparse
+
+    url = urlparse(connect_url.replace("sc://", "http://"))
+    return {"AIRFLOW_CONN_SPARK_CONNECT_TEST": json.dumps({"conn_type": "spark_connect", "host": url.hostname,
+                                                          "port": url.port})}
+
+
 def test_operator_with_a_spark_connect_connection(connect_url, airflow_home, tmp_path):
     """Real Airflow: a ``spark_connect`` connection runs the job through Connect from the task process."""
     import os
     import shutil
-    from urllib.parse import urlparse
 
     from tests.e2e.test_dags import HERE, run_dag
 
     dags = tmp_path / "dags"
     dags.mkdir()
     shutil.copy(HERE / "dags" / "horovod_connect.py", dags)
-    url = urlparse(connect_url.replace("sc://", "http://"))
-    env = {"AIRFLOW_CONN_SPARK_CONNECT_TEST": json.dumps({"conn_type": "spark_connect", "host": url.hostname,
-                                                          "port": url.port})}
-    log, run = run_dag(airflow_home, dags, "horovod_connect", extra_env=env)
+    log, run = run_dag(airflow_home, dags, "horovod_connect", extra_env=_connect_env(connect_url))
     assert run["states"] == {"train": "success"}, log[-5000:]
     assert run["xcom"]["train.return_value"] == {"size": 2, "total": 3.0}
+    assert run["xcom"]["train.spark_app_id"].startswith("local-")  # the Connect server's application
     paths = run["xcom"]["train.artifact_paths"]
     assert [os.path.basename(p) for p in paths] == ["model.pt"] and os.path.isfile(paths[0])
     assert "Spark Connect session to sc://127.0.0.1" in log
     assert "[rank 0] connect training on rank 0" in log
     assert "Spark-Submit cmd" not in log  # no spark-submit JVM was started for this task
+
+
+def test_mlflow_tracking_over_spark_connect(connect_url, airflow_home, tmp_path, mlflow_server):  # noqa: F811
+    """
+    Real Airflow, a real Connect server and a real MLflow tracking server: the task itself (where the metrics
+    collector runs over Connect) logs ``report()``'s metrics into the try's one run, which ends FINISHED with its
+    tags and params; a failing rank ends its run FAILED. The connection's token is in no log line and no XCom.
+    """
+    import shutil
+
+    from mlflow import MlflowClient
+
+    from tests.e2e.test_dags import HERE, run_dag
+
+    token = f"mlflow-tok-{uuid.uuid4().hex}"
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    shutil.copy(HERE / "dags" / "horovod_connect_mlflow.py", dags)
+    env = {**_connect_env(connect_url), "AIRFLOW_CONN_MLFLOW_TEST": json.dumps(
+        {"conn_type": "http", "host": mlflow_server, "password": token})}  # a bearer token (no login)
+    log, run = run_dag(airflow_home, dags, "horovod_connect_mlflow", extra_env=env)
+    assert run["states"] == {"train": "success", "rank_fails": "failed"}, log[-5000:]
+    xcom = run["xcom"]
+    client = MlflowClient(mlflow_server)
+
+    def runs(experiment: str) -> list:
+        found = client.get_experiment_by_name(experiment)
+        return [] if found is None else client.search_runs([found.experiment_id])
+
+    (trained,) = runs("connect_training")
+    tags = trained.data.tags
+    assert trained.info.status == "FINISHED"
+    assert (tags["airflow.dag_id"], tags["airflow.run_id"], tags["airflow.task_id"], tags["airflow.try_number"]) == (
+        "horovod_connect_mlflow", run["run_id"], "train", "1"), tags
+    # the Connect server's application (its local[2] master), the same id as the XCom
+    assert tags["spark.app_id"].startswith("local-") and tags["spark.app_id"] == xcom["train.spark_app_id"], tags
+    assert trained.data.params == {"np": "2", "launcher": "horovod", "steps": "4", "lr": "0.5"}
+    history = sorted(client.get_metric_history(trained.info.run_id, "loss"), key=lambda m: m.step)
+    # rank 0 sends its newest record at most every SEND_INTERVAL_S and always the last one (runtime/progress.py):
+    # the first and the last report, each at its step with its value
+    steps = [m.step for m in history]
+    assert steps[0] == 1 and steps[-1] == 4 and steps == sorted(set(steps)), steps
+    assert all(m.value == pytest.approx(0.5 / m.step) for m in history), history
+    assert "airflow-provider-horovod: progress: step 4/4 (100%)" in log  # the collector ran in the task
+    assert xcom["train.mlflow_run_id"] == trained.info.run_id
+    assert xcom["train.mlflow_run_url"].endswith(f"/runs/{trained.info.run_id}")
+    assert xcom["train.return_value"] == {"size": 2, "loss": pytest.approx(0.125)}
+
+    (failed,) = runs("connect_failures")
+    assert failed.info.status == "FAILED"
+    assert failed.data.tags["airflow.task_id"] == "rank_fails"
+    assert "rank 1" in failed.data.tags["horovod.error"] and "bad shard over Connect" in failed.data.tags[
+        "horovod.error"], failed.data.tags
+    assert xcom["rank_fails.mlflow_run_id"] == failed.info.run_id
+
+    assert f"MLflow run {trained.info.run_id} created" in log
+    assert token not in log and token not in json.dumps(xcom, default=str)
