@@ -63,8 +63,8 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "history_server_url": {
                         "description": "A Spark History Server; once the application has ended the task's "
-                        "Spark UI link points at <url>/history/<app-id>/ (a connection's history-server-url "
-                        "extra wins).",
+                        "Spark UI link points at <url>/history/<app-id>/ (a connection's "
+                        "spark.airflowProviderHorovod.historyServerUrl extra wins).",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "http://spark-history:18080",

@@ -130,8 +130,8 @@ def request_error(call: Call[Any], exc: httpx.RequestError, origin: str | None =
     if (cert := certificate_error(exc)) is not None:
         return SparkRestTLSError(
             f"Spark REST {call.method}: the server's TLS certificate could not be verified "
-            f"({cert.verify_message or cert}): give the CA bundle that signed it{_named(origin)} "
-            "(see docs/security.md, HTTPS)", url=call.url)
+            f"({cert.verify_message or cert}): set the CA bundle{_named(origin)} to the PEM file of the CA that "
+            "signed it (its extra spark.airflowProviderHorovod.caBundle; see docs/security.md, HTTPS)", url=call.url)
     if not isinstance(exc, httpx.TransportError):
         return SparkRestError(f"Spark REST {call.method} failed: {type(exc).__name__}: {exc}", url=call.url)
     kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not connect or read"

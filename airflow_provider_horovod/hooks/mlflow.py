@@ -19,13 +19,26 @@ MAX_PARAM_CHARS = 500
 """A parameter's value is cut to this many characters (MLflow limits them; a repr of a large argument is noise)."""
 
 
+def _flag(value: Any) -> bool:
+    """A connection extra's boolean: ``true``/``1``/``yes`` (any case) or a JSON ``true``; anything else is false."""
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
+
+
+def _verify(env: dict[str, str]) -> bool | str:
+    """httpx's ``verify=`` for :meth:`MlflowHook.tracking_env`'s variables: off, a CA bundle, or the system's CAs."""
+    if "MLFLOW_TRACKING_INSECURE_TLS" in env:
+        return False
+    return env.get("MLFLOW_TRACKING_SERVER_CERT_PATH", True)
+
+
 class MlflowHook(BaseHook):
     """
     An MLflow tracking server named by a connection (type ``http`` or ``generic``): ``host`` is the tracking URI
     (``http://mlflow:5000``, or the host with ``schema`` and ``port``); ``login``/``password`` become
     ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD`` (basic auth); a password without a login, or the extra ``token``, is
-    ``MLFLOW_TRACKING_TOKEN`` (bearer); the extra ``insecure_tls`` skips TLS verification. Nothing is read before
-    first use.
+    ``MLFLOW_TRACKING_TOKEN`` (bearer); the extra ``ca_bundle`` (a PEM file's path, on the Airflow workers and the
+    Spark driver alike) is ``MLFLOW_TRACKING_SERVER_CERT_PATH``, the CA that verifies an ``https`` server; the extra
+    ``insecure_tls`` (``true``/``false``) skips TLS verification. Nothing is read before first use.
 
     :param mlflow_conn_id: the connection id.
     """
@@ -52,7 +65,9 @@ class MlflowHook(BaseHook):
             if not conn.host:
                 raise ValueError(f"mlflow_conn_id={self.mlflow_conn_id!r}: the connection's host must be the "
                                  "tracking URI, e.g. http://mlflow:5000")
-            uri = conn.host if "://" in conn.host else f"{conn.schema or 'http'}://{conn.host}"
+            # an ``https`` connection (``AIRFLOW_CONN_X='https://host'`` parses so) keeps its scheme
+            scheme = conn.schema or ("https" if conn.conn_type == "https" else "http")
+            uri = conn.host if "://" in conn.host else f"{scheme}://{conn.host}"
             if conn.port and uri.count(":") < 2:
                 uri = f"{uri.rstrip('/')}:{conn.port}"
             extra = conn.extra_dejson or {}
@@ -62,8 +77,10 @@ class MlflowHook(BaseHook):
             token = extra.get("token") or (None if conn.login else conn.password)
             if token:
                 env["MLFLOW_TRACKING_TOKEN"] = str(token)
-            if extra.get("insecure_tls"):
+            if _flag(extra.get("insecure_tls")):
                 env["MLFLOW_TRACKING_INSECURE_TLS"] = "true"
+            if extra.get("ca_bundle"):  # MLflow's own variable; a path that must exist where the client runs
+                env["MLFLOW_TRACKING_SERVER_CERT_PATH"] = str(extra["ca_bundle"])
             self._env = env
         return dict(self._env)
 
@@ -100,7 +117,8 @@ class MlflowHook(BaseHook):
 
     def run_status(self, run_id: str) -> str | None:
         """
-        The run's status (``RUNNING``, ``FINISHED``, ``FAILED``, ``KILLED``), or ``None`` when the server has no such run.
+        The run's status (``RUNNING``, ``FINISHED``, ``FAILED``, ``KILLED``), or ``None`` when the server has no
+        such run.
 
         :param run_id: the run.
         """
@@ -156,7 +174,7 @@ class MlflowHook(BaseHook):
         elif "MLFLOW_TRACKING_TOKEN" in env:
             headers["Authorization"] = f"Bearer {env['MLFLOW_TRACKING_TOKEN']}"
         async with httpx.AsyncClient(base_url=f"{uri}/api/2.0/mlflow", auth=auth, headers=headers,
-                                     verify="MLFLOW_TRACKING_INSECURE_TLS" not in env, timeout=timeout_s) as client:
+                                     verify=_verify(env), timeout=timeout_s) as client:
             for key, value in (tags or {}).items():
                 (await client.post("/runs/set-tag", json={"run_id": run_id, "key": key,
                                                           "value": str(value)})).raise_for_status()

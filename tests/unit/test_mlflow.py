@@ -174,3 +174,25 @@ def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(
     assert run.info.status == run_status  # a job still running keeps its run for the reattach
     if run_status != "RUNNING":
         assert run.data.tags["horovod.error"].startswith(f"the job ended {job_status} with no try watching it")
+
+
+@pytest.mark.parametrize("conn, expected", [
+    ("https://mlflow.example.com", {"MLFLOW_TRACKING_URI": "https://mlflow.example.com"}),  # conn_type https
+    ("http://mlflow.example.com:5000", {"MLFLOW_TRACKING_URI": "http://mlflow.example.com:5000"}),
+    ({"conn_type": "http", "host": "https://m.example.com", "extra": {"insecure_tls": "false"}},
+     {"MLFLOW_TRACKING_URI": "https://m.example.com"}),  # the string "false" is false
+    ({"conn_type": "http", "host": "https://m.example.com", "extra": {"insecure_tls": "true"}},
+     {"MLFLOW_TRACKING_URI": "https://m.example.com", "MLFLOW_TRACKING_INSECURE_TLS": "true"}),
+    ({"conn_type": "http", "host": "https://m.example.com", "password": "tok", "extra": {"ca_bundle": "/etc/ca.pem"}},
+     {"MLFLOW_TRACKING_URI": "https://m.example.com", "MLFLOW_TRACKING_TOKEN": "tok",
+      "MLFLOW_TRACKING_SERVER_CERT_PATH": "/etc/ca.pem"}),
+])
+def test_the_connection_becomes_mlflows_own_environment(conn, expected, monkeypatch):
+    from airflow_provider_horovod.hooks.mlflow import MlflowHook, _verify
+
+    monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_ENV", conn if isinstance(conn, str) else json.dumps(conn))
+    env = MlflowHook("mlflow_env").tracking_env()
+    assert env == expected
+    # the triggerer's own requests (end_run_async) verify as MLflow's client does
+    assert _verify(env) == ("/etc/ca.pem" if "MLFLOW_TRACKING_SERVER_CERT_PATH" in env
+                            else "MLFLOW_TRACKING_INSECURE_TLS" not in env)
