@@ -21,8 +21,8 @@ ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_RUN_ID = "MLFLOW_RUN_ID"
 ENV_EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
 CREDENTIAL_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
-                  "MLFLOW_TRACKING_INSECURE_TLS")
-"""The variables MLflow's REST client reads its credentials from (never logged, never in XCom)."""
+                  "MLFLOW_TRACKING_INSECURE_TLS", "MLFLOW_TRACKING_SERVER_CERT_PATH")
+"""The variables MLflow's REST client reads its credentials and TLS settings from (never logged, never in XCom)."""
 REQUEST_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 """Bounds for the driver's requests (MLflow's defaults retry for minutes): set unless the environment sets them."""
 MAX_BATCH = 1000

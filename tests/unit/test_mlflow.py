@@ -196,3 +196,8 @@ def test_the_connection_becomes_mlflows_own_environment(conn, expected, monkeypa
     # the triggerer's own requests (end_run_async) verify as MLflow's client does
     assert _verify(env) == ("/etc/ca.pem" if "MLFLOW_TRACKING_SERVER_CERT_PATH" in env
                             else "MLFLOW_TRACKING_INSECURE_TLS" not in env)
+    # the driver's metrics sink takes the same credentials and TLS settings into its MLflow client's environment
+    from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink
+
+    sink = MlflowMetricsSink({**env, "MLFLOW_RUN_ID": "r"})
+    assert sink._env == {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}
