@@ -29,8 +29,9 @@ setup-browser: setup
 setup-mlflow-server:
 	bash scripts/setup_mlflow_server.sh
 
-test: setup setup-keras setup-browser setup-mlflow-server
-	bash scripts/test.sh
+# each set-up step is timed: the suite ends with a time table of the steps and of every test module
+test:
+	bash scripts/test_all.sh
 
 clean:
-	rm -rf .venv .venv-keras .venv-byo .venv-mlflow-server .airflow .airflow-up .pytest_cache
+	rm -rf .test-times .venv .venv-keras .venv-byo .venv-mlflow-server .airflow .airflow-up .pytest_cache
