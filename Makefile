@@ -34,4 +34,4 @@ test:
 	bash scripts/test_all.sh
 
 clean:
-	rm -rf .test-times .venv .venv-keras .venv-byo .venv-mlflow-server .airflow .airflow-up .pytest_cache
+	rm -rf .test-times .venv .venv-keras .venv-mlflow-server .airflow .airflow-up .pytest_cache

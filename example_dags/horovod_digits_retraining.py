@@ -80,8 +80,9 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
             report(step=(epoch - 1) * trainer.steps_per_epoch + i + 1, total_steps=total_steps, epoch=epoch,
                    loss=loss)
         avg = hvd.allreduce(total, op=hvd.Sum)
+        # once per epoch, and every one kept (sample=False): an epoch here is shorter than report()'s 0.5 s sampling
         report(step=epoch * trainer.steps_per_epoch, total_steps=total_steps, epoch=epoch,
-               epoch_loss=float(avg[0] / avg[1]))
+               epoch_loss=float(avg[0] / avg[1]), sample=False)
         if writer is not None:
             writer.add_scalar("loss/train", float(avg[0] / avg[1]), epoch)
         if hvd.rank() == 0 and (epoch == 1 or epoch % 5 == 0):

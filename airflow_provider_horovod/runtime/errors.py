@@ -19,6 +19,14 @@ import re
 import signal
 from typing import Any
 
+from airflow_provider_horovod.runtime.bounds import (
+    MAX_EXC_MESSAGE_CHARS,
+    MAX_LINE_CHARS,
+    MAX_MESSAGE_CHARS,
+    MAX_TRACEBACK_CHARS,
+    cut,
+    keep_end,
+)
 from airflow_provider_horovod.runtime.launchers import HOROVOD, get_launcher
 
 START_TIMEOUT = "airflow_provider_horovod.StartTimeout"
@@ -110,7 +118,11 @@ class RankFailedError(HorovodRuntimeError):
 
     The message names the rank, the exit status (or the signal that killed it), the exception type raised
     by the training function when there was one, and the last lines of that rank's output, which include
-    its Python traceback.
+    its Python traceback. Bounded (:mod:`~airflow_provider_horovod.runtime.bounds`): the exception message is kept
+    to its first :data:`~.bounds.MAX_EXC_MESSAGE_CHARS` characters, the traceback to its last
+    :data:`~.bounds.MAX_TRACEBACK_CHARS`, each output line to :data:`~.bounds.MAX_LINE_CHARS`, and the whole message
+    to :data:`~.bounds.MAX_MESSAGE_CHARS` (the oldest output lines go first), so a rank that printed or raised
+    something huge still gives an error of a readable size that names it.
 
     :param rank: Horovod rank of the failed process (0 .. np-1).
     :param exit_code: the process exit status; negative values are ``-signal`` as in :mod:`subprocess`.
@@ -140,12 +152,26 @@ class RankFailedError(HorovodRuntimeError):
         self.launcher = launcher
         self.exit_code = exit_code
         self.exc_type = exc_type
-        self.exc_message = exc_message
-        self.traceback = traceback
-        self.output_tail = list(output_tail or [])
+        self.exc_message = None if exc_message is None else cut(exc_message, MAX_EXC_MESSAGE_CHARS)
+        self.traceback = None if traceback is None else keep_end(
+            "\n".join(cut(line, MAX_LINE_CHARS) for line in traceback.split("\n")), MAX_TRACEBACK_CHARS)
+        self.output_tail: list[str] = []
         self.host = host
         self.failed_at = failed_at
+        self.output_tail = self._fit([cut(line, MAX_LINE_CHARS) for line in output_tail or []])
         super().__init__(self._format())
+
+    def _fit(self, tail: list[str]) -> list[str]:
+        """The newest lines of ``tail`` that fit in the message beside the headline and the traceback, after a line
+        that says how many older ones were left out (so :meth:`to_dict`, the marker, is bounded too)."""
+        room = MAX_MESSAGE_CHARS - len(self.headline()) - len(self.traceback or "") - 200
+        kept: list[str] = []
+        for line in reversed(tail):
+            room -= len(line) + 1
+            if room < 0:
+                return [f"[{len(tail) - len(kept)} older lines left out]", *kept]
+            kept.insert(0, line)
+        return kept
 
     @property
     def is_secondary(self) -> bool:

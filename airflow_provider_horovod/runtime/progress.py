@@ -1,8 +1,9 @@
 """
 :func:`report`: the training function's progress and metrics, for the task log, the metrics history and the Airflow
-UI. Cheap enough to call every step: it only records the values; a thread of the rank process sends the newest
-record to the rank's launcher at most every :data:`SEND_INTERVAL_S` (and the last one when the rank ends), so a slow
-reader never blocks training, let alone a collective. Outside a job (no launcher) it does nothing.
+UI. Cheap enough to call every step: it only records the values; a thread of the rank process sends what is pending
+to the rank's launcher at most every :data:`SEND_INTERVAL_S`, each metric's newest value at its own step (and the
+last ones when the rank ends), so a slow reader never blocks training, let alone a collective. Outside a job (no
+launcher) it does nothing.
 
 Where the records go (every deploy mode): rank -> its launcher (a pipe) -> the driver (the job's authenticated log
 channel) -> :class:`~airflow_provider_horovod.runtime.driver.metrics.MetricsCollector`, which keeps the history in
@@ -23,7 +24,7 @@ from typing import Any
 from airflow_provider_horovod.runtime.wire.protocol import ENV_METRICS
 
 SEND_INTERVAL_S = 0.5
-"""The most often a rank sends its newest record, seconds (the history is sampled at this rate, plus the last)."""
+"""The most often a rank sends, seconds: a metric reported faster is sampled at this rate (plus its last value)."""
 
 
 def env_rank() -> int:
@@ -34,24 +35,64 @@ def env_rank() -> int:
     return 0
 
 
+class _Pending:
+    """
+    The records a rank has not sent yet, sampled per metric: each metric keeps only its newest value, in the record
+    (the ``report()`` call) that reported it, so a metric reported once per send interval is never dropped because
+    another one is reported every step. The newest record always stays (it carries the latest step); a record with
+    no metric left and not the newest goes; a record put with ``keep`` stays whole.
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[int, tuple[dict[str, Any], bool]] = {}  # call number -> (record, keep), in order
+        self._holder: dict[str, int] = {}  # metric -> the call number whose record holds its newest value
+        self._count = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._records)
+
+    def put(self, record: dict[str, Any], keep: bool) -> None:
+        self._count += 1
+        newest, previous = self._count, self._count - 1
+        for name in record.get("metrics") or ():
+            older = self._holder.get(name)
+            if older is not None and older in self._records and not self._records[older][1]:
+                self._records[older][0]["metrics"].pop(name, None)
+                self._drop_if_empty(older, newest)
+            self._holder[name] = newest
+        self._records[newest] = (record, keep)
+        self._drop_if_empty(previous, newest)
+
+    def _drop_if_empty(self, number: int, newest: int) -> None:
+        record, keep = self._records.get(number, (None, True))
+        if not keep and number != newest and not record.get("metrics"):
+            del self._records[number]
+
+    def take(self) -> list[dict[str, Any]]:
+        """The pending records, oldest first; none are left."""
+        records = [record for record, _ in self._records.values()]
+        self._records, self._holder = {}, {}
+        return records
+
+
 class _Sender:
-    """Keeps a rank's newest record and sends it on the launcher's pipe from its own thread."""
+    """Keeps a rank's unsent records (:class:`_Pending`) and sends them on the launcher's pipe from its own thread."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         os.set_inheritable(fd, False)  # not into the function's own subprocesses
         self.rank = env_rank()
         self._cond = threading.Condition()
-        self._pending: dict[str, Any] | None = None
+        self._pending = _Pending()
         self._events: list[dict[str, Any]] = []  # never dropped by the throttle, unlike reports
         self._broken = False
         self._thread = threading.Thread(target=self._run, name="horovod-report", daemon=True)
         self._thread.start()
         atexit.register(self.flush)
 
-    def put(self, record: dict[str, Any]) -> None:
+    def put(self, record: dict[str, Any], keep: bool = False) -> None:
         with self._cond:
-            self._pending = record
+            self._pending.put(record, keep)
             self._cond.notify()
 
     def put_event(self, record: dict[str, Any]) -> None:
@@ -59,43 +100,30 @@ class _Sender:
             self._events.append(record)
             self._cond.notify()
 
-    def _take(self) -> dict[str, Any] | None:
-        with self._cond:
-            record, self._pending = self._pending, None
-            return record
-
-    def _take_events(self) -> list[dict[str, Any]]:
+    def _take(self) -> list[dict[str, Any]]:
         with self._cond:
             events, self._events = self._events, []
-            return events
+            return events + self._pending.take()
 
-    def _write(self, record: dict[str, Any]) -> None:
-        if self._broken:
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        if self._broken or not records:
             return
         try:
-            os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+            os.write(self._fd, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
         except OSError:
             self._broken = True  # the launcher is gone: training goes on
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._pending is None and not self._events:
+                while not self._pending and not self._events:
                     self._cond.wait()
-            for event in self._take_events():
-                self._write(event)
-            record = self._take()
-            if record is not None:
-                self._write(record)
-            time.sleep(SEND_INTERVAL_S)  # the throttle: at most one record per interval
+            self._write(self._take())
+            time.sleep(SEND_INTERVAL_S)  # the throttle: one send per interval
 
     def flush(self) -> None:
-        """Send the events and the newest record now (at exit: the last report is never lost to the throttle)."""
-        for event in self._take_events():
-            self._write(event)
-        record = self._take()
-        if record is not None:
-            self._write(record)
+        """Send the events and the pending records now (at exit: the last report is never lost to the throttle)."""
+        self._write(self._take())
 
 
 _sender: _Sender | None = None
@@ -130,18 +158,23 @@ def _count(name: str, value: Any) -> int | None:
     return value
 
 
-def report(step: int | None = None, total_steps: int | None = None, epoch: int | None = None,
-           **metrics: Any) -> None:
+def report(step: int | None = None, total_steps: int | None = None, epoch: int | None = None, *,
+           sample: bool = True, **metrics: Any) -> None:
     """
     Report this rank's progress and metrics; call it from the training function as often as every step.
 
     Rank 0's reports make the job's history and the progress line; the other ranks' steps are kept too (only their
-    step and epoch), so a straggler shows (``slowest rank 1 at step 1180``). Throttled: the newest record is sent at
-    most every :data:`SEND_INTERVAL_S` seconds, and the last one when the rank ends. A no-op outside a job.
+    step and epoch), so a straggler shows (``slowest rank 1 at step 1180``). Sampled per metric: a send goes at most
+    every :data:`SEND_INTERVAL_S` seconds with each metric's newest value at the step it was reported at, so a metric
+    reported at most once an interval (``epoch_loss`` once per epoch beside ``loss`` every step) keeps every value,
+    and a faster one keeps about two a second; the last report of each metric is always sent, at the latest when the
+    rank ends. A no-op outside a job.
 
     :param step: the global step (batches done so far), a non-negative int.
     :param total_steps: the steps the training will take in all, for the percentage and the time remaining.
     :param epoch: the current epoch.
+    :param sample: ``False``: this record is sent whole, never sampled away (every call costs a JSON line on the
+        pipe, the history and the MLflow run: for a few records, not every step).
     :param metrics: metric name to number (``loss=0.12, acc=0.93``); one-element tensors and numpy scalars work.
     :raises TypeError: a metric is not a number, or a count is not a non-negative int.
     """
@@ -152,7 +185,7 @@ def report(step: int | None = None, total_steps: int | None = None, epoch: int |
                               "total_steps": _count("total_steps", total_steps), "epoch": _count("epoch", epoch)}
     if sender.rank == 0:
         record["metrics"] = {str(k): _number(k, v) for k, v in metrics.items()}
-    sender.put(record)
+    sender.put(record, keep=not sample)
 
 
 def send_event(event: str, **fields: Any) -> None:

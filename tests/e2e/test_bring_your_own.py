@@ -9,14 +9,13 @@ Horovod but **not this package** (``conf={"spark.pyspark.python": ...}``): the r
 ``--py-files``. Client, cluster and deferred cluster deploy mode; event logs go to a Spark History Server the test
 starts, where the "Spark UI" link points once each application has ended.
 
-The Airflow install (about 2 minutes on 2 cores, downloads from the index) is kept in ``.venv-byo`` at the
-repository root, keyed by the constraints, the Airflow version and the install steps, and made again when any
-changes (CI's fresh clone makes it once per run); the wheel is built and installed afresh on every run.
+The Airflow install (about 2 minutes on 2 cores, downloads from the index) is kept between runs and clones
+(tests/kept_venv.py), keyed by the constraints, the Airflow version and the install steps, and made again when any
+changes; the wheel is built and installed afresh on every run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import os
@@ -33,13 +32,13 @@ import pytest
 
 from tests.conftest import REPO
 from tests.history_server import history_server
+from tests.kept_venv import kept_venv
 from tests.standalone import standalone_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(1800)]
 
 BYO_AIRFLOW = "3.1.8"
 """The oldest Airflow line pyproject.toml claims (apache-airflow>=3.1), latest patch release."""
-BYO_VENV = REPO / ".venv-byo"
 CONSTRAINTS = REPO / "requirements" / "constraints-user.txt"
 HERE = Path(__file__).resolve().parent
 
@@ -92,19 +91,13 @@ def wheel(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def byo_venv(wheel: Path) -> Path:
     """A virtualenv with Airflow 3.1 and the provider's wheel, no torch, no Horovod (the executors have them)."""
-    key = hashlib.sha256("\n".join([
-        BYO_AIRFLOW, sys.version, CONSTRAINTS.read_text(), inspect.getsource(_install_airflow_and_dependencies),
-    ]).encode()).hexdigest()[:16]
-    stamp = BYO_VENV / f".byo-{key}"
-    fresh = not stamp.exists()
     started = time.monotonic()
-    if fresh:
-        shutil.rmtree(BYO_VENV, ignore_errors=True)
-        _install_airflow_and_dependencies(BYO_VENV)
-        stamp.touch()
-    _install_provider(BYO_VENV, wheel, fresh=fresh)
-    print(f"\n.venv-byo {'created' if fresh else 'reused'}, provider installed in {time.monotonic() - started:.0f} s")
-    python = BYO_VENV / "bin" / "python"
+    venv, fresh = kept_venv("byo", [BYO_AIRFLOW, sys.version, CONSTRAINTS.read_text(),
+                                    inspect.getsource(_install_airflow_and_dependencies)],
+                            _install_airflow_and_dependencies)
+    _install_provider(venv, wheel, fresh=fresh)
+    print(f"\n{venv.name} {'created' if fresh else 'reused'}, provider installed in {time.monotonic() - started:.0f} s")
+    python = venv / "bin" / "python"
     versions = json.loads(_run([python, "-c", (
         "import json, airflow, pyspark, cloudpickle, importlib.metadata as m; print(json.dumps({"
         "'airflow': airflow.__version__, 'pyspark': pyspark.__version__, 'client': m.version('pyspark-client'),"
@@ -112,7 +105,7 @@ def byo_venv(wheel: Path) -> Path:
         timeout_s=120, cwd=wheel.parent).stdout.strip().splitlines()[-1])
     assert versions["airflow"] == BYO_AIRFLOW  # the constraints did not move the user's Airflow
     assert versions["pyspark"] == versions["client"]
-    return BYO_VENV
+    return venv
 
 
 @pytest.fixture(scope="module")

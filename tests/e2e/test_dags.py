@@ -73,6 +73,13 @@ def test_example_dag_trains_and_evaluates(airflow_home, dags_folder):
     assert logdir == f"{artifact_dir}/tensorboard"
     assert f"tensorboard --logdir {logdir}" in log
     assert loss_scalars(logdir) == list(range(1, 31))
+    # report()'s history: every epoch's epoch_loss (sample=False) at its step, beside the sampled per-step loss
+    with open(f"{artifact_dir}/metrics.jsonl") as f:
+        records = [json.loads(line) for line in f]
+    epoch_loss = [(r["epoch"], r["step"]) for r in records if "epoch_loss" in r.get("metrics", {})]
+    assert epoch_loss == [(epoch, epoch * 22) for epoch in range(1, 31)], epoch_loss
+    assert [r["step"] for r in records if "loss" in r.get("metrics", {})][-1] == 660
+    assert set(xcom["train.metrics"]) == {"loss", "epoch_loss"}
     # the Horovod Timeline (timeline=True): valid JSON, holding the training's allreduce operations
     assert timeline_ops(f"{artifact_dir}/horovod_timeline.json") >= {"NEGOTIATE_ALLREDUCE", "ALLREDUCE"}
     assert xcom["evaluate.return_value"] >= 0.9

@@ -11,7 +11,8 @@ import time
 import psutil
 import pytest
 
-from airflow_provider_horovod.runtime import HorovodRunner, RankFailedError, TorchDistributor
+from airflow_provider_horovod.runtime import HorovodRunner, LaunchError, RankFailedError, TorchDistributor
+from airflow_provider_horovod.runtime.task.gpus import driver_gpu_count
 from tests.conftest import SESSION_MARK, session_processes
 
 pytestmark = pytest.mark.spark
@@ -169,3 +170,17 @@ def test_a_rank_that_never_joins_is_reported_at_start_timeout_s(spark_env):
                          training_timeout_s=60).run(rank_one_never_joins)
     assert "init_process_group()" in str(info.value)
     assert time.monotonic() - started < 45
+
+
+def test_use_gpu_on_a_driver_without_gpus_is_refused_before_any_rank_starts(spark_env, tmp_path):
+    marker = tmp_path / "ran"
+
+    def touch():
+        marker.touch()
+        return "ran"
+
+    if driver_gpu_count():
+        pytest.skip("this machine has GPUs")
+    with pytest.raises(LaunchError, match=r"use_gpu=True but the driver has no GPUs .* for 2 ranks on the driver"):
+        TorchDistributor(num_processes=2, local_mode=True, use_gpu=True).run(touch)
+    assert not marker.exists()

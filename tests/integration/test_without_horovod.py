@@ -11,9 +11,9 @@ but **no Horovod** (Horovod is never a pip dependency: ``scripts/build_horovod.s
 - ``HorovodRunner(np=-2).run(fn)`` fails at once with a ``LaunchError`` that names the missing Horovod and the
   ``[horovod]`` extra.
 
-The virtualenvs (``.venv-nohvd-py3.11``, ``.venv-nohvd-py3.12`` at the repository root) are kept between runs,
-keyed by the interpreter, the constraints, the Airflow version and the install steps (as ``.venv-byo`` is, see
-tests/e2e/test_bring_your_own.py); the wheel is built and installed afresh every run. PyTorch comes from the
+The virtualenvs (``nohvd-py3.11-<key>``, ``nohvd-py3.12-<key>``) are kept between runs and clones
+(tests/kept_venv.py), keyed by the interpreter, the constraints, the Airflow version and the install steps (as the
+bring-your-own one is, see tests/e2e/test_bring_your_own.py); the wheel is built and installed afresh every run. PyTorch comes from the
 package index with ``requirements/constraints-user.txt``'s version: on 3.11 a CPU build where one is on the index
 (this machine's ``/opt/wheels``), on 3.12 PyPI's Linux build, which brings the CUDA libraries (about 4.7 GB; the
 PyTorch CPU index is not reachable from here). A Python that is not installed is skipped, naming it.
@@ -21,7 +21,6 @@ PyTorch CPU index is not reachable from here). A Python that is not installed is
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.kept_venv import kept_venv
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
@@ -94,16 +94,10 @@ def _venv(version: str, wheel: Path) -> Path:
     if python is None:
         pytest.skip(f"no Python {version} here ({PYTHONS[version]} not on PATH, none under pyenv)")
     full_version = _run([python, "-c", "import sys; print(sys.version)"], timeout_s=60).stdout.strip()
-    venv = REPO / f".venv-nohvd-py{version}"
-    key = hashlib.sha256("\n".join([full_version, AIRFLOW, CONSTRAINTS.read_text(),
-                                    inspect.getsource(_install_dependencies)]).encode()).hexdigest()[:16]
-    stamp = venv / f".nohvd-{key}"
-    fresh = not stamp.exists()
     started = time.monotonic()
-    if fresh:
-        shutil.rmtree(venv, ignore_errors=True)
-        _install_dependencies(python, venv)
-        stamp.touch()
+    venv, fresh = kept_venv(f"nohvd-py{version}", [full_version, AIRFLOW, CONSTRAINTS.read_text(),
+                                                    inspect.getsource(_install_dependencies)],
+                            lambda path: _install_dependencies(python, path))
     built = time.monotonic()
     _pip(venv, "uninstall", "-y", "airflow-provider-horovod")
     _pip(venv, "install", "--no-deps", str(wheel))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from airflow_provider_horovod.runtime.bounds import MAX_MESSAGE_CHARS, cut
 from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
 
 SLOTS_MESSAGE = "requires more slots than the total number of slots"
@@ -141,4 +142,4 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     if failures:
         reason += ("\nRanks stopped as a consequence: "
                    + ", ".join(f"{f.rank} ({f.exc_type})" for f in sorted(failures, key=lambda f: f.rank)))
-    raise LaunchError(reason) from stage_error
+    raise LaunchError(cut(reason, MAX_MESSAGE_CHARS)) from stage_error  # Spark's account can be long

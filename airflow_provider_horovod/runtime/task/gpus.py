@@ -144,13 +144,48 @@ def device_env(use_gpu: bool, owned: Sequence[Sequence[str]], plan: Sequence[Slo
     return {CUDA_VISIBLE_DEVICES: visible_devices(owned, plan, index, visibility)}
 
 
-def driver_owned_gpus(np_: int, driver_visible: str | None) -> list[list[str]]:
+NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
+"""One entry per GPU while NVIDIA's kernel driver is loaded (what ``nvidia-smi`` lists, without running it)."""
+
+
+def driver_gpu_count(gpus_dir: str = NVIDIA_GPUS_DIR) -> int:
     """
-    GPUs of ``np_`` ranks on the driver (``HorovodRunner(np=-N, use_gpu=True)``): one each, in order.
+    How many NVIDIA GPUs this machine has: the entries of :data:`NVIDIA_GPUS_DIR` (none without the driver).
+
+    :param gpus_dir: the directory to count (tests).
+    """
+    import os
+
+    try:
+        return len(os.listdir(gpus_dir))
+    except OSError:
+        return 0
+
+
+def driver_owned_gpus(np_: int, driver_visible: str | None, gpu_count: int | None = None) -> list[list[str]]:
+    """
+    GPUs of ``np_`` ranks on the driver (``HorovodRunner(np=-N, use_gpu=True)``, ``TorchDistributor(local_mode=True,
+    use_gpu=True)``): one each, in order.
 
     Rank ``r`` gets device ``r`` of the driver, mapped through the driver's own ``CUDA_VISIBLE_DEVICES``
-    when it has one (then ``np_`` must not exceed its length).
+    when it has one (then ``np_`` must not exceed its length); without one, the machine must have ``np_`` GPUs
+    (:func:`driver_gpu_count`), as barrier tasks must have been given theirs.
 
-    :raises LaunchError: the driver's ``CUDA_VISIBLE_DEVICES`` lists fewer than ``np_`` devices.
+    :param np_: the ranks on the driver.
+    :param driver_visible: the driver's ``CUDA_VISIBLE_DEVICES`` (``None``: unset).
+    :param gpu_count: the machine's GPUs (default: :func:`driver_gpu_count`).
+    :raises LaunchError: the driver has fewer GPUs than ranks (none at all on a CPU machine), or its
+        ``CUDA_VISIBLE_DEVICES`` lists fewer than ``np_`` devices; the message says what was found.
     """
+    if driver_visible is None:
+        found = driver_gpu_count() if gpu_count is None else gpu_count
+        if found < np_:
+            raise LaunchError(
+                f"use_gpu=True but the driver has {found or 'no'} GPU{'' if found == 1 else 's'} ({NVIDIA_GPUS_DIR} "
+                f"lists {found} and CUDA_VISIBLE_DEVICES is not set) for {np_} rank{'' if np_ == 1 else 's'} on the "
+                "driver, one GPU each; run on a machine with that many GPUs, or pass use_gpu=False to train on the "
+                "CPU")
+    elif not driver_visible.strip():
+        raise LaunchError("use_gpu=True but the driver's CUDA_VISIBLE_DEVICES is empty (no GPU visible) for "
+                          f"{np_} rank{'' if np_ == 1 else 's'} on the driver; pass use_gpu=False to train on the CPU")
     return [owned_gpus([str(r)], driver_visible, where=f"rank {r} on the driver") for r in range(np_)]

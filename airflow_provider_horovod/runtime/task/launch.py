@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 
+from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, LongLines, cut
 from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
 from airflow_provider_horovod.runtime.launchers import TORCH
 from airflow_provider_horovod.runtime.task.checks import (
@@ -90,7 +91,10 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
 
     out = stdout or emit
 
+    long_lines = LongLines()  # these ranks' output is the task log itself: a line cut there is kept whole in a file
+
     def sink(slot: Slot, line: str) -> None:
+        line = long_lines.line(slot.rank, line)
         if spec.forwards(slot):
             out(f"[rank {slot.rank}] {line}")
         else:
@@ -190,11 +194,15 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     client = LogClient(spec.log_address, spec.log_token or "") if spec.log_address else None
     forward = client is not None and spec.forwards(slot)
 
+    shared = forward and spec.executors_share_driver_stderr  # an embedded local[N] master: the driver's stderr
+    long_lines = LongLines()
+
     def sink(s: Slot, line: str) -> None:
-        if not (forward and spec.executors_share_driver_stderr):
+        if not shared:
             stderr_sink(s, line)  # the executor's full copy
-        if forward:
-            client.send(f"[rank {s.rank}] {line}")
+        if forward:  # the task log's copy, within MAX_LINE_CHARS
+            short = long_lines.line(s.rank, line) if shared else cut(line, MAX_LINE_CHARS, "the executor's stderr")
+            client.send(f"[rank {s.rank}] {short}")
 
     def launch_env(port: int | None, run_id: str | None) -> dict[str, str]:
         if torch:

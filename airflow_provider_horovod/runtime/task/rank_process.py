@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, cut
 from airflow_provider_horovod.runtime.errors import RankFailedError
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
 from airflow_provider_horovod.runtime.task.rank_env import worker_environ
@@ -198,7 +199,7 @@ class RankProcess:
         assert self._proc is not None and self._proc.stdout is not None
         for raw in self._proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            self.tail.append(line)
+            self.tail.append(cut(line, MAX_LINE_CHARS))  # the error's copy: bounded (100 huge lines stay small)
             self._sink(self.slot, line)
 
     def wait(self) -> int:

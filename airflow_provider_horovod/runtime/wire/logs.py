@@ -22,11 +22,15 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
+from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS
+
 _LEN = struct.Struct(">I")
 _FAILURE_PREFIX = "\x00failure "
 _METRICS_PREFIX = "\x00metrics "
-MAX_LINE_CHARS = 8000
-"""Longer lines are truncated before they are sent (the executor's stderr keeps them whole)."""
+MAX_FRAME_CHARS = MAX_LINE_CHARS + 1024
+"""Longer lines are truncated before they are sent: the launchers cut rank output at
+:data:`~airflow_provider_horovod.runtime.bounds.MAX_LINE_CHARS` with a note first (the executor's stderr keeps them
+whole); this is the channel's own last bound (a rank prefix and the note fit)."""
 _MAX_FRAME = 1 << 20
 
 
@@ -170,7 +174,7 @@ class LogClient:
                              f"{self._address[0]}:{self._address[1]} ({err}); output stays in this executor's stderr\n")
 
     @staticmethod
-    def _frame(text: str, limit: int = MAX_LINE_CHARS) -> bytes:
+    def _frame(text: str, limit: int = MAX_FRAME_CHARS) -> bytes:
         data = text[:limit].encode("utf-8", "replace")
         return _LEN.pack(len(data)) + data
 
@@ -182,8 +186,6 @@ class LogClient:
         """
         report = dict(failure)
         report["output_tail"] = [line[:1000] for line in report.get("output_tail") or []]
-        if report.get("traceback"):
-            report["traceback"] = report["traceback"][-50_000:]
         text = _FAILURE_PREFIX + json.dumps(report)
         if len(text) > _MAX_FRAME // 4:
             report["output_tail"] = report["output_tail"][-10:]

@@ -95,3 +95,24 @@ def test_a_torch_distributed_rank_is_named_by_its_launcher_and_survives_the_mark
 def test_a_rank_whose_collective_lost_its_peer_is_a_bystander(exc_type, message, secondary):
     err = RankFailedError(rank=0, exit_code=1, exc_type=exc_type, exc_message=message, launcher="torch")
     assert err.is_secondary is secondary
+
+
+def test_a_huge_message_traceback_and_output_stay_within_the_bound_and_survive_the_round_trip():
+    from airflow_provider_horovod.runtime.bounds import MAX_EXC_MESSAGE_CHARS, MAX_LINE_CHARS, MAX_MESSAGE_CHARS
+
+    huge = "z" * 5_000_000
+    tb = ("Traceback (most recent call last):\n" + '  File "train.py", line 3, in fn\n' * 5000
+          + '  File "train.py", line 9, in fn\n    raise ValueError(huge)\n' + f"ValueError: {huge}")
+    err = RankFailedError(rank=1, exit_code=1, exc_type="ValueError", exc_message=huge, traceback=tb,
+                          output_tail=[f"step {i} " + "o" * 50_000 for i in range(100)])
+    text = str(err)
+    assert len(text) <= MAX_MESSAGE_CHARS, len(text)
+    head = text.splitlines()[0]
+    assert head.startswith("Horovod rank 1 failed (exit code 1): ValueError: zzz") and "characters cut" in head
+    assert len(head) <= MAX_EXC_MESSAGE_CHARS + 100
+    assert 'line 9, in fn\n    raise ValueError(huge)' in text  # the traceback's last frames are kept
+    assert "step 99 ooo" in text and "older lines left out" in text  # the newest output lines, as many as fit
+    assert all(len(line) <= MAX_LINE_CHARS for line in err.output_tail)
+    assert len(err.marker()) < 2 * MAX_MESSAGE_CHARS  # what travels inside Spark's exception text is bounded too
+    again = RankFailedError.from_dict(err.to_dict())
+    assert str(again) == text and RankFailedError.find_in(err.marker()).to_dict() == err.to_dict()

@@ -87,3 +87,55 @@ def test_an_event_is_never_dropped_by_the_throttle():
     events = [r for r in records if r.get("event")]
     assert [(e["event"], e["step"], e["try_number"], e["rank"]) for e in events] == [("resumed", 10, 2, 0)]
     assert [r for r in records if not r.get("event")][-1]["step"] == 2000  # the reports go on around it
+
+
+def test_each_metric_keeps_its_newest_value_at_its_own_step():
+    from airflow_provider_horovod.runtime.progress import _Pending
+
+    pending = _Pending()
+    for step in range(1, 101):
+        metrics = {"loss": 1.0 / step}
+        if step == 50:
+            metrics["epoch_loss"] = 0.5  # reported once, in the same call as one of the loss values
+        pending.put({"step": step, "epoch": step // 50, "metrics": metrics}, keep=False)
+    records = pending.take()
+    assert [(r["step"], r["metrics"]) for r in records] == [(50, {"epoch_loss": 0.5}), (100, {"loss": 0.01})]
+    assert not pending and pending.take() == []
+
+
+def test_a_record_without_metrics_keeps_only_the_newest_and_kept_records_stay_whole():
+    from airflow_provider_horovod.runtime.progress import _Pending
+
+    pending = _Pending()
+    for step in range(1, 11):
+        pending.put({"step": step}, keep=False)  # another rank's: its step only
+    assert [r["step"] for r in pending.take()] == [10]
+    pending.put({"step": 1, "metrics": {"loss": 2.0, "acc": 0.1}}, keep=True)  # report(..., sample=False)
+    pending.put({"step": 2, "metrics": {"loss": 1.0}}, keep=False)
+    pending.put({"step": 3, "metrics": {"loss": 0.5}}, keep=False)
+    assert [(r["step"], r["metrics"]) for r in pending.take()] == [
+        (1, {"loss": 2.0, "acc": 0.1}), (3, {"loss": 0.5})]
+
+
+SLOW_AND_FAST = """
+import time
+from airflow_provider_horovod.runtime import report
+step = 0
+for epoch in range(1, 7):
+    for _ in range(300):
+        step += 1
+        report(step=step, epoch=epoch, loss=1.0 / step)
+        time.sleep(0.002)  # ~0.6 s an epoch: more than a send interval
+    report(step=step, epoch=epoch, epoch_loss=1.0 / epoch)
+for i in range(5):
+    report(step=step, marker=i, sample=False)  # every one kept, though all within one interval
+"""
+
+
+def test_a_metric_reported_once_an_epoch_keeps_every_value_beside_one_reported_every_step():
+    records, _ = _run(SLOW_AND_FAST, rank="0")
+    epoch_loss = [(r["epoch"], r["metrics"]["epoch_loss"]) for r in records if "epoch_loss" in r.get("metrics", {})]
+    assert epoch_loss == [(e, 1.0 / e) for e in range(1, 7)]
+    loss = [r for r in records if "loss" in r.get("metrics", {})]
+    assert 6 <= len(loss) < 300 and loss[-1]["step"] == 1800 and loss[-1]["metrics"]["loss"] == 1.0 / 1800
+    assert [r["metrics"]["marker"] for r in records if "marker" in r.get("metrics", {})] == list(range(5))

@@ -97,13 +97,28 @@ def test_owned_gpus_without_addresses_names_the_conf():
 
 def test_driver_ranks_get_one_gpu_each():
     plan = local_plan(2)
-    owned = driver_owned_gpus(2, None)
+    owned = driver_owned_gpus(2, None, gpu_count=2)
     assert owned == [["0"], ["1"]]
     assert [device_env(True, owned, plan, i, "host") for i in range(2)] == [{"CUDA_VISIBLE_DEVICES": "0,1"}] * 2
     assert [device_env(True, driver_owned_gpus(2, "5,4,3"), plan, i, "rank") for i in range(2)] == [
         {"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "4"}]
     with pytest.raises(LaunchError, match="rank 1 on the driver"):
         driver_owned_gpus(2, "5")
+
+
+def test_ranks_on_a_driver_without_gpus_are_refused_naming_what_was_found(tmp_path):
+    from airflow_provider_horovod.runtime.task.gpus import driver_gpu_count
+
+    assert driver_gpu_count(str(tmp_path / "no-driver")) == 0
+    (tmp_path / "gpus" / "0000:3b:00.0").mkdir(parents=True)
+    assert driver_gpu_count(str(tmp_path / "gpus")) == 1
+    with pytest.raises(LaunchError, match=r"use_gpu=True but the driver has no GPUs .* for 2 ranks on the driver.*"
+                                          r"use_gpu=False"):
+        driver_owned_gpus(2, None, gpu_count=0)
+    with pytest.raises(LaunchError, match=r"the driver has 1 GPU \(.*lists 1"):
+        driver_owned_gpus(2, None, gpu_count=1)
+    with pytest.raises(LaunchError, match="CUDA_VISIBLE_DEVICES is empty"):
+        driver_owned_gpus(1, "")
 
 
 @pytest.mark.parametrize("conf, found", [({}, "is not set"), ({"spark.task.resource.gpu.amount": "0"}, "is '0'"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from airflow_provider_horovod.runtime.wire.logs import MAX_LINE_CHARS, LogClient, LogServer
+from airflow_provider_horovod.runtime.wire.logs import MAX_FRAME_CHARS, LogClient, LogServer
 
 
 def test_lines_arrive_in_order_and_strangers_are_ignored():
@@ -16,10 +16,10 @@ def test_lines_arrive_in_order_and_strangers_are_ignored():
         client = LogClient(server.address, server.token)
         for i in range(50):
             client.send(f"[rank 0] line {i}")
-        client.send("x" * (MAX_LINE_CHARS + 100))
+        client.send("x" * (MAX_FRAME_CHARS + 100))
         client.close()
     assert received[:50] == [f"[rank 0] line {i}" for i in range(50)]
-    assert received[50] == "x" * MAX_LINE_CHARS
+    assert received[50] == "x" * MAX_FRAME_CHARS
     assert not any("injected" in line for line in received)
 
 
