@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import time
 
 import pytest
@@ -15,11 +16,29 @@ from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
 from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink
 from airflow_provider_horovod.runtime.runner import HorovodRunner
-from tests.mlflow_server import mlflow_server  # noqa: F401  (fixture)
+from tests.integration.shared_cluster_jobs import wait_until
+from tests.mlflow_server import MlflowServer
 
 
 def _train():
     return None
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One real tracking server for the module; the outage test stops and starts it again (same port and store)."""
+    pytest.importorskip("mlflow", reason="the mlflow extra (mlflow-skinny) is not installed")
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(server) -> str:
+    return server.url
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -89,14 +108,63 @@ def test_hook_run_lifecycle_and_registry_against_a_real_server(mlflow_server, mo
         f"{mlflow_server}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
 
 
-def test_sink_reports_a_dead_server_once_and_never_raises(capfd, monkeypatch):
+def test_a_server_that_never_answers_costs_only_the_metrics_and_the_end_counts_them(capfd, monkeypatch):
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # port 9: refused at once, no backoff
-    sink = MlflowMetricsSink({"MLFLOW_RUN_ID": "r", "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
-    for _ in range(3):
-        sink.log([{"time": 1.0, "step": 1, "metrics": {"loss": 1.0}}])
-    assert sink.failed and sink.logged == 0
-    assert capfd.readouterr().err.count("cannot log the metrics to MLflow run r") == 1
+    sink = MlflowMetricsSink({"MLFLOW_RUN_ID": "r", "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+                             retry_initial_s=0.05, retry_max_s=0.2, final_wait_s=1.0)
+    for step in range(3):
+        sink.log([{"time": 1.0, "step": step, "metrics": {"loss": 1.0, "acc": 0.5}}])
+    sink.close()
+    assert sink.behind and sink.logged == 0 and sink.undelivered == 6 and sink.failures >= 2  # it kept trying
+    err = capfd.readouterr().err
+    assert err.count("cannot log the metrics to MLflow run r") == 1, err  # said once, not per attempt
+    assert "6 metric points were not delivered to MLflow run r" in err, err
+
+
+def test_a_driver_without_the_client_says_how_to_install_it_and_does_not_wait_at_the_end(capfd, monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlflow.entities", None)  # what `import` sees where mlflow is not installed
+    sink = MlflowMetricsSink({"MLFLOW_RUN_ID": "r", "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}, final_wait_s=60)
+    sink.log([{"time": 1.0, "step": 1, "metrics": {"loss": 1.0}}])
+    started = time.monotonic()
+    sink.close()
+    assert time.monotonic() - started < 10  # no outage to wait out
+    err = capfd.readouterr().err
+    assert "pip install 'airflow-provider-horovod[mlflow]'" in err and "1 metric point was not delivered" in err
+
+
+def test_the_sink_buffers_through_a_server_restart_and_delivers_every_later_step(server, monkeypatch, capfd):
+    """A real server stopped mid-training and started again on the same store and port (issue #34)."""
+    from mlflow import MlflowClient
+
+    try:
+        run_id = MlflowClient(server.url).create_run("0").info.run_id
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        sink = MlflowMetricsSink({"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": server.url},
+                                 retry_initial_s=0.2, retry_max_s=1.0, final_wait_s=60)
+        with MetricsCollector(None, sink=sink, sink_interval_s=0.1, log_interval_s=60) as collector:
+            def train(steps):
+                for step in steps:
+                    collector.add({"time": time.time(), "rank": 0, "step": step, "metrics": {"loss": 1.0 / step}})
+                    time.sleep(0.02)
+
+            train(range(1, 21))
+            wait_until(lambda: sink.logged >= 20, "the first steps to be logged", timeout_s=30)
+            server.stop()  # the outage: the steps of this time are kept
+            train(range(21, 61))
+            wait_until(lambda: sink.behind, "the sink to notice the outage", timeout_s=30)
+            server.start()
+            train(range(61, 93))
+        history = sorted(MlflowClient(server.url).get_metric_history(run_id, "loss"), key=lambda m: m.step)
+        assert [m.step for m in history] == list(range(1, 93))  # nothing lost, the last one the last report
+        assert history[-1].value == 1.0 / 92
+        err = capfd.readouterr().err
+        assert err.count(f"cannot log the metrics to MLflow run {run_id}") == 1, err
+        assert err.count(f"MLflow run {run_id} caught up") == 1, err
+        assert "not delivered" not in err and sink.undelivered == 0
+    finally:
+        if not server.running:  # the module's server stays up for the tests after this one
+            server.start()
 
 
 def _tracked_run(mlflow_server, monkeypatch, conn_id: str):  # noqa: F811

@@ -72,8 +72,9 @@ class MetricsCollector:
     :param remote_flush_interval_s: seconds between writes to object storage.
     :param mirror_dir: another directory (path or URI) that gets a copy of ``progress.json`` (the driver program's
         result directory, which the Airflow side reads in cluster deploy mode).
-    :param sink: also logs rank 0's records elsewhere, from the collector's thread, every ``sink_interval_s`` and
-        at the end (an :class:`~airflow_provider_horovod.runtime.mlflow_sink.MlflowMetricsSink`: ``log(records)``).
+    :param sink: also gets rank 0's records, from the collector's thread, every ``sink_interval_s`` and at the end
+        (an :class:`~airflow_provider_horovod.runtime.mlflow_sink.MlflowMetricsSink`: ``log(records)``, which must
+        return at once; its ``close()``, when it has one, is called when the collector closes).
     :param sink_interval_s: seconds between the sink's calls at most.
     :param clock: the wall clock (tests).
     """
@@ -257,5 +258,7 @@ class MetricsCollector:
             self.finish("failed")
         self._log()
         self._to_sink()
+        if self._sink is not None and hasattr(self._sink, "close"):
+            self._sink.close()  # delivers what is left (an MLflow server that was down), within its own bound
         if self._last is not None or self._ranks:  # nothing reported: leave no files behind
             self._write(final=True)
