@@ -14,6 +14,7 @@ from airflow_provider_horovod.hooks.connect import HorovodConnectHook
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.operators.common import default_artifact_dir, default_checkpoint_dir
+from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.utils.storage import credentials_env, shared_conn_id, storage_location
 
 __all__ = ["OperatorHooks"]
@@ -35,6 +36,12 @@ class OperatorHooks:
     spark_submit_kwargs: dict[str, Any]
     dag_id: str
     task_id: str
+    launcher: str
+
+    def _default_spark_name(self) -> str:
+        """``airflow-<launcher>-<dag>-<task>`` (``airflow-horovod-...``, ``airflow-torch-...``): the Spark UI's list of
+        applications says which launcher a job uses."""
+        return f"airflow-{get_launcher(self.launcher).name}-{self.dag_id}-{self.task_id}"
 
     @cached_property
     def hook(self) -> HorovodHook:
@@ -42,7 +49,7 @@ class OperatorHooks:
         return HorovodHook(
             conn_id=self.conn_id, np=self.np, conf=self.conf,
             env_vars=self._job_env(),
-            name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}",
+            name=self.spark_name or self._default_spark_name(),
             spark_submit_kwargs=self.spark_submit_kwargs,
         )
 
@@ -57,7 +64,7 @@ class OperatorHooks:
             raise HorovodJobError("deploy_mode='cluster' needs conn_id naming a spark://host:port standalone master")
         return HorovodStandaloneHook(conn_id=self.conn_id, np=self.np, conf=self.conf,
                                      env_vars=self._job_env(),
-                                     name=self.spark_name or f"airflow-horovod-{self.dag_id}-{self.task_id}")
+                                     name=self.spark_name or self._default_spark_name())
 
     @cached_property
     def connect_hook(self) -> HorovodConnectHook:

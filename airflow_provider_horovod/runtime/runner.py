@@ -15,6 +15,7 @@ from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_fail
 from airflow_provider_horovod.runtime.driver.shipping import runtime_zip, ship_runtime
 from airflow_provider_horovod.runtime.driver.slots import local_master_slots, not_enough_slots, wait_for_slots
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
+from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink, check_mlflow_installed, run_env
 from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
 from airflow_provider_horovod.runtime.settings import (
@@ -268,7 +269,7 @@ class HorovodRunner:
             rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
             # ... so, once the slots come, only the job is left
             wait_for_slots(sc, spec.np, self.settings.slot_wait_timeout_s)
-            sc.setJobGroup(group, f"HorovodRunner np={spec.np}", interruptOnCancel=True)
+            sc.setJobGroup(group, f"{get_launcher(spec.launcher).label} np={spec.np}", interruptOnCancel=True)  # Spark UI's job
             try:
                 results = rdd.collect()
             except KeyboardInterrupt:

@@ -90,6 +90,10 @@ def test_ddp_on_a_barrier_stage_returns_rank0s_value_with_the_torchrun_environme
     _assert_torchrun_env(result, 2)
     assert int(result["port"]) > 0
     assert [e["OMP_NUM_THREADS"] for e in result["envs"]] == ["1", "1"]  # spark.task.cpus
+    # the Spark UI names the job by its launcher (not "HorovodRunner"): the job's description in the status store
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    descriptions = {jobs.apply(i).description().getOrElse(None) for i in range(jobs.size())}
+    assert "torch.distributed np=2" in descriptions, descriptions
 
 
 def test_ddp_on_the_driver(spark_env):

@@ -138,3 +138,10 @@ def test_spark_connect_s_runner_carries_the_launcher():
     op = TorchDistributedOperator(task_id="t", python_callable=train, np=2)
     runner = HorovodRunner.from_settings(op.job_settings(), artifact_dir="/tmp/art")  # HorovodConnectHook.run's
     assert runner.settings.launcher == "torch" and runner.settings == op.job_settings()
+
+
+def test_the_spark_application_s_default_name_says_the_launcher():
+    with DAG(dag_id="d", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+        torch_op = TorchDistributedOperator(task_id="fit", python_callable=train, np=2, conn_id=None)
+        hvd_op = HorovodRunnerOperator(task_id="fit_hvd", python_callable=train, np=2, conn_id=None)
+    assert (torch_op.hook.name, hvd_op.hook.name) == ("airflow-torch-d-fit", "airflow-horovod-d-fit_hvd")
