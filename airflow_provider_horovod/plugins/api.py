@@ -15,9 +15,11 @@ task instance's "Training progress" tab shows in an iframe; it polls ``/progress
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -32,6 +34,8 @@ from sqlalchemy import select
 from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, SparkUILink
 from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR, XCOM_TENSORBOARD_DIR
 from airflow_provider_horovod.plugins.progress_files import DEFAULT_MAX_POINTS, read_progress
+from airflow_provider_horovod.runtime.artifacts import is_remote
+from airflow_provider_horovod.runtime.observability import TENSORBOARD_DIR_NAME
 
 STATIC_DIR = Path(__file__).parent / "static"
 RUNNING_STATES = frozenset({"queued", "scheduled", "running", "deferred", "up_for_retry", "up_for_reschedule",
@@ -89,10 +93,11 @@ def progress(session: SessionDep, dag_id: str, run_id: str, task_id: str,
     :param map_index: the mapped task's index (``-1``: not mapped).
     :param try_number: which try (default: the latest).
     :param max_points: at most this many points per metric in ``history`` (``0``: all).
-    :return: ``dag_id``, ``run_id``, ``task_id``, ``map_index``, ``try_number``, ``state`` (of the task instance;
-        ``running`` is only the latest try's), ``active`` (the page should keep polling), ``artifact_dir``,
-        ``spark_ui_url``, ``tensorboard_dir``, ``progress`` (``progress.json`` or ``None``), ``history``, and
-        ``error`` (why the files could not be read, or ``None``).
+    :return: ``dag_id``, ``run_id``, ``task_id``, ``map_index``, ``try_number``, ``tries`` (every try number, for
+        the page's try picker), ``state`` (of the task instance; ``running`` is only the latest try's), ``active``
+        (the page should keep polling), ``artifact_dir``, ``spark_ui_url`` (only an http/https URL),
+        ``tensorboard_dir`` (the XCom, or the directory once it exists), ``progress`` (``progress.json`` or
+        ``None``), ``history``, and ``error`` (why the files could not be read, or ``None``).
     :raises HTTPException: 404 when there is no such task instance or try.
     """
     return progress_of(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index,
@@ -134,18 +139,48 @@ def build_answer(state: str | None, current_try: int, wanted_try: int, xcoms: di
     if artifact_dir and not latest:
         artifact_dir = try_artifact_dir(artifact_dir, current_try, wanted_try)
     answer: dict[str, Any] = {
-        "try_number": wanted_try, "state": state if latest else None,
-        "active": latest and state in RUNNING_STATES, "artifact_dir": artifact_dir,
-        "spark_ui_url": xcoms.get(XCOM_SPARK_UI_URL) if latest else None,
+        "try_number": wanted_try, "tries": list(range(1, max(current_try, 1) + 1)),
+        "state": state if latest else None, "active": latest and state in RUNNING_STATES,
+        "artifact_dir": artifact_dir,
+        "spark_ui_url": http_url(xcoms.get(XCOM_SPARK_UI_URL)) if latest else None,
         "tensorboard_dir": xcoms.get(XCOM_TENSORBOARD_DIR) if latest else None,
         "progress": None, "history": {"x": "step", "count": 0, "metrics": {}}, "error": None,
     }
     if artifact_dir:
+        if answer["tensorboard_dir"] is None:  # the XCom comes at the end; the directory exists from the start
+            answer["tensorboard_dir"] = local_tensorboard_dir(artifact_dir)
         try:
             answer.update(read_progress(artifact_dir, max_points=max_points))
         except (OSError, ValueError) as err:  # storage unreachable, or a connection that gives no credentials
             answer["error"] = f"cannot read {artifact_dir}: {type(err).__name__}: {err}"
     return answer
+
+
+def http_url(url: Any) -> str | None:
+    """
+    ``url`` when it is an absolute ``http``/``https`` URL, else ``None``: the page puts it into a link's ``href``,
+    and a ``javascript:`` or ``data:`` URL set through the REST API must not become a clickable link (Airflow's own
+    Details tab drops those too).
+
+    :param url: an XCom's value.
+    """
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url.strip())
+    return url.strip() if parts.scheme in ("http", "https") and parts.netloc else None
+
+
+def local_tensorboard_dir(artifact_dir: str) -> str | None:
+    """
+    ``<artifact_dir>/tensorboard`` when it is a local directory that exists (a training that writes events with
+    ``tensorboard_dir()`` makes it at once), else ``None``; object storage is left to the XCom.
+
+    :param artifact_dir: the try's artifact directory.
+    """
+    if is_remote(artifact_dir):
+        return None
+    path = os.path.join(artifact_dir.removeprefix("file://"), TENSORBOARD_DIR_NAME)
+    return path if os.path.isdir(path) else None
 
 
 def page() -> FileResponse:

@@ -31,6 +31,8 @@ MAX_TRACEBACK_CHARS = 32 * 1024
 """The traceback an error carries, characters (its end is kept: the frames where the exception was raised)."""
 MAX_MESSAGE_CHARS = 64 * 1024
 """A whole error message (headline, traceback, output tail), characters."""
+MAX_HEADLINE_CHARS = 1000
+"""An error's headline where one line is shown (``progress.json``'s ``error``, the Training progress page)."""
 
 
 def cut(text: str, limit: int, where: str = "") -> str:

@@ -13,7 +13,7 @@ from airflow_provider_horovod.runtime.driver.connect import is_connect_session, 
 from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.driver.shipping import runtime_zip, ship_runtime
-from airflow_provider_horovod.runtime.driver.slots import local_master_slots, not_enough_slots, wait_for_slots
+from airflow_provider_horovod.runtime.driver.slots import LOG_PREFIX, local_master_slots, not_enough_slots, wait_for_slots
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
 from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink, check_mlflow_installed, run_env
@@ -229,21 +229,26 @@ class HorovodRunner:
         with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror,
                               sink=MlflowMetricsSink.from_env(env)) as collector:
             try:
-                result = run_on_driver(spec, metrics=collector.add) if self.np < 0 \
-                    else self._run_barrier(spec, collector.add)
-            except BaseException:
-                collector.finish("failed")
+                if self.np < 0:
+                    collector.phase(f"starting {spec.np} ranks on the driver")
+                    result = run_on_driver(spec, metrics=collector.add)
+                else:
+                    result = self._run_barrier(spec, collector.add, collector.phase)
+            except BaseException as err:
+                collector.finish("failed", error=f"{type(err).__name__}: {err}")
                 raise
             finally:
                 self.last_metrics = collector.last_metrics
             collector.finish("finished")
         return result
 
-    def _run_barrier(self, spec: JobSpec, metrics: Callable[[dict], None]) -> bytes | None:
+    def _run_barrier(self, spec: JobSpec, metrics: Callable[[dict], None],
+                     phase: Callable[[str], None] = lambda text: None) -> bytes | None:
         from pyspark.sql import SparkSession
 
         spark = self.spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
         if is_connect_session(spark):
+            phase(f"starting {spec.np} ranks (a barrier stage over Spark Connect)")
             return run_barrier_connect(spark, spec, runtime_zip(), metrics)
         sc = spark.sparkContext
         conf = sc.getConf()
@@ -268,7 +273,14 @@ class HorovodRunner:
             rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))
             rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
             # ... so, once the slots come, only the job is left
-            wait_for_slots(sc, spec.np, self.settings.slot_wait_timeout_s)
+            phase(f"waiting for {spec.np} task slots")
+
+            def waiting(line: str) -> None:  # why it waits, with the counts: the task log's and the page's
+                print(LOG_PREFIX + line, flush=True)
+                phase(line)
+
+            wait_for_slots(sc, spec.np, self.settings.slot_wait_timeout_s, log=waiting)
+            phase(f"starting {spec.np} ranks (the barrier stage is submitted)")
             sc.setJobGroup(group, f"{get_launcher(spec.launcher).label} np={spec.np}", interruptOnCancel=True)  # Spark UI's job
             try:
                 results = rdd.collect()

@@ -2,7 +2,9 @@
 The "Training progress" tab in a real browser (Debian's headless Chromium through chromedriver) against a real
 deployment's api-server while a real training (np=2 on the embedded local Spark) reports its progress with
 ``runtime.report()``: the chart's points grow between two reads, the progress text and the ranks appear (rank 1 is
-the straggler), the finished history stays; the endpoint refuses requests without a session.
+the straggler), the finished history stays; the endpoint refuses requests without a session. A retried task's tab
+tells its story: the resume banner, the try picker, the failed try's headline, a log-scale chart with hover values;
+a task that never reported says so, and a ``javascript:`` link from XCom is not clickable.
 
 One deployment for the module (api-server, scheduler, dag-processor: ~40 s on 2 cores), one run of ~35 s. Set
 ``APH_PROGRESS_SCREENSHOT=<file.png>`` to keep a screenshot of the tab taken while the run trains.
@@ -35,7 +37,7 @@ def airflow(tmp_path_factory):
     registered = [ep.value for ep in entry_points(group="airflow.plugins")]
     assert PLUGIN in registered, ("the UI plugin's entry point is not installed (an environment from before it): run "
                                   f"`make setup` to reinstall the package; airflow.plugins entry points: {registered}")
-    dags = copy_dags(tmp_path_factory.mktemp("progress-dags"), DAGS / "horovod_progress_page.py")
+    dags = copy_dags(tmp_path_factory.mktemp("progress-dags"), DAGS / "horovod_progress_page.py")  # both DAGs
     with airflow_deployment(dags, home=tmp_path_factory.mktemp("progress-home"),
                             components=("api-server", "scheduler", "dag-processor")) as deployment:
         yield deployment
@@ -136,3 +138,67 @@ def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, b
     # last step with more points than while it ran
     assert set(done["charts"]) == {"loss", "acc"} and done["charts"]["loss"] > later["charts"]["loss"], done
     assert done["status"].startswith(f"step {STEPS}/{STEPS} (100%)") and "finished" in done["status"], done
+
+
+_READ_STORY = """
+const text = (el) => (el && !el.hidden ? el.innerText.replace(/\\s+/g, " ").trim() : "");
+const charts = {};
+for (const c of document.querySelectorAll(".chart")) charts[c.dataset.metric] = [Number(c.dataset.points), c.dataset.scale,
+  c.querySelectorAll("circle").length, c.querySelectorAll("circle title").length];
+const link = document.getElementById("spark-ui");
+return {
+  charts: charts, status: text(document.getElementById("status-text")),
+  resumed: text(document.getElementById("resumed")), failure: text(document.getElementById("failure")),
+  tries: Array.from(document.querySelectorAll("#try option"), (o) => o.textContent),
+  picked: document.getElementById("try").value, picker_shown: !document.getElementById("try").hidden,
+  link_href: link.getAttribute("href"), link_text: text(link), footer: text(document.getElementById("footer")),
+};
+"""
+
+
+def _open_tab(airflow, browser, dag_id: str, run_id: str, task_id: str) -> None:
+    browser.get(f"{airflow.url}/horovod/static/progress.css")
+    browser.add_cookie({"name": "_token", "value": airflow.token(), "path": "/"})
+    browser.get(f"{airflow.url}/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/plugin/horovod-progress")
+    frame = wait_until(lambda: browser.find_elements("css selector", "iframe[src*='/horovod/page']"),
+                       "the tab's iframe", timeout_s=60)[0]
+    browser.switch_to.frame(frame)
+
+
+def test_the_tab_tells_a_retried_task_s_story_and_links_only_http(airflow, browser):
+    """Try 1 fails after a checkpoint, try 2 resumes from it (issue #34): the resume banner, the try picker, the
+    failed try's headline, the log scale a loss over four decades gets, markers with their values on hover; a task
+    that never reported says so; a ``javascript:`` URL put into the link's XCom through the REST API is no link."""
+    dag_id = "horovod_progress_retry"
+    run_id = airflow.trigger(dag_id)
+    assert airflow.wait_for_run(dag_id, run_id, timeout_s=400) == "success", airflow.task_states(dag_id, run_id)
+    xcom_path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/silent/xcomEntries"
+    body = {"key": "spark_ui_url", "value": "javascript:alert(document.cookie)"}
+    if airflow.api("PATCH", f"{xcom_path}/spark_ui_url", json=body, expect=(200, 404)).status_code == 404:
+        airflow.api("POST", xcom_path, json=body, expect=(201,))
+
+    _open_tab(airflow, browser, dag_id, run_id, "train")
+    latest = wait_until(lambda: (t := browser.execute_script(_READ_STORY))["resumed"] and "not refreshing" in
+                        t["footer"] and t, "the finished second try", timeout_s=60)
+    assert latest["resumed"] == "resumed from checkpoint step 10 (saved by try 1)", latest
+    assert latest["tries"] == ["try 1", "try 2 (latest)"] and latest["picked"] == "2" and latest["picker_shown"]
+    assert latest["status"].startswith("step 40/40 (100%)") and not latest["failure"], latest
+    points, scale, markers, titles = latest["charts"]["loss"]
+    assert scale == "log" and markers == titles == points > 1, latest  # 2.3 -> 2.3e-4: log scale by default
+    if os.environ.get("APH_PROGRESS_SCREENSHOT"):
+        browser.save_screenshot(os.environ["APH_PROGRESS_SCREENSHOT"].replace(".png", "-retry.png"))
+
+    browser.execute_script("const s = document.getElementById('try'); s.value = '1';"
+                           "s.dispatchEvent(new Event('change'));")
+    first = wait_until(lambda: (t := browser.execute_script(_READ_STORY))["failure"] and t, "try 1's headline",
+                       timeout_s=30)
+    assert first["picked"] == "1" and "ValueError: corrupt shard on the first try" in first["failure"], first
+    assert first["failure"].startswith("failed: ") and re.match(r"step 10/40 \(25%\)", first["status"]), first
+    assert not first["resumed"]
+
+    browser.switch_to.default_content()
+    _open_tab(airflow, browser, dag_id, run_id, "silent")
+    silent = wait_until(lambda: (t := browser.execute_script(_READ_STORY))["status"] != "loading…" and t,
+                        "the silent task's tab", timeout_s=60)
+    assert silent["status"] == "finished, no progress reported", silent
+    assert silent["link_href"] is None and "javascript" not in silent["link_text"], silent

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_horovod.runtime.artifacts import is_remote, join_location
+from airflow_provider_horovod.runtime.bounds import MAX_HEADLINE_CHARS, cut
 from airflow_provider_horovod.runtime.wire.progress import METRICS_FILE, PROGRESS_FILE, progress_line
 
 RATE_WINDOW_S = 30.0
@@ -107,6 +108,8 @@ class MetricsCollector:
         self._sink_interval_s = sink_interval_s
         self._for_sink: list[dict[str, Any]] = []  # rank 0's records the sink has not had yet
         self._resumed: dict[str, Any] | None = None
+        self._phase: str | None = None
+        self._error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -142,6 +145,18 @@ class MetricsCollector:
                         self._window.popleft()
             self._changed = self._dirty = True
 
+    def phase(self, text: str) -> None:
+        """
+        Say what the job is doing before the ranks report (``waiting for 2 task slots: ...``, ``starting 2 ranks``):
+        the snapshot's ``phase``, which the Airflow UI's page shows until the first report. Thread-safe.
+
+        :param text: one line.
+        """
+        with self._lock:
+            if text != self._phase:
+                self._phase = text
+                self._changed = self._dirty = True
+
     def snapshot(self) -> dict[str, Any]:
         """The ``progress.json`` snapshot now (see :mod:`~airflow_provider_horovod.runtime.wire.progress`)."""
         with self._lock:
@@ -168,7 +183,7 @@ class MetricsCollector:
             "percent": 100.0 * step / total if step is not None and total else None,
             "steps_per_s": rate, "eta_s": eta, "metrics": dict(self._latest),
             "ranks": {r: dict(v) for r, v in sorted(self._ranks.items(), key=lambda kv: int(kv[0]))},
-            "slowest_rank": slowest, "resumed": self._resumed,
+            "slowest_rank": slowest, "resumed": self._resumed, "phase": self._phase, "error": self._error,
         }
 
     @property
@@ -240,14 +255,17 @@ class MetricsCollector:
         self._thread.start()
         return self
 
-    def finish(self, state: str) -> None:
+    def finish(self, state: str, error: str | None = None) -> None:
         """
         Record how the job ended (``"finished"`` or ``"failed"``); the files get it when the collector closes.
 
         :param state: the job's end.
+        :param error: a failed job's headline (the first line of its error), for the snapshot's ``error``.
         """
         with self._lock:
             self._state = state
+            if error is not None:
+                self._error = cut(error.strip().splitlines()[0] if error.strip() else error, MAX_HEADLINE_CHARS)
             self._dirty = True
 
     def __exit__(self, *exc: object) -> None:
@@ -260,5 +278,5 @@ class MetricsCollector:
         self._to_sink()
         if self._sink is not None and hasattr(self._sink, "close"):
             self._sink.close()  # delivers what is left (an MLflow server that was down), within its own bound
-        if self._last is not None or self._ranks:  # nothing reported: leave no files behind
+        if self._last is not None or self._ranks or self._phase is not None:  # a job that never began: no files
             self._write(final=True)

@@ -6,7 +6,9 @@ for it (:func:`progress_line`), shared by the driver (which prints it in client 
 The snapshot: ``{"time", "started_at", "state" ("running" | "finished" | "failed"), "step", "total_steps", "epoch",
 "percent", "steps_per_s", "eta_s", "metrics" (rank 0's last values), "ranks" ({"<rank>": {"step", "time"}}),
 "slowest_rank", "resumed" (``{"step", "try_number", "saved_by", "location"}`` when rank 0 resumed from a checkpoint,
-else ``None``)}``; times are Unix seconds, rates per second.
+else ``None``), "phase" (what the job did last before the ranks reported: ``waiting for 2 task slots: ...``,
+``starting 2 ranks``; ``None`` before that), "error" (a failed job's headline, else ``None``)}``; times are Unix
+seconds, rates per second.
 """
 
 from __future__ import annotations

@@ -32,3 +32,35 @@ with DAG(dag_id="horovod_progress_page", schedule=None, start_date=pendulum.date
          catchup=False, default_args={"retries": 0}):
     HorovodRunnerOperator(task_id="train", python_callable=train_reporting, op_kwargs={"steps": 100}, np=2,
                           conf={"spark.pyspark.python": sys.executable})
+
+
+def fail_then_resume(steps: int):
+    """Try 1 checkpoints at step 10 and fails; try 2 resumes there and trains a loss over four decades to the end."""
+    import time
+
+    import horovod.torch as hvd
+
+    from airflow_provider_horovod.runtime import load_checkpoint, report, save_checkpoint, try_number
+
+    hvd.init()
+    resumed = load_checkpoint()
+    start = 0 if resumed is None else resumed[1]
+    for step in range(start + 1, steps + 1):
+        report(step=step, total_steps=steps, loss=2.3 * 10 ** (-4 * step / steps))
+        time.sleep(0.1)  # a few sampled points a second
+        if step == 10:
+            save_checkpoint({"step": step}, step=step)
+            if try_number() == 1:
+                raise ValueError("corrupt shard on the first try")
+    return steps
+
+
+def no_report():
+    return "done"
+
+
+with DAG(dag_id="horovod_progress_retry", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=0)}):
+    HorovodRunnerOperator(task_id="train", python_callable=fail_then_resume, op_kwargs={"steps": 40}, np=2,
+                          conf={"spark.pyspark.python": sys.executable})
+    HorovodRunnerOperator(task_id="silent", python_callable=no_report, np=-1)

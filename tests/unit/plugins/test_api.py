@@ -112,6 +112,20 @@ def test_answer_without_artifact_dir_or_with_unreadable_storage():
     assert broken["progress"] is None and broken["error"].startswith("cannot read nosuchproto://x/y")
 
 
+def test_only_http_links_reach_the_page_and_the_tries_and_tensorboard_directory_are_told(tmp_path):
+    for url in ("javascript:alert(1)", "data:text/html,x", "//evil.example/x", "file:///etc/passwd", 7):
+        assert build_answer("running", 1, 1, {"spark_ui_url": url})["spark_ui_url"] is None, url
+    assert build_answer("running", 1, 1, {"spark_ui_url": " https://spark:4040/ "})["spark_ui_url"] == \
+        "https://spark:4040/"
+    assert build_answer("running", 3, 3, {})["tries"] == [1, 2, 3]
+    # the TensorBoard directory as soon as the training made it (the XCom comes only at the end)
+    assert build_answer("running", 1, 1, {"artifact_dir": str(tmp_path)})["tensorboard_dir"] is None
+    (tmp_path / "tensorboard").mkdir()
+    assert build_answer("running", 1, 1, {"artifact_dir": str(tmp_path)})["tensorboard_dir"] == \
+        str(tmp_path / "tensorboard")
+    assert build_answer("running", 1, 1, {"artifact_dir": "memory://b/x"})["tensorboard_dir"] is None
+
+
 @pytest.mark.parametrize(("path", "current", "wanted", "expected"), [
     ("/a/train/try-3", 3, 3, "/a/train/try-3"),
     ("/a/train/try-3", 3, 1, "/a/train/try-1"),

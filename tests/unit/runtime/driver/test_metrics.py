@@ -93,3 +93,22 @@ def test_a_resume_event_is_kept_in_the_snapshot_and_is_no_report():
     snap = collector.snapshot()
     assert snap["resumed"] == {"step": 10, "try_number": 2, "saved_by": 1, "location": "/ckpt/step-000000000010.json"}
     assert snap["step"] is None and snap["ranks"] == {} and collector.last_metrics == {}
+
+
+def test_the_phase_before_the_first_report_and_a_failed_job_s_headline_reach_progress_json(tmp_path):
+    with MetricsCollector(str(tmp_path), log_interval_s=60) as collector:
+        collector.phase("waiting for 2 task slots: 0 free of 2")
+        collector.phase("starting 2 ranks (the barrier stage is submitted)")
+        collector.finish("failed", error="RankFailedError: Horovod rank 1 failed (exit code 1): ValueError: x" +
+                         "y" * 5000 + "\nTraceback ...")
+    snapshot = json.loads((tmp_path / "progress.json").read_text())
+    assert snapshot["phase"] == "starting 2 ranks (the barrier stage is submitted)" and snapshot["step"] is None
+    assert snapshot["state"] == "failed" and snapshot["error"].startswith("RankFailedError: Horovod rank 1 failed")
+    assert len(snapshot["error"]) <= 1000 and "Traceback" not in snapshot["error"]  # its first line, bounded
+    assert not (tmp_path / "metrics.jsonl").exists() or not (tmp_path / "metrics.jsonl").read_text()
+
+
+def test_a_collector_that_heard_nothing_leaves_no_files(tmp_path):
+    with MetricsCollector(str(tmp_path)) as collector:
+        collector.finish("finished")
+    assert list(tmp_path.iterdir()) == []
