@@ -106,16 +106,20 @@ def test_the_endpoint_refuses_requests_without_a_session(airflow, training):
     assert allowed.status_code == 200 and allowed.json()["active"] is True, allowed.text
 
 
-def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, browser):
-    # log in the way the UI does: its session cookie, on the api-server's origin
+def _open_tab(airflow, browser, dag_id: str, run_id: str, task_id: str) -> None:
+    """Log in the way the UI does (its session cookie, on the api-server's origin), open Airflow's own task instance
+    page on the tab, and switch into the tab's iframe (the page)."""
+    browser.switch_to.default_content()
     browser.get(f"{airflow.url}/horovod/static/progress.css")
     browser.add_cookie({"name": "_token", "value": airflow.token(), "path": "/"})
-    browser.get(f"{airflow.url}/dags/{DAG_ID}/runs/{training}/tasks/{TASK_ID}/plugin/horovod-progress")
-    # Airflow's own task instance page shows the tab, with the page in an iframe
+    browser.get(f"{airflow.url}/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/plugin/horovod-progress")
     frame = wait_until(lambda: browser.find_elements("css selector", "iframe[src*='/horovod/page']"),
                        "the tab's iframe", timeout_s=60)[0]
     browser.switch_to.frame(frame)
 
+
+def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, browser):
+    _open_tab(airflow, browser, DAG_ID, training, TASK_ID)
     first = wait_until(lambda: (t := _tab(browser))["charts"].get("loss") and t, "the chart's first points",
                        timeout_s=120)  # Spark and the ranks start first
     later = wait_until(lambda: (t := _tab(browser))["charts"]["loss"] > first["charts"]["loss"] and t,
@@ -156,15 +160,6 @@ return {
 """
 
 
-def _open_tab(airflow, browser, dag_id: str, run_id: str, task_id: str) -> None:
-    browser.get(f"{airflow.url}/horovod/static/progress.css")
-    browser.add_cookie({"name": "_token", "value": airflow.token(), "path": "/"})
-    browser.get(f"{airflow.url}/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/plugin/horovod-progress")
-    frame = wait_until(lambda: browser.find_elements("css selector", "iframe[src*='/horovod/page']"),
-                       "the tab's iframe", timeout_s=60)[0]
-    browser.switch_to.frame(frame)
-
-
 def test_the_tab_tells_a_retried_task_s_story_and_links_only_http(airflow, browser):
     """Try 1 fails after a checkpoint, try 2 resumes from it (issue #34): the resume banner, the try picker, the
     failed try's headline, the log scale a loss over four decades gets, markers with their values on hover; a task
@@ -196,7 +191,6 @@ def test_the_tab_tells_a_retried_task_s_story_and_links_only_http(airflow, brows
     assert first["failure"].startswith("failed: ") and re.match(r"step 10/40 \(25%\)", first["status"]), first
     assert not first["resumed"]
 
-    browser.switch_to.default_content()
     _open_tab(airflow, browser, dag_id, run_id, "silent")
     silent = wait_until(lambda: (t := browser.execute_script(_READ_STORY))["status"] != "loading…" and t,
                         "the silent task's tab", timeout_s=60)
