@@ -230,7 +230,7 @@ class HorovodRunner:
                               sink=MlflowMetricsSink.from_env(env)) as collector:
             try:
                 if self.np < 0:
-                    collector.phase(f"starting {spec.np} ranks on the driver")
+                    collector.phase(f"starting {spec.np} rank{'s' if spec.np > 1 else ''} on the driver")
                     result = run_on_driver(spec, metrics=collector.add)
                 else:
                     result = self._run_barrier(spec, collector.add, collector.phase)

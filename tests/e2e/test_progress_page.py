@@ -168,9 +168,10 @@ def test_the_tab_tells_a_retried_task_s_story_and_links_only_http(airflow, brows
     run_id = airflow.trigger(dag_id)
     assert airflow.wait_for_run(dag_id, run_id, timeout_s=400) == "success", airflow.task_states(dag_id, run_id)
     xcom_path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/silent/xcomEntries"
-    body = {"key": "spark_ui_url", "value": "javascript:alert(document.cookie)"}
-    if airflow.api("PATCH", f"{xcom_path}/spark_ui_url", json=body, expect=(200, 404)).status_code == 404:
-        airflow.api("POST", xcom_path, json=body, expect=(201,))
+    for key in ("spark_ui_url", "_link_SparkUILink"):  # the operator's XCom and the link's own
+        value = {"value": "javascript:alert(document.cookie)"}
+        if airflow.api("PATCH", f"{xcom_path}/{key}", json=value, expect=(200, 404)).status_code == 404:
+            airflow.api("POST", xcom_path, json={"key": key, **value}, expect=(201,))
 
     _open_tab(airflow, browser, dag_id, run_id, "train")
     latest = wait_until(lambda: (t := browser.execute_script(_READ_STORY))["resumed"] and "not refreshing" in

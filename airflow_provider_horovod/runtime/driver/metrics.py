@@ -109,6 +109,7 @@ class MetricsCollector:
         self._for_sink: list[dict[str, Any]] = []  # rank 0's records the sink has not had yet
         self._resumed: dict[str, Any] | None = None
         self._phase: str | None = None
+        self._snapshot_written = False
         self._error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -215,10 +216,28 @@ class MetricsCollector:
     def _write_files(self, snapshot: dict[str, Any], history: list[str], written: int) -> None:
         snapshot_text = json.dumps(snapshot)
         for location in filter(None, (self.artifact_dir, self.mirror_dir)):
-            if location == self.artifact_dir:
+            if location == self.artifact_dir and history:
                 _write_text(join_location(location, METRICS_FILE), "".join(line + "\n" for line in history[written:]),
                             append=bool(written), whole="".join(line + "\n" for line in history))
             _write_text(join_location(location, PROGRESS_FILE), snapshot_text)
+            self._snapshot_written = True
+
+    def _remove_snapshot(self) -> None:
+        """Remove the ``progress.json`` the phases wrote: a job that finished without a report leaves no files."""
+        for location in filter(None, (self.artifact_dir, self.mirror_dir)):
+            path = join_location(location, PROGRESS_FILE)
+            try:
+                if is_remote(path):
+                    import fsspec
+
+                    fs, root = fsspec.core.url_to_fs(path, skip_instance_cache=True)
+                    fs.rm(root)
+                else:
+                    os.remove(path)
+            except FileNotFoundError:
+                pass
+            except Exception as err:  # noqa: BLE001 - the metrics never fail the training
+                sys.stderr.write(f"airflow-provider-horovod: cannot remove {path}: {err}\n")
 
     def _log(self) -> None:
         with self._lock:
@@ -278,5 +297,7 @@ class MetricsCollector:
         self._to_sink()
         if self._sink is not None and hasattr(self._sink, "close"):
             self._sink.close()  # delivers what is left (an MLflow server that was down), within its own bound
-        if self._last is not None or self._ranks or self._phase is not None:  # a job that never began: no files
-            self._write(final=True)
+        if self._last is not None or self._ranks or self._state == "failed" and self._phase is not None:
+            self._write(final=True)  # a failed job keeps its headline even when nothing was reported
+        elif self._snapshot_written:
+            self._remove_snapshot()  # finished without a report: no files left behind
