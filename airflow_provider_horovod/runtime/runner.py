@@ -13,7 +13,12 @@ from airflow_provider_horovod.runtime.driver.connect import is_connect_session, 
 from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.driver.shipping import runtime_zip, ship_runtime
-from airflow_provider_horovod.runtime.driver.slots import LOG_PREFIX, local_master_slots, not_enough_slots, wait_for_slots
+from airflow_provider_horovod.runtime.driver.slots import (
+    LOG_PREFIX,
+    local_master_slots,
+    not_enough_slots,
+    wait_for_slots,
+)
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
 from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink, check_mlflow_installed, run_env
@@ -281,7 +286,8 @@ class HorovodRunner:
 
             wait_for_slots(sc, spec.np, self.settings.slot_wait_timeout_s, log=waiting)
             phase(f"starting {spec.np} ranks (the barrier stage is submitted)")
-            sc.setJobGroup(group, f"{get_launcher(spec.launcher).label} np={spec.np}", interruptOnCancel=True)  # Spark UI's job
+            # the Spark UI's name of the job: "Horovod np=2", "torch.distributed np=2"
+            sc.setJobGroup(group, f"{get_launcher(spec.launcher).label} np={spec.np}", interruptOnCancel=True)
             try:
                 results = rdd.collect()
             except KeyboardInterrupt:

@@ -147,8 +147,10 @@ def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, b
 _READ_STORY = """
 const text = (el) => (el && !el.hidden ? el.innerText.replace(/\\s+/g, " ").trim() : "");
 const charts = {};
-for (const c of document.querySelectorAll(".chart")) charts[c.dataset.metric] = [Number(c.dataset.points), c.dataset.scale,
-  c.querySelectorAll("circle").length, c.querySelectorAll("circle title").length];
+for (const c of document.querySelectorAll(".chart")) {
+  charts[c.dataset.metric] = [Number(c.dataset.points), c.dataset.scale, c.querySelectorAll("circle").length,
+                              c.querySelectorAll("circle title").length];
+}
 const link = document.getElementById("spark-ui");
 return {
   charts: charts, status: text(document.getElementById("status-text")),

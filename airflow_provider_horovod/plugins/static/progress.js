@@ -33,7 +33,8 @@
   }
 
   const WAITING = { queued: "queued: waiting for an Airflow worker", scheduled: "scheduled: waiting to be queued",
-                    running: "running: submitting the job to Spark", deferred: "deferred: the triggerer watches the job",
+                    running: "running: submitting the job to Spark",
+                    deferred: "deferred: the triggerer watches the job",
                     up_for_retry: "waiting for the next try", restarting: "restarting" };
 
   function statusText(p, data) {
