@@ -4,6 +4,7 @@ Hierarchy::
 
     AirflowException
     └── HorovodJobError            the Spark job failed; ``.failure`` holds the failing rank's details
+        ├── HorovodExecutorLostError  Spark lost an executor (or its worker) mid-training; ``.facts`` say which
         ├── HorovodResultError     the job succeeded but rank 0's return value cannot go to XCom
         └── HorovodAccessError     a Spark REST server refused the connection's token or certificate (also an
                                    ``AirflowFailException``: the task fails without retries)
@@ -35,6 +36,34 @@ class HorovodJobError(AirflowException):
     def rank(self) -> int | None:
         """The failing rank, if a rank failed."""
         return None if self.failure is None else self.failure.get("rank")
+
+
+class HorovodExecutorLostError(HorovodJobError):
+    """
+    Spark lost an executor during the barrier stage (its JVM killed, e.g. by the OOM killer, or its worker gone), so
+    the stage and every rank with it ended; the driver's
+    :class:`~airflow_provider_horovod.runtime.errors.ExecutorLostError` on the Airflow side. With ``retries=`` and
+    checkpoints, the next try resumes from the latest checkpoint.
+
+    :param message: the headline (executor, host, rank, Spark's reason) and Spark's account.
+    :param facts: ``{"executor": str, "host": str | None, "rank": int | None, "partition": int | None,
+        "reason": str | None, "exit_code": int | None}`` (``ExecutorLostError.facts()``).
+    :param app_id: the Spark application id.
+    """
+
+    def __init__(self, message: str, *, facts: dict[str, Any], app_id: str | None = None) -> None:
+        super().__init__(message, app_id=app_id)
+        self.facts = dict(facts)
+
+    @property
+    def executor(self) -> str | None:
+        """Spark's id of the lost executor."""
+        return self.facts.get("executor")
+
+    @property
+    def rank(self) -> int | None:
+        """The rank the lost executor held, when known."""
+        return self.facts.get("rank")
 
 
 class HorovodResultError(HorovodJobError):

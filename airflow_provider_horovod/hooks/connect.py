@@ -15,7 +15,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.exceptions import HorovodExecutorLostError, HorovodJobError
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.job_result import JobResult
 
@@ -55,7 +55,7 @@ class HorovodConnectHook(BaseHook):
         from pyspark.sql import SparkSession
 
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
-        from airflow_provider_horovod.runtime.errors import HorovodRuntimeError, RankFailedError
+        from airflow_provider_horovod.runtime.errors import ExecutorLostError, HorovodRuntimeError, RankFailedError
         from airflow_provider_horovod.runtime.runner import HorovodRunner
 
         settings = JobSettings.for_np(settings, self.np)
@@ -71,6 +71,8 @@ class HorovodConnectHook(BaseHook):
         except RankFailedError as err:
             raise HorovodJobError(str(err), failure=err.to_dict(),
                                   app_id=app_id) from None  # the rank's own traceback is in the message
+        except ExecutorLostError as err:
+            raise HorovodExecutorLostError(str(err), facts=err.facts(), app_id=app_id) from err
         except HorovodRuntimeError as err:
             raise HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id) from err
         finally:

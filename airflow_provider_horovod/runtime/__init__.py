@@ -21,10 +21,13 @@ if TYPE_CHECKING:
     )
     from airflow_provider_horovod.runtime.data import rank_shard
     from airflow_provider_horovod.runtime.errors import (
+        ExecutorLostError,
         HorovodRuntimeError,
         LaunchError,
         PayloadError,
         RankFailedError,
+        RankKilledError,
+        RendezvousError,
         ReturnValueTooLargeError,
     )
     from airflow_provider_horovod.runtime.observability import tensorboard_dir
@@ -33,11 +36,14 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.torch_distributor import TorchDistributor
 
 _EXPORTS = {
+    "ExecutorLostError": "airflow_provider_horovod.runtime.errors",
     "HorovodRunner": "airflow_provider_horovod.runtime.runner",
     "HorovodRuntimeError": "airflow_provider_horovod.runtime.errors",
     "LaunchError": "airflow_provider_horovod.runtime.errors",
     "PayloadError": "airflow_provider_horovod.runtime.errors",
     "RankFailedError": "airflow_provider_horovod.runtime.errors",
+    "RankKilledError": "airflow_provider_horovod.runtime.errors",
+    "RendezvousError": "airflow_provider_horovod.runtime.errors",
     "ReturnValueTooLargeError": "airflow_provider_horovod.runtime.errors",
     "artifact_dir": "airflow_provider_horovod.runtime.artifacts",
     "checkpoint_dir": "airflow_provider_horovod.runtime.checkpoints",

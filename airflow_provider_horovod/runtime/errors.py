@@ -5,7 +5,11 @@ Hierarchy::
     HorovodRuntimeError (RuntimeError)
     ├── PayloadError        the serialized training function is corrupt, tampered with or incompatible
     ├── LaunchError         the job could not be started (bad plan, not enough slots, Spark refused it)
+    │   └── ExecutorLostError   Spark lost an executor (its JVM or its worker) during the barrier stage
     ├── RankFailedError     a rank exited non-zero; carries the rank, exit status and output tail
+    │   ├── RankKilledError     a signal ended the rank's process (SIGKILL from the OOM killer, a kill -9)
+    │   └── RendezvousError     the ranks never all joined (a rank still loading or waiting for its peers
+    │                           when ``start_timeout_s`` ran out, or a peer that ended before joining)
     └── ReturnValueTooLargeError  rank 0's return value was above max_return_value_bytes and was not sent
 
 :class:`ReturnValueRefused` is not an error: it is what rank 0 sends instead of a value that is too large.
@@ -59,6 +63,38 @@ class PayloadError(HorovodRuntimeError):
 
 class LaunchError(HorovodRuntimeError):
     """The Horovod job could not be launched (invalid plan, missing slots, Spark refused the stage)."""
+
+
+class ExecutorLostError(LaunchError):
+    """
+    Spark lost an executor during the barrier stage (its JVM killed or out of memory, its worker or host gone), so
+    Spark aborted the stage and stopped the other ranks (a barrier stage is never re-attempted). The message is the
+    headline of :func:`~airflow_provider_horovod.runtime.driver.outcome.lost_executor` and Spark's account; the facts
+    are attributes, for code that acts on the loss (a retry, a restart) without reading the message.
+
+    :param message: the whole message.
+    :param executor: Spark's executor id (``"0"``).
+    :param host: the executor's host, when Spark's status store still knew it.
+    :param rank: the rank the executor held, when the other ranks' reports single it out.
+    :param partition: the barrier task (partition) Spark names as failed first.
+    :param reason: Spark's reason (``"Command exited with code 137"``), ``None`` when it gave none (a lost worker).
+    :param exit_code: the executor process's exit status, when the reason gives one (137: SIGKILL).
+    """
+
+    def __init__(self, message: str, *, executor: str, host: str | None = None, rank: int | None = None,
+                 partition: int | None = None, reason: str | None = None, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.executor = executor
+        self.host = host
+        self.rank = rank
+        self.partition = partition
+        self.reason = reason
+        self.exit_code = exit_code
+
+    def facts(self) -> dict[str, Any]:
+        """The loss as JSON-able data: ``executor``, ``host``, ``rank``, ``partition``, ``reason``, ``exit_code``."""
+        return {"executor": self.executor, "host": self.host, "rank": self.rank, "partition": self.partition,
+                "reason": self.reason, "exit_code": self.exit_code}
 
 
 class ReturnValueRefused:
@@ -255,10 +291,10 @@ class RankFailedError(HorovodRuntimeError):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankFailedError:
-        """Rebuild the error from :meth:`to_dict` output."""
-        return cls(**{k: data.get(k) for k in ("rank", "exit_code", "exc_type", "exc_message",
-                                                 "traceback", "output_tail", "host", "failed_at")},
-                   launcher=data.get("launcher") or HOROVOD)
+        """Rebuild the error from :meth:`to_dict` output, as the kind of failure it records (:func:`rank_failed`)."""
+        return rank_failed(**{k: data.get(k) for k in ("rank", "exit_code", "exc_type", "exc_message",
+                                                         "traceback", "output_tail", "host", "failed_at")},
+                           launcher=data.get("launcher") or HOROVOD)
 
     def marker(self) -> str:
         """
@@ -277,6 +313,51 @@ class RankFailedError(HorovodRuntimeError):
         if match is None:
             return None
         return cls.from_dict(json.loads(base64.b64decode(match.group(1))))
+
+
+class RankKilledError(RankFailedError):
+    """A signal ended the rank's process (its exit status is ``-signal``), with no Python exception of its own: the
+    kernel's OOM killer, a ``kill -9``, a crash in native code (SIGSEGV)."""
+
+    @property
+    def signal(self) -> signal.Signals | int:
+        """The signal, as :class:`signal.Signals` where Python knows its number."""
+        assert self.exit_code is not None and self.exit_code < 0
+        try:
+            return signal.Signals(-self.exit_code)
+        except ValueError:
+            return -self.exit_code
+
+
+class RendezvousError(RankFailedError):
+    """
+    The ranks never all joined: this rank was stopped still loading the function (``start_timeout_s``), or waiting
+    in ``hvd.init()`` / ``init_process_group()`` for its peers (``start_timeout_s``), or because a peer ended without
+    ever joining. :attr:`exc_type` says which (:data:`START_TIMEOUT`, :data:`WAITING_FOR_PEERS`, :data:`PEER_LEFT`).
+    """
+
+
+RENDEZVOUS_FAILURES = (START_TIMEOUT, WAITING_FOR_PEERS, PEER_LEFT)
+"""``exc_type`` values of a rank stopped because the ranks never all joined (:class:`RendezvousError`)."""
+
+
+def rank_failed(*, rank: int, exit_code: int | None, exc_type: str | None = None, **fields: Any) -> RankFailedError:
+    """
+    The :class:`RankFailedError` of the kind the facts say: :class:`RendezvousError` when ``exc_type`` is one of
+    :data:`RENDEZVOUS_FAILURES`, :class:`RankKilledError` when a signal ended the process (``exit_code < 0``) without
+    a Python exception, else :class:`RankFailedError` itself.
+
+    :param rank: the failed rank.
+    :param exit_code: its exit status (``-signal`` for a signal).
+    :param exc_type: the exception's qualified name or one of this module's ``exc_type`` constants, if any.
+    :param fields: the other keyword arguments of :class:`RankFailedError`.
+    """
+    kind: type[RankFailedError] = RankFailedError
+    if exc_type in RENDEZVOUS_FAILURES:
+        kind = RendezvousError
+    elif exit_code is not None and exit_code < 0 and not exc_type:
+        kind = RankKilledError
+    return kind(rank=rank, exit_code=exit_code, exc_type=exc_type, **fields)
 
 
 def _module_hint(message: str | None) -> str:

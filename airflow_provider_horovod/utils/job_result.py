@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.exceptions import HorovodExecutorLostError, HorovodJobError
 
 
 @dataclass
@@ -49,6 +49,8 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
     :param submit_error: the submission's own error, if any, kept as the cause.
     :param headline: the cause of a failure from outside the job (the driver was killed through the master), said
         first; the driver's own account, then only a consequence, follows it, and no rank is blamed.
+    :raises HorovodExecutorLostError: the driver says Spark lost an executor (``result.json``'s ``kind``), with its
+        ``facts``; not when ``headline`` gives an outside cause.
     :raises HorovodJobError: no result was written (the driver never ran the job) or the job failed; the
         message is the driver's (for a rank failure: the rank, its exception and traceback), after ``headline``.
     """
@@ -70,6 +72,8 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
         if outcome.get("artifact_paths"):
             message += "\nFiles under the artifact directory: " + ", ".join(outcome["artifact_paths"])
         # The driver's own account is the whole story; spark-submit's exit status would only repeat it.
+        if not headline and outcome.get("kind") == "ExecutorLostError":
+            raise HorovodExecutorLostError(message, facts=outcome.get("facts") or {}, app_id=app_id) from None
         raise HorovodJobError(message, failure=None if headline else outcome.get("error"), app_id=app_id) from None
     if submit_error is not None:
         raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",

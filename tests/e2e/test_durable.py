@@ -455,8 +455,8 @@ def test_a_lost_executor_fails_the_try_naming_it_and_the_retry_resumes_from_the_
     error, app_id = _kill_mid_training_and_check_the_resume(
         airflow, cluster, "horovod_resume_executor", lambda executor, _app: executor.send_signal(signal.SIGKILL))
     headline = error.splitlines()[0]
-    assert re.search(r"Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) during the barrier stage: "
-                     r"Command exited with code 137: SIGKILL", headline), error
+    assert re.search(r"HorovodExecutorLostError: Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) "
+                     r"during the barrier stage: Command exited with code 137: SIGKILL", headline), error
     assert "Gloo" not in headline and "timed out" not in headline, error
     # Spark made one attempt of the barrier stage (its default spark.stage.maxConsecutiveAttempts=4 notwithstanding)
     assert "Could not recover from a failed barrier ResultStage" in error, error
@@ -476,5 +476,5 @@ def test_a_lost_worker_fails_the_try_naming_the_executor_and_the_retry_resumes(a
     finally:
         if killed:
             cluster.restart_worker(killed[0])
-    assert re.search(r"Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) during the "
-                     r"barrier stage: worker lost: 127\.0\.0\.1:\d+ got disassociated", error), error
+    assert re.search(r"HorovodExecutorLostError: Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) "
+                     r"during the barrier stage: worker lost: 127\.0\.0\.1:\d+ got disassociated", error), error

@@ -9,7 +9,13 @@ import time
 
 import pytest
 
-from airflow_provider_horovod.runtime import HorovodRunner, LaunchError, RankFailedError
+from airflow_provider_horovod.runtime import (
+    HorovodRunner,
+    LaunchError,
+    RankFailedError,
+    RankKilledError,
+    RendezvousError,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark]
 
@@ -37,6 +43,8 @@ def test_rank_dying_hard_is_named_with_its_exit_status(spark, no_rank_left_behin
         HorovodRunner(np=2).run(die_hard, how=how)
     assert info.value.rank == 1
     assert reason in str(info.value)
+    # a signal is its own kind of failure (RankKilledError, a RankFailedError); an exit status is not
+    assert isinstance(info.value, RankKilledError) is (how == "sigkill"), type(info.value)
     assert "epoch 1 done" in info.value.output_tail
     assert time.monotonic() - started < 90
 
@@ -69,7 +77,7 @@ def test_rank_that_never_joins_is_named_after_start_timeout(spark, no_rank_left_
     with pytest.raises(RankFailedError) as info:
         HorovodRunner(np=2, start_timeout_s=10).run(init_and_return, obj=SlowToLoadOnRankOne())
     elapsed = time.monotonic() - started
-    assert info.value.rank == 1
+    assert info.value.rank == 1 and isinstance(info.value, RendezvousError), type(info.value)
     assert "never reached hvd.init() within start_timeout_s=10" in str(info.value)
     assert "Ranks that never reached hvd.init(): [1]" in str(info.value)
     assert elapsed < 60, elapsed

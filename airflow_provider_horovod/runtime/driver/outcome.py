@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 
 from airflow_provider_horovod.runtime.bounds import MAX_MESSAGE_CHARS, cut
-from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
+from airflow_provider_horovod.runtime.errors import ExecutorLostError, LaunchError, RankFailedError, root_cause
 
 SLOTS_MESSAGE = "requires more slots than the total number of slots"
 """Spark's barrier slot check failure (SPARK-24819)."""
@@ -14,6 +14,7 @@ SLOTS_MESSAGE = "requires more slots than the total number of slots"
 
 _EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (?P<id>\S+) exited (?P<cause>[^)]*)\)"
                             r"(?: Reason: (?P<reason>[^\n]*))?")
+_EXIT_CODE = re.compile(r"exited with code (?P<code>\d+)\s*$")
 _BARRIER_TASK = re.compile(r"barrier task \w+Task\(\d+, (?P<partition>\d+)\) finished unsuccessfully")
 _PY4J_CALL = re.compile(r"^An error occurred while calling \S+$")
 _RUNTIME_ERRORS = "airflow_provider_horovod.runtime.errors."
@@ -59,10 +60,11 @@ def task_exception(text: str) -> str | None:
 
 
 def lost_executor(text: str, reports: list[dict], np: int | None = None,
-                  executor_host: Callable[[str], str | None] | None = None) -> str | None:
+                  executor_host: Callable[[str], str | None] | None = None) -> ExecutorLostError | None:
     """
-    The headline for a barrier stage that failed because Spark lost an executor (its JVM killed, out of memory, its
-    worker gone), or ``None`` when Spark's account says something else.
+    The error of a barrier stage that failed because Spark lost an executor (its JVM killed, out of memory, its
+    worker gone), its message the headline and its attributes the facts, or ``None`` when Spark's account says
+    something else.
 
     Spark aborts a barrier result stage on its first lost task ("Could not recover from a failed barrier ResultStage")
     and kills the other tasks, whose ranks die with them; it never re-attempts it
@@ -86,17 +88,23 @@ def lost_executor(text: str, reports: list[dict], np: int | None = None,
             host = executor_host(executor)
         except Exception:  # noqa: BLE001 - a name for the message only (Spark Connect: no JVM to ask)
             host = None
-    where = [f"barrier task {m.group('partition')}"] if (m := _BARRIER_TASK.search(text)) else []
+    partition = int(m.group("partition")) if (m := _BARRIER_TASK.search(text)) else None
+    where = [] if partition is None else [f"barrier task {partition}"]
     missing = sorted(set(range(np)) - {r.get("rank") for r in reports}) if np else []
-    if len(missing) == 1:
-        where.append(f"rank {missing[0]}")
-    reason = (match.group("reason") or "no reason given").strip()
+    rank = missing[0] if len(missing) == 1 else None
+    if rank is not None:
+        where.append(f"rank {rank}")
+    given = (match.group("reason") or "").strip() or None
+    reason = given or "no reason given"
+    exit_code = int(code.group("code")) if (code := _EXIT_CODE.search(reason)) else None
     which = f" ({', '.join(where)})" if where else ""
-    hint = ": SIGKILL, e.g. the kernel's OOM killer or a kill -9" if reason.endswith("code 137") else ""
-    return (f"Spark lost executor {executor}{f' on {host}' if host else ''}{which} during the barrier stage: "
-            f"{reason}{hint} (exited {match.group('cause')}). The other ranks were stopped and Spark does not "
-            "re-attempt a barrier stage: retry the task (retries=) and, with checkpoints, the next try resumes from "
-            "the latest one")
+    hint = ": SIGKILL, e.g. the kernel's OOM killer or a kill -9" if exit_code == 137 else ""
+    headline = (f"Spark lost executor {executor}{f' on {host}' if host else ''}{which} during the barrier stage: "
+                f"{reason}{hint} (exited {match.group('cause')}). The other ranks were stopped and Spark does not "
+                "re-attempt a barrier stage: retry the task (retries=) and, with checkpoints, the next try resumes "
+                "from the latest one")
+    return ExecutorLostError(headline, executor=executor, host=host, rank=rank, partition=partition, reason=given,
+                             exit_code=exit_code)
 
 
 def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
@@ -111,9 +119,11 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     :param np: the job's number of ranks (names the lost executor's rank, :func:`lost_executor`).
     :param executor_host: the host of an executor id (:func:`lost_executor`).
     :raises RankFailedError: a rank failed on its own (the root cause among all reports).
-    :raises LaunchError: Spark could not give the stage its slots, or lost a task (executor or Python worker
-        died, stage cancelled); bystander ranks are listed. Its message is never empty: an exception without
-        text is named by its type. A lost executor's headline names it, its host and Spark's reason.
+    :raises ExecutorLostError: Spark lost an executor (:func:`lost_executor`); the headline names it, its host, its
+        rank and Spark's reason, then Spark's account and the ranks stopped as a consequence.
+    :raises LaunchError: Spark could not give the stage its slots, or lost a task (a Python worker died, the stage
+        was cancelled); bystander ranks are listed. Its message is never empty: an exception without text is named
+        by its type.
     """
     failures = [RankFailedError.from_dict(f) for f in reports]
     in_exception = RankFailedError.find_in(str(stage_error))
@@ -142,4 +152,6 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     if failures:
         reason += ("\nRanks stopped as a consequence: "
                    + ", ".join(f"{f.rank} ({f.exc_type})" for f in sorted(failures, key=lambda f: f.rank)))
+    if lost is not None:
+        raise ExecutorLostError(cut(reason, MAX_MESSAGE_CHARS), **lost.facts()) from stage_error
     raise LaunchError(cut(reason, MAX_MESSAGE_CHARS)) from stage_error  # Spark's account can be long

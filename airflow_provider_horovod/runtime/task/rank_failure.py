@@ -1,7 +1,8 @@
 """
 The limits a rank runs under (:func:`next_deadline`) and the
-:class:`~airflow_provider_horovod.runtime.errors.RankFailedError` its end turns into: a limit it ran into
-(:func:`timeout_failure`) or its non-zero exit with the error file it wrote (:func:`exit_failure`).
+:class:`~airflow_provider_horovod.runtime.errors.RankFailedError` its end turns into, of its kind
+(:func:`~airflow_provider_horovod.runtime.errors.rank_failed`): a limit it ran into (:func:`timeout_failure`) or its
+non-zero exit with the error file it wrote (:func:`exit_failure`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from airflow_provider_horovod.runtime.errors import (
     TRAINING_TIMEOUT,
     WAITING_FOR_PEERS,
     RankFailedError,
+    rank_failed,
 )
 from airflow_provider_horovod.runtime.launchers import HOROVOD, get_launcher
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
@@ -76,8 +78,8 @@ def timeout_failure(which: str, *, rank: int, spec: JobSpec, peer_left: str | No
     else:
         kind, message = WAITING_FOR_PEERS, (f"rank {rank} was waiting in {init} for the other ranks when "
                                             f"start_timeout_s={spec.start_timeout_s:g} ran out")
-    return RankFailedError(rank=rank, exit_code=exit_code, host=host, exc_type=kind, exc_message=message,
-                           output_tail=output_tail, failed_at=time.time(), launcher=spec.launcher)
+    return rank_failed(rank=rank, exit_code=exit_code, host=host, exc_type=kind, exc_message=message,
+                       output_tail=output_tail, failed_at=time.time(), launcher=spec.launcher)
 
 
 def exit_failure(*, rank: int, exit_code: int | None, error_path: str, host: str | None, output_tail: list[str],
@@ -101,7 +103,7 @@ def exit_failure(*, rank: int, exit_code: int | None, error_path: str, host: str
             details = json.load(f)
     except (OSError, ValueError):
         pass
-    return RankFailedError(rank=rank, exit_code=exit_code, host=host, exc_type=details.get("exc_type"),
-                           exc_message=details.get("exc_message"), traceback=details.get("traceback"),
-                           output_tail=output_tail, failed_at=details.get("failed_at", exited_at),
-                           launcher=launcher_name)
+    return rank_failed(rank=rank, exit_code=exit_code, host=host, exc_type=details.get("exc_type"),
+                       exc_message=details.get("exc_message"), traceback=details.get("traceback"),
+                       output_tail=output_tail, failed_at=details.get("failed_at", exited_at),
+                       launcher=launcher_name)

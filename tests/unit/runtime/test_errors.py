@@ -6,6 +6,7 @@ import signal
 
 import pytest
 
+from airflow_provider_horovod.runtime import errors
 from airflow_provider_horovod.runtime.errors import RankFailedError
 
 
@@ -116,3 +117,53 @@ def test_a_huge_message_traceback_and_output_stay_within_the_bound_and_survive_t
     assert len(err.marker()) < 2 * MAX_MESSAGE_CHARS  # what travels inside Spark's exception text is bounded too
     again = RankFailedError.from_dict(err.to_dict())
     assert str(again) == text and RankFailedError.find_in(err.marker()).to_dict() == err.to_dict()
+
+
+# --- failure kinds as types (#35 item 6): code that acts on a failure (a restart, a retry) reads the type and its
+# facts, never the message
+
+@pytest.mark.parametrize(("fields", "kind"), [
+    ({"exit_code": -signal.SIGKILL}, "RankKilledError"),                   # the OOM killer, a kill -9
+    ({"exit_code": -signal.SIGSEGV}, "RankKilledError"),                   # a crash in native code
+    ({"exit_code": -signal.SIGTERM, "exc_type": "KeyboardInterrupt"}, "RankFailedError"),  # its own exception
+    ({"exit_code": 1, "exc_type": "ValueError"}, "RankFailedError"),
+    ({"exit_code": 1}, "RankFailedError"),                                 # os._exit(1)
+    ({"exit_code": -signal.SIGTERM, "exc_type": errors.START_TIMEOUT}, "RendezvousError"),
+    ({"exit_code": -signal.SIGTERM, "exc_type": errors.WAITING_FOR_PEERS}, "RendezvousError"),
+    ({"exit_code": -signal.SIGTERM, "exc_type": errors.PEER_LEFT}, "RendezvousError"),
+    ({"exit_code": -signal.SIGTERM, "exc_type": errors.TRAINING_TIMEOUT}, "RankFailedError"),
+])
+def test_a_rank_failure_is_of_its_kind_and_stays_so_through_the_marker(fields, kind):
+    err = errors.rank_failed(rank=1, exc_message="m", output_tail=["a line"], host="h", **fields)
+    assert type(err).__name__ == kind and isinstance(err, RankFailedError)
+    back = RankFailedError.find_in(f"Spark's noise {err.marker()} more noise")
+    assert type(back) is type(err) and back.to_dict() == err.to_dict()
+    assert str(back) == str(err)  # the message does not depend on the kind
+
+
+def test_a_killed_rank_names_its_signal():
+    err = errors.rank_failed(rank=0, exit_code=-signal.SIGKILL)
+    assert isinstance(err, errors.RankKilledError) and err.signal is signal.SIGKILL
+    assert "killed by signal SIGKILL" in str(err)
+    assert errors.rank_failed(rank=0, exit_code=-200).signal == 200  # a number Python has no name for
+
+
+def test_the_rank_failures_the_task_side_builds_are_of_their_kind(tmp_path):
+    import json
+
+    from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, timeout_failure
+    from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
+
+    killed = exit_failure(rank=1, exit_code=-signal.SIGKILL, error_path=str(tmp_path / "none.json"), host="h",
+                          output_tail=[], exited_at=1.0)
+    assert isinstance(killed, errors.RankKilledError)
+    (tmp_path / "error.json").write_text(json.dumps({"exc_type": "ValueError", "exc_message": "bad"}))
+    raised = exit_failure(rank=1, exit_code=1, error_path=str(tmp_path / "error.json"), host="h", output_tail=[],
+                          exited_at=1.0)
+    assert type(raised) is RankFailedError and raised.exc_type == "ValueError"
+    spec = JobSpec(payload=b"", np=2, start_timeout_s=30.0, training_timeout_s=60.0)
+    for which, kind in [("start", errors.RendezvousError), ("init", errors.RendezvousError),
+                        ("peer", errors.RendezvousError), ("training", RankFailedError)]:
+        err = timeout_failure(which, rank=0, spec=spec, peer_left="rank 1 ended", exit_code=-15, host="h",
+                              output_tail=[])
+        assert type(err) is kind, which

@@ -43,3 +43,21 @@ def test_without_a_kill_the_driver_s_account_stands(tmp_path):
     with pytest.raises(HorovodJobError) as raised:
         read_job_result(tmp_path)
     assert str(raised.value) == "Horovod rank 1 failed" and raised.value.rank == 1
+
+
+def test_a_lost_executor_reaches_airflow_as_its_own_type_with_the_facts(tmp_path):
+    from airflow_provider_horovod.exceptions import HorovodExecutorLostError
+
+    facts = {"executor": "1", "host": "10.0.0.7", "rank": 1, "partition": 1,
+             "reason": "Command exited with code 137", "exit_code": 137}
+    _write(tmp_path, message="Spark lost executor 1 on 10.0.0.7", kind="ExecutorLostError",
+           facts=facts)
+    with pytest.raises(HorovodExecutorLostError) as raised:
+        read_job_result(tmp_path)
+    assert isinstance(raised.value, HorovodJobError)  # what caught it before still does
+    assert raised.value.facts == facts and raised.value.executor == "1" and raised.value.rank == 1
+    assert str(raised.value) == "Spark lost executor 1 on 10.0.0.7"
+    # a kill from outside is the cause, whatever the dying driver saw
+    with pytest.raises(HorovodJobError) as raised:
+        read_job_result(tmp_path, headline=KILLED)
+    assert type(raised.value) is HorovodJobError

@@ -121,3 +121,28 @@ def test_a_worker_lost_without_a_reason_still_names_the_executor():
         raise_for_stage_failure(RuntimeError(text), [], lambda: "unused", np=3)
     assert str(info.value).startswith("Spark lost executor 0 (barrier task 1) during the barrier stage: no reason "
                                       "given (exited unrelated to the running tasks).")
+
+
+def test_a_lost_executor_is_an_executor_lost_error_with_its_facts():
+    from airflow_provider_horovod.runtime.errors import ExecutorLostError
+
+    with pytest.raises(ExecutorLostError) as info:
+        raise_for_stage_failure(RuntimeError(EXECUTOR_KILLED), [BYSTANDER], lambda: "unused", np=2,
+                                executor_host={"0": "10.0.0.7"}.get)
+    assert isinstance(info.value, LaunchError)  # what caught a lost executor before still catches it
+    assert info.value.facts() == {"executor": "0", "host": "10.0.0.7", "rank": 1, "partition": 1,
+                                  "reason": "Command exited with code 137", "exit_code": 137}
+    worker = EXECUTOR_KILLED.replace("exited caused by one of the running tasks) Reason: Command exited with code 137",
+                                     "exited unrelated to the running tasks) Reason: worker lost: 10.0.0.7:4211 got "
+                                     "disassociated")
+    with pytest.raises(ExecutorLostError) as info:
+        raise_for_stage_failure(RuntimeError(worker), [], lambda: "unused", np=3)
+    assert info.value.facts() == {"executor": "0", "host": None, "rank": None, "partition": 1,
+                                  "reason": "worker lost: 10.0.0.7:4211 got disassociated", "exit_code": None}
+    assert "SIGKILL" not in str(info.value)
+
+
+def test_a_stage_failure_other_than_a_lost_executor_stays_a_plain_launch_error():
+    with pytest.raises(LaunchError) as info:
+        raise_for_stage_failure(RuntimeError("Job 3 cancelled part of cancelled job group g"), [], lambda: "unused")
+    assert type(info.value) is LaunchError
