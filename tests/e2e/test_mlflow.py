@@ -105,12 +105,13 @@ def test_training_run_registered_model_and_promotion(airflow, mlflow_server):  #
     assert links["extra_links"]["MLflow run"] == xcom["mlflow_run_url"], links
     version = client.get_model_version("digits_classifier", "1")
     assert version.run_id == run.info.run_id and "candidate" in version.aliases
-    (event,) = airflow.asset_events(source_dag_id="mlflow_retraining")
-    assert event["extra"]["mlflow_run_id"] == run.info.run_id and event["extra"]["model_version"] == "1"
-
-    # the asset event triggers mlflow_promote, which makes the candidate the champion (there was none)
+    # the asset event triggers mlflow_promote, which makes the candidate the champion (there was none); the
+    # events are read after that run has started (see AirflowDeployment.asset_events)
     wait_until(lambda: "champion" in client.get_model_version("digits_classifier", "1").aliases, timeout_s=180,
                what="mlflow_promote to set the champion alias")
+    (event,) = airflow.asset_events(source_dag_id="mlflow_retraining")
+    assert event["extra"]["mlflow_run_id"] == run.info.run_id and event["extra"]["model_version"] == "1"
+    assert [dag_run["dag_id"] for dag_run in event["created_dagruns"]] == ["mlflow_promote"], event
 
     assert airflow.wait_for_run("horovod_mlflow_failures", failures_run, timeout_s=300) == "failed"
     (failed,) = _runs(client, "failures")
