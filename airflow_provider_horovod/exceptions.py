@@ -5,6 +5,10 @@ Hierarchy::
     AirflowException
     └── HorovodJobError            the Spark job failed; ``.failure`` holds the failing rank's details
         ├── HorovodExecutorLostError  Spark lost an executor (or its worker) mid-training; ``.facts`` say which
+        ├── HorovodRankKilledError  a signal ended a rank (the OOM killer, a kill -9, a crash in native code)
+        ├── HorovodRendezvousError  the ranks never all joined (start_timeout_s, a peer that left before joining)
+        ├── HorovodJobKilledError  the job was killed (its driver or application through the standalone master,
+        │                          its Spark job through the Spark UI or other code); ``.facts`` say how
         ├── HorovodResultError     the job succeeded but rank 0's return value cannot go to XCom
         └── HorovodAccessError     a Spark REST server refused the connection's token or certificate (also an
                                    ``AirflowFailException``: the task fails without retries)
@@ -64,6 +68,49 @@ class HorovodExecutorLostError(HorovodJobError):
     def rank(self) -> int | None:
         """The rank the lost executor held, when known."""
         return self.facts.get("rank")
+
+
+class HorovodRankKilledError(HorovodJobError):
+    """
+    A signal ended a rank's process with no Python exception of its own (the kernel's OOM killer, a ``kill -9``, a
+    crash in native code): the driver's :class:`~airflow_provider_horovod.runtime.rank_errors.RankKilledError` on
+    the Airflow side. ``failure`` holds the rank's details (its ``exit_code`` is ``-signal``).
+    """
+
+    @property
+    def signal(self) -> int | None:
+        """The signal's number, when the rank's exit status gives one."""
+        code = None if self.failure is None else self.failure.get("exit_code")
+        return -code if isinstance(code, int) and code < 0 else None
+
+
+class HorovodRendezvousError(HorovodJobError):
+    """
+    The ranks never all joined (a rank still loading or waiting for its peers when ``start_timeout_s`` ran out, or a
+    peer that ended before joining): the driver's
+    :class:`~airflow_provider_horovod.runtime.rank_errors.RendezvousError` on the Airflow side. ``failure`` holds the
+    rank's details.
+    """
+
+
+class HorovodJobKilledError(HorovodJobError):
+    """
+    The job was killed, not ended by a failure of its own: its driver or application killed through the standalone
+    master (its REST API's kill, the master UI's kill link, or this task's own ``on_kill``), or its barrier job
+    cancelled on the driver (the Spark UI's kill link, other code cancelling its jobs, the SparkContext stopped: the
+    driver's :class:`~airflow_provider_horovod.runtime.errors.JobCancelledError`). No rank is blamed (``failure`` is
+    ``None``); whether to retry is the DAG's call, as for any kill.
+
+    :param message: the headline (what was killed, through what) and the driver's account, a consequence.
+    :param facts: what is known of the kill: for a cancelled job ``{"job_id": int | None, "reason": str | None}``;
+        for a kill through the master ``{"submission_id": str, "driver_state": str | None, "app_id": str | None,
+        "by": "this task" | "outside"}`` (``"this task"``: its own ``on_kill``).
+    :param app_id: the Spark application id.
+    """
+
+    def __init__(self, message: str, *, facts: dict[str, Any], app_id: str | None = None) -> None:
+        super().__init__(message, app_id=app_id)
+        self.facts = dict(facts)
 
 
 class HorovodResultError(HorovodJobError):

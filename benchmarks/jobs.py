@@ -32,6 +32,11 @@ def torch_dist_trivial() -> float:
     return float(t.item())
 
 
+EPOCH_STEPS = 50
+"""B3's ``report()`` contender reports ``epoch_loss`` once every this many steps (the digits' epoch at batch 32 is
+about 45 steps per rank)."""
+
+
 def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_steps: int, steps: int,
                          lr: float = 0.05, report_steps: bool = False) -> dict:
     """
@@ -44,9 +49,10 @@ def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_st
     :param warmup_steps: untimed steps first.
     :param steps: timed steps, between two barriers.
     :param lr: learning rate of a single rank.
-    :param report_steps: call ``runtime.report(step, total_steps, loss)`` after every timed step (B3's
-        ``report()`` contender: what reporting costs the example model). Either way each step's loss is read
-        (``.item()``), as the example DAG's loop does.
+    :param report_steps: call ``runtime.report(step, total_steps, loss)`` after every timed step and, every
+        :data:`EPOCH_STEPS` steps, ``report(step, epoch, epoch_loss)`` in a call of its own (two metrics at
+        different rates, as the example DAG reports them: B3's ``report()`` contender, what reporting costs the
+        example model). Either way each step's loss is read (``.item()``), as the example DAG's loop does.
     :return: on rank 0: ``samples_per_s`` (global: steps x batch_size x size / timed seconds), ``size``, ``seconds``.
     """
     import time
@@ -64,10 +70,15 @@ def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_st
         trainer.step()
     hvd.allreduce(torch.zeros(1), name="warmup_done")
     start = time.perf_counter()
+    epoch_total = 0.0
     for step in range(1, steps + 1):
         loss = trainer.step().item()
         if report_steps:
             report(step=step, total_steps=steps, loss=loss)
+            epoch_total += loss
+            if step % EPOCH_STEPS == 0:  # a slower metric, in its own call
+                report(step=step, epoch=step // EPOCH_STEPS, epoch_loss=epoch_total / EPOCH_STEPS)
+                epoch_total = 0.0
     hvd.allreduce(torch.zeros(1), name="timed_done")
     seconds = time.perf_counter() - start
     return {"samples_per_s": steps * batch_size * hvd.size() / seconds, "size": hvd.size(), "seconds": seconds}

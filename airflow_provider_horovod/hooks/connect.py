@@ -15,9 +15,9 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.exceptions import HorovodExecutorLostError, HorovodJobError
+from airflow_provider_horovod.exceptions import HorovodExecutorLostError, HorovodJobError, HorovodJobKilledError
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.utils.job_result import JobResult
+from airflow_provider_horovod.utils.job_result import JobResult, rank_job_error
 
 
 class HorovodConnectHook(BaseHook):
@@ -55,7 +55,8 @@ class HorovodConnectHook(BaseHook):
         from pyspark.sql import SparkSession
 
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
-        from airflow_provider_horovod.runtime.errors import ExecutorLostError, HorovodRuntimeError, RankFailedError
+        from airflow_provider_horovod.runtime.errors import ExecutorLostError, HorovodRuntimeError, JobCancelledError
+        from airflow_provider_horovod.runtime.rank_errors import RankFailedError
         from airflow_provider_horovod.runtime.runner import HorovodRunner
 
         settings = JobSettings.for_np(settings, self.np)
@@ -68,11 +69,12 @@ class HorovodConnectHook(BaseHook):
         runner = HorovodRunner.from_settings(settings, artifact_dir=artifact_dir, env=env, spark=self._session)
         try:
             result = runner.run_payload(payload)
-        except RankFailedError as err:
-            raise HorovodJobError(str(err), failure=err.to_dict(),
-                                  app_id=app_id) from None  # the rank's own traceback is in the message
+        except RankFailedError as err:  # the rank's own traceback is in the message
+            raise rank_job_error(str(err), err.to_dict(), app_id=app_id) from None
         except ExecutorLostError as err:
             raise HorovodExecutorLostError(str(err), facts=err.facts(), app_id=app_id) from err
+        except JobCancelledError as err:
+            raise HorovodJobKilledError(str(err), facts=err.facts(), app_id=app_id) from err
         except HorovodRuntimeError as err:
             raise HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id) from err
         finally:

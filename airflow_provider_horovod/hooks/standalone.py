@@ -280,20 +280,21 @@ class HorovodStandaloneHook(BaseHook):
         return outside_kill(submission_id, driver_state, app_id, app_state)
 
     @staticmethod
-    def result(staging: Any, status: DriverStatus | None = None, *, headline: str | None = None):  # -> JobResult
+    def result(staging: Any, status: DriverStatus | None = None, *, killed: Any = None):  # -> JobResult
         """
         The job's result from the staging directory; the driver's state explains a missing result.
 
         :param staging: the try's staging directory (a :class:`~.utils.staging.Staging`, a path or a URI).
         :param status: the driver's final state, when known.
-        :param headline: what the error says first when the job failed for a reason outside it (a kill:
-            :meth:`killed_from_outside`); the driver's own account follows.
-        :raises HorovodJobError: the job failed, or left no result.
+        :param killed: a :class:`~airflow_provider_horovod.utils.job_result.Kill` when the job was killed (its
+            headline from :meth:`killed_from_outside`, or this task's own kill): said first, the driver's own account
+            follows, and the error is a ``HorovodJobKilledError``.
+        :raises HorovodJobError: the job failed, or left no result (``HorovodJobKilledError`` when it was killed).
         """
         cause = None
         if status is not None and not status.is_successful:
             cause = driver_failure(status.driver_state, status.message)
-        return read_job_result(staging, submit_error=cause, headline=headline)
+        return read_job_result(staging, submit_error=cause, killed=killed)
 
     def get_conn(self) -> Any:
         """Not used: see :meth:`client`."""

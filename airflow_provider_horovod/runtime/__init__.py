@@ -23,15 +23,14 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.errors import (
         ExecutorLostError,
         HorovodRuntimeError,
+        JobCancelledError,
         LaunchError,
         PayloadError,
-        RankFailedError,
-        RankKilledError,
-        RendezvousError,
         ReturnValueTooLargeError,
     )
     from airflow_provider_horovod.runtime.observability import tensorboard_dir
     from airflow_provider_horovod.runtime.progress import report
+    from airflow_provider_horovod.runtime.rank_errors import RankFailedError, RankKilledError, RendezvousError
     from airflow_provider_horovod.runtime.runner import HorovodRunner
     from airflow_provider_horovod.runtime.torch_distributor import TorchDistributor
 
@@ -39,11 +38,12 @@ _EXPORTS = {
     "ExecutorLostError": "airflow_provider_horovod.runtime.errors",
     "HorovodRunner": "airflow_provider_horovod.runtime.runner",
     "HorovodRuntimeError": "airflow_provider_horovod.runtime.errors",
+    "JobCancelledError": "airflow_provider_horovod.runtime.errors",
     "LaunchError": "airflow_provider_horovod.runtime.errors",
     "PayloadError": "airflow_provider_horovod.runtime.errors",
-    "RankFailedError": "airflow_provider_horovod.runtime.errors",
-    "RankKilledError": "airflow_provider_horovod.runtime.errors",
-    "RendezvousError": "airflow_provider_horovod.runtime.errors",
+    "RankFailedError": "airflow_provider_horovod.runtime.rank_errors",
+    "RankKilledError": "airflow_provider_horovod.runtime.rank_errors",
+    "RendezvousError": "airflow_provider_horovod.runtime.rank_errors",
     "ReturnValueTooLargeError": "airflow_provider_horovod.runtime.errors",
     "artifact_dir": "airflow_provider_horovod.runtime.artifacts",
     "checkpoint_dir": "airflow_provider_horovod.runtime.checkpoints",

@@ -9,7 +9,7 @@ Here:
 - a line of rank output is cut at :data:`MAX_LINE_CHARS` where it reaches the task log, with the number of
   characters cut and where the whole line is (the executor's stderr, or a file for ranks whose output is the task
   log itself: :class:`LongLines`);
-- a :class:`~airflow_provider_horovod.runtime.errors.RankFailedError` keeps at most :data:`MAX_MESSAGE_CHARS` in
+- a :class:`~airflow_provider_horovod.runtime.rank_errors.RankFailedError` keeps at most :data:`MAX_MESSAGE_CHARS` in
   all: the headline with the exception's type and the start of its message (:data:`MAX_EXC_MESSAGE_CHARS`), the
   traceback's last :data:`MAX_TRACEBACK_CHARS` (its last frames, where the exception was raised), then as many of
   the rank's last output lines as fit.

@@ -231,8 +231,8 @@ class HorovodRunner:
                        use_gpu=s.use_gpu, gpu_visibility=s.gpu_visibility,
                        max_return_value_bytes=s.max_return_value_bytes, launcher=s.launcher,
                        checkpoint_dir=s.checkpoint_dir, try_number=s.try_number)
-        with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror,
-                              sink=MlflowMetricsSink.from_env(env)) as collector:
+        with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror, sink=MlflowMetricsSink.from_env(env),
+                              ranks=spec.np, init_call=get_launcher(spec.launcher).init_call) as collector:
             try:
                 if self.np < 0:
                     collector.phase(f"starting {spec.np} rank{'s' if spec.np > 1 else ''} on the driver")

@@ -12,9 +12,50 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from airflow_provider_horovod.exceptions import HorovodExecutorLostError, HorovodJobError
+from airflow_provider_horovod.exceptions import (
+    HorovodExecutorLostError,
+    HorovodJobError,
+    HorovodJobKilledError,
+    HorovodRankKilledError,
+    HorovodRendezvousError,
+)
+
+_RANK_KINDS: dict[str, type[HorovodJobError]] = {"RankKilledError": HorovodRankKilledError,
+                                                 "RendezvousError": HorovodRendezvousError}
+
+
+def rank_job_error(message: str, failure: dict[str, Any] | None, *, app_id: str | None = None) -> HorovodJobError:
+    """
+    The Airflow-side error of a failed job, of the kind its rank failure is
+    (:func:`~airflow_provider_horovod.runtime.rank_errors.rank_failed`): :class:`HorovodRankKilledError`,
+    :class:`HorovodRendezvousError`, else :class:`HorovodJobError`.
+
+    :param message: the error's message.
+    :param failure: the failing rank's ``RankFailedError.to_dict()``, or ``None`` when no rank was at fault.
+    :param app_id: the Spark application id.
+    """
+    kind = HorovodJobError
+    if failure:
+        from airflow_provider_horovod.runtime.rank_errors import RankFailedError
+
+        kind = _RANK_KINDS.get(type(RankFailedError.from_dict(failure)).__name__, HorovodJobError)
+    return kind(message, failure=failure, app_id=app_id)
+
+
+class Kill(NamedTuple):
+    """
+    A job killed from outside it (its driver killed through the standalone master, by this task's ``on_kill`` or by
+    someone else): the cause :func:`read_job_result` says first.
+
+    :param headline: what was killed, by whom and through what.
+    :param facts: ``{"submission_id", "driver_state", "app_id", "by"}`` (``by``: ``"this task"`` or ``"outside"``),
+        the :class:`~airflow_provider_horovod.exceptions.HorovodJobKilledError`'s ``facts``.
+    """
+
+    headline: str
+    facts: dict[str, Any]
 
 
 @dataclass
@@ -38,7 +79,7 @@ class JobResult:
 
 
 def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | None = None,
-                    submit_error: BaseException | None = None, headline: str | None = None) -> JobResult:
+                    submit_error: BaseException | None = None, killed: Kill | None = None) -> JobResult:
     """
     Read what the driver program wrote into ``staging`` (``result.json``, ``result.pkl``).
 
@@ -47,12 +88,15 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
     :param app_id: the application id if already known (the file's wins).
     :param ui_url: the Spark UI URL if already known (the file's wins).
     :param submit_error: the submission's own error, if any, kept as the cause.
-    :param headline: the cause of a failure from outside the job (the driver was killed through the master), said
-        first; the driver's own account, then only a consequence, follows it, and no rank is blamed.
+    :param killed: the job was killed (its driver through the master): said first; the driver's own account, then
+        only a consequence, follows it, and no rank is blamed.
+    :raises HorovodJobKilledError: ``killed`` (with its ``facts``), or the driver says Spark cancelled the job from
+        outside the run (``result.json``'s ``kind`` ``JobCancelledError``, with its ``facts``).
     :raises HorovodExecutorLostError: the driver says Spark lost an executor (``result.json``'s ``kind``), with its
-        ``facts``; not when ``headline`` gives an outside cause.
+        ``facts``; not when the job was ``killed``.
     :raises HorovodJobError: no result was written (the driver never ran the job) or the job failed; the
-        message is the driver's (for a rank failure: the rank, its exception and traceback), after ``headline``.
+        message is the driver's (for a rank failure: the rank, its exception and traceback), after ``killed``'s
+        headline; of the rank failure's kind (:func:`rank_job_error`).
     """
     from airflow_provider_horovod.utils.staging import Staging
 
@@ -61,20 +105,26 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
         outcome = json.loads(staging.read_bytes("result.json") or b"")
     except (OSError, ValueError):
         what = "the Spark driver ended before running the job (no result was written)"
-        raise HorovodJobError(f"{headline}; {what}" if headline else f"{what}: {submit_error}",
-                              app_id=app_id) from submit_error
+        if killed is not None:
+            raise HorovodJobKilledError(f"{killed.headline}; {what}", facts=killed.facts,
+                                        app_id=app_id) from submit_error
+        raise HorovodJobError(f"{what}: {submit_error}", app_id=app_id) from submit_error
     app_id = outcome.get("app_id") or app_id
     ui_url = outcome.get("ui_url") or ui_url
     if outcome.get("status") != "success":
         message = outcome.get("message") or "the Horovod job failed"
-        if headline:
-            message = f"{headline}\nThe driver's last error, a consequence of the kill: {message}"
+        if killed is not None:
+            message = f"{killed.headline}\nThe driver's last error, a consequence of the kill: {message}"
         if outcome.get("artifact_paths"):
             message += "\nFiles under the artifact directory: " + ", ".join(outcome["artifact_paths"])
         # The driver's own account is the whole story; spark-submit's exit status would only repeat it.
-        if not headline and outcome.get("kind") == "ExecutorLostError":
+        if killed is not None:
+            raise HorovodJobKilledError(message, facts=killed.facts, app_id=app_id) from None
+        if outcome.get("kind") == "JobCancelledError":
+            raise HorovodJobKilledError(message, facts=outcome.get("facts") or {}, app_id=app_id) from None
+        if outcome.get("kind") == "ExecutorLostError":
             raise HorovodExecutorLostError(message, facts=outcome.get("facts") or {}, app_id=app_id) from None
-        raise HorovodJobError(message, failure=None if headline else outcome.get("error"), app_id=app_id) from None
+        raise rank_job_error(message, outcome.get("error"), app_id=app_id) from None
     if submit_error is not None:
         raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
                               app_id=app_id) from submit_error

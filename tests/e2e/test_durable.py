@@ -220,7 +220,7 @@ def test_a_driver_killed_through_the_master_fails_the_task_saying_so(airflow, cl
     assert airflow.wait_for_run(dag_id, run_id, timeout_s=120) == "failed"
     error = airflow.task_error(dag_id, run_id, "train") or ""
     headline = error.splitlines()[0] if error else ""
-    assert f"HorovodJobError: Spark driver {driver['id']} (application app-" in headline, error
+    assert f"HorovodJobKilledError: Spark driver {driver['id']} (application app-" in headline, error
     assert "was KILLED from outside this task" in headline, error
     assert "The driver's last error, a consequence of the kill: " in error, error
 
@@ -250,6 +250,7 @@ def test_an_application_killed_from_the_master_ui_fails_the_task_saying_so(airfl
     error = airflow.task_error("horovod_killed_sync", run_id, "train") or ""
     headline = error.splitlines()[0]
     assert f"Spark application {app_id} of driver {driver['id']} was KILLED from outside this task" in headline, error
+    assert headline.startswith("HorovodJobKilledError: "), error  # a kill, not a failure of the training
 
 
 def test_a_deferred_task_returns_its_value_and_puts_the_model_on_its_asset_event(airflow, s3_server):  # noqa: F811

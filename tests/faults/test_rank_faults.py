@@ -11,6 +11,7 @@ import pytest
 
 from airflow_provider_horovod.runtime import (
     HorovodRunner,
+    JobCancelledError,
     LaunchError,
     RankFailedError,
     RankKilledError,
@@ -98,6 +99,49 @@ def test_training_timeout_stops_a_hung_job(spark, no_rank_left_behind):
     with pytest.raises(RankFailedError, match=r"still running when training_timeout_s=15 ran out"):
         HorovodRunner(np=2, training_timeout_s=15).run(hang_in_training)
     assert time.monotonic() - started < 75
+
+
+def train_until_cancelled():
+    import time
+
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    deadline = time.monotonic() + 120  # bounded: the test cancels the job long before
+    while time.monotonic() < deadline:
+        hvd.allreduce(torch.ones(1))
+        time.sleep(0.05)
+
+
+def test_a_job_cancelled_by_other_code_is_a_job_cancelled_error_and_stops_every_rank(spark, tmp_path,
+                                                                                     no_rank_left_behind):
+    """Other code on the driver cancels the application's jobs (SparkContext.cancelAllJobs()) once both ranks have
+    joined, as the driver's progress.json says: Spark's SPARK_JOB_CANCELLED becomes JobCancelledError."""
+    import json
+    import threading
+
+    def cancel_once_training() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                phase = json.loads((tmp_path / "progress.json").read_text()).get("phase") or ""
+            except (OSError, ValueError):
+                phase = ""
+            if phase.startswith("training: all 2 ranks joined"):
+                spark.sparkContext.cancelAllJobs()
+                return
+            time.sleep(0.1)
+
+    canceller = threading.Thread(target=cancel_once_training, daemon=True)
+    canceller.start()
+    with pytest.raises(JobCancelledError) as info:
+        HorovodRunner(np=2, artifact_dir=str(tmp_path)).run(train_until_cancelled)
+    canceller.join(timeout=10)
+    assert info.value.job_id is not None and info.value.reason == "as part of cancellation of all jobs", info.value
+    assert str(info.value).startswith(f"Spark cancelled the barrier job (job {info.value.job_id}) from outside this "
+                                      "run: as part of cancellation of all jobs."), info.value
+    assert isinstance(info.value, LaunchError) and not isinstance(info.value, RankFailedError)
 
 
 def kill_my_launcher():

@@ -85,3 +85,74 @@ def test_the_history_goes_to_object_storage(spark, tmp_path, s3_server, monkeypa
     history = [json.loads(line) for line in fs.cat("metrics/run/metrics.jsonl").decode().splitlines()]
     assert history[-1]["step"] == 40
     assert json.loads(fs.cat("metrics/run/progress.json"))["state"] == "finished"
+
+
+def _phase_seen(prefix, timeout_s=60.0):
+    """Wait (bounded) until the driver's progress.json shows a phase starting with ``prefix``; return it."""
+    import json as json_
+    import os
+    import time
+
+    from airflow_provider_horovod.runtime import artifact_dir
+
+    path, deadline, phase = os.path.join(artifact_dir(), "progress.json"), time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                phase = json_.load(f).get("phase")
+        except (OSError, ValueError):  # not written yet, or replaced while read
+            phase = None
+        if phase and phase.startswith(prefix):
+            return phase
+        time.sleep(0.1)
+    raise AssertionError(f"progress.json never showed {prefix!r} (last phase: {phase!r})")
+
+
+def _shared(seen):
+    """Rank 1's observation, for rank 0 after the next collective: a file in the job's artifact directory."""
+    import os
+
+    from airflow_provider_horovod.runtime import artifact_dir
+
+    path = os.path.join(artifact_dir(), "rank-1-saw.txt")
+    if seen is not None:
+        with open(path, "w") as f:
+            f.write(seen)
+    return path
+
+
+def horovod_rendezvous_seen():
+    """Rank 1 joins only once the driver shows rank 0 alone in the rendezvous; rank 0 then waits for 'all joined'."""
+    import os
+
+    import horovod.torch as hvd
+    import torch
+
+    rank = int(os.environ["HOROVOD_RANK"])
+    path = _shared(_phase_seen("rendezvous: 1/2 ranks in hvd.init()") if rank == 1 else None)
+    hvd.init()
+    hvd.allreduce(torch.ones(1), name="written")  # rank 1 wrote what it saw before this
+    return [open(path).read(), _phase_seen("training: all 2 ranks joined hvd.init()")] if rank == 0 else None
+
+
+def torch_rendezvous_seen():
+    import os
+
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    path = _shared(_phase_seen("rendezvous: 1/2 ranks in init_process_group()") if rank == 1 else None)
+    dist.init_process_group("gloo")
+    dist.barrier()
+    return [open(path).read(), _phase_seen("training: all 2 ranks joined init_process_group()")] if rank == 0 else None
+
+
+def test_before_the_first_report_the_phase_follows_the_ranks_through_the_rendezvous(spark, tmp_path):
+    runner = HorovodRunner(np=2, artifact_dir=str(tmp_path / "horovod"))
+    assert runner.run(horovod_rendezvous_seen) == ["rendezvous: 1/2 ranks in hvd.init(), 0 joined",
+                                                   "training: all 2 ranks joined hvd.init(), no report yet"]
+    distributor = TorchDistributor(num_processes=2, local_mode=True, use_gpu=False,
+                                   artifact_dir=str(tmp_path / "torch"))
+    assert distributor.run(torch_rendezvous_seen) == [
+        "rendezvous: 1/2 ranks in init_process_group(), 0 joined",
+        "training: all 2 ranks joined init_process_group(), no report yet"]

@@ -32,7 +32,7 @@ from airflow_provider_horovod.utils.driver_poll import (
     read_progress,
     validate_event,
 )
-from airflow_provider_horovod.utils.job_result import read_job_result
+from airflow_provider_horovod.utils.job_result import Kill, read_job_result
 from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
 
@@ -168,9 +168,9 @@ class ClusterMode(DurableClusterJob, DeployMode):
                 else None), method_name="execute_complete")
         staging = Staging(job["staging"])
         status = self._wait_for_driver(context["ti"], job["submission_id"], staging)
-        headline = self._kill_headline(job["submission_id"], status.driver_state, self.reporter.spark_app_id)
+        killed = self._kill(job["submission_id"], status.driver_state, self.reporter.spark_app_id)
         self._job_value = self.reporter.finish(context["ti"], HorovodStandaloneHook.result(staging, status,
-                                                                                           headline=headline))
+                                                                                           killed=killed))
         self._has_value = True
         return self._job_value
 
@@ -221,10 +221,10 @@ class ClusterMode(DurableClusterJob, DeployMode):
         self._adopt(job, context)
         self.log.info("Driver %s of an earlier try already finished: reading its result", job["submission_id"])
         status = self.hook.status(job["submission_id"])
-        headline = self._kill_headline(job["submission_id"], status.driver_state,
-                                       HorovodStandaloneHook.app_started(Staging(job["staging"]))[0])
+        killed = self._kill(job["submission_id"], status.driver_state,
+                            HorovodStandaloneHook.app_started(Staging(job["staging"]))[0])
         return self.reporter.finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status,
-                                                                                headline=headline))
+                                                                                killed=killed))
 
     def complete(self, context: Context, event: dict[str, Any]) -> Any:
         """
@@ -245,16 +245,17 @@ class ClusterMode(DurableClusterJob, DeployMode):
                 ti.xcom_push(key=XCOM_SPARK_UI_URL, value=event["ui_url"])  # Airflow writes the link as the try ends
                 reporter.spark_ui_url = event["ui_url"]
             reporter.link_history(ti)
-        cause = headline = None
+        cause = killed = None
         if event["status"] != SUCCESS:
             cause = driver_failure(event["driver_state"], event["message"])
-            headline = self._kill_headline(event["submission_id"], event["driver_state"], event["app_id"])
+            killed = self._kill(event["submission_id"], event["driver_state"], event["app_id"])
         return reporter.finish(ti, read_job_result(Staging(event["staging"]), app_id=event["app_id"],
-                                                   ui_url=event["ui_url"], submit_error=cause, headline=headline))
+                                                   ui_url=event["ui_url"], submit_error=cause, killed=killed))
 
-    def _kill_headline(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
+    def _kill(self, submission_id: str, driver_state: str | None, app_id: str | None) -> Kill | None:
         """
-        The first line of the error when the driver or its application was killed, else ``None``.
+        The kill, when the driver or its application was killed (by this task's ``on_kill`` or from outside), for
+        the error to say first, else ``None``.
 
         :param submission_id: the driver id.
         :param driver_state: its final state.
@@ -262,10 +263,12 @@ class ClusterMode(DurableClusterJob, DeployMode):
         """
         if driver_state == "FINISHED":
             return None
+        facts = {"submission_id": submission_id, "driver_state": driver_state, "app_id": app_id}
         if self._killing:
-            return (f"Spark driver {submission_id} was killed by this task (on_kill: the task was stopped, "
-                    f"cleared or marked failed); driver state {driver_state}")
-        return self.hook.killed_from_outside(submission_id, driver_state, app_id)
+            return Kill(f"Spark driver {submission_id} was killed by this task (on_kill: the task was stopped, "
+                        f"cleared or marked failed); driver state {driver_state}", {**facts, "by": "this task"})
+        headline = self.hook.killed_from_outside(submission_id, driver_state, app_id)
+        return None if headline is None else Kill(headline, {**facts, "by": "outside"})
 
     def kill_after_trigger_failure(self, context: Context) -> None:
         """

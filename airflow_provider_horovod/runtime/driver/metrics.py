@@ -18,7 +18,13 @@ from typing import Any
 
 from airflow_provider_horovod.runtime.artifacts import is_remote, join_location
 from airflow_provider_horovod.runtime.bounds import MAX_HEADLINE_CHARS, cut
-from airflow_provider_horovod.runtime.wire.progress import METRICS_FILE, PROGRESS_FILE, progress_line
+from airflow_provider_horovod.runtime.wire.progress import (
+    METRICS_FILE,
+    MILESTONE_EVENT,
+    PROGRESS_FILE,
+    progress_line,
+    rank_phase,
+)
 
 RATE_WINDOW_S = 30.0
 """The steps per second are measured over rank 0's records of about this many last seconds."""
@@ -77,14 +83,18 @@ class MetricsCollector:
         (an :class:`~airflow_provider_horovod.runtime.mlflow_sink.MlflowMetricsSink`: ``log(records)``, which must
         return at once; its ``close()``, when it has one, is called when the collector closes).
     :param sink_interval_s: seconds between the sink's calls at most.
+    :param ranks: the job's number of ranks and ``init_call`` the launcher's init call (``hvd.init()``): with both,
+        the ranks' milestones make the phase until the first report (loading, rendezvous, joined:
+        :func:`~airflow_provider_horovod.runtime.wire.progress.rank_phase`).
+    :param init_call: see ``ranks``.
     :param clock: the wall clock (tests).
     """
 
     def __init__(self, artifact_dir: str | None, *, mirror_dir: str | None = None,
                  emit: Callable[[str], None] | None = None,
                  log_interval_s: float = 5.0, flush_interval_s: float = 2.0, remote_flush_interval_s: float = 10.0,
-                 sink: Any = None, sink_interval_s: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 sink: Any = None, sink_interval_s: float = 5.0, ranks: int | None = None,
+                 init_call: str | None = None, clock: Callable[[], float] = time.time) -> None:
         self.artifact_dir = artifact_dir
         self.mirror_dir = mirror_dir
         self._emit = emit or _print
@@ -109,6 +119,8 @@ class MetricsCollector:
         self._for_sink: list[dict[str, Any]] = []  # rank 0's records the sink has not had yet
         self._resumed: dict[str, Any] | None = None
         self._phase: str | None = None
+        self._milestones: dict[int, str] = {}  # each rank's latest milestone
+        self._ranks_expected = (ranks, init_call) if ranks and init_call else None
         self._snapshot_written = False
         self._error: str | None = None
         self._stop = threading.Event()
@@ -129,6 +141,12 @@ class MetricsCollector:
             with self._lock:
                 self._resumed = {k: record.get(k) for k in ("step", "try_number", "saved_by", "location")}
                 self._changed = self._dirty = True
+            return
+        if record.get("event") == MILESTONE_EVENT:  # a rank's launcher's: the phase until the first report
+            with self._lock:
+                self._milestones[rank] = str(record.get("milestone"))
+                if self._last is None and self._ranks_expected:
+                    self._set_phase(rank_phase(self._milestones, *self._ranks_expected))
             return
         with self._lock:
             self._ranks[str(rank)] = {"step": record.get("step"), "time": record.get("time")}
@@ -154,9 +172,12 @@ class MetricsCollector:
         :param text: one line.
         """
         with self._lock:
-            if text != self._phase:
-                self._phase = text
-                self._changed = self._dirty = True
+            self._set_phase(text)
+
+    def _set_phase(self, text: str) -> None:
+        if text != self._phase:
+            self._phase = text
+            self._changed = self._dirty = True
 
     def snapshot(self) -> dict[str, Any]:
         """The ``progress.json`` snapshot now (see :mod:`~airflow_provider_horovod.runtime.wire.progress`)."""

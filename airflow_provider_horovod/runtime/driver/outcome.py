@@ -6,7 +6,8 @@ import re
 from collections.abc import Callable
 
 from airflow_provider_horovod.runtime.bounds import MAX_MESSAGE_CHARS, cut
-from airflow_provider_horovod.runtime.errors import ExecutorLostError, LaunchError, RankFailedError, root_cause
+from airflow_provider_horovod.runtime.errors import ExecutorLostError, JobCancelledError, LaunchError
+from airflow_provider_horovod.runtime.rank_errors import RankFailedError, root_cause
 
 SLOTS_MESSAGE = "requires more slots than the total number of slots"
 """Spark's barrier slot check failure (SPARK-24819)."""
@@ -16,6 +17,8 @@ _EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (?P<id>\S+) exited 
                             r"(?: Reason: (?P<reason>[^\n]*))?")
 _EXIT_CODE = re.compile(r"exited with code (?P<code>\d+)\s*$")
 _BARRIER_TASK = re.compile(r"barrier task \w+Task\(\d+, (?P<partition>\d+)\) finished unsuccessfully")
+_JOB_CANCELLED = re.compile(r"Job (?P<job>\d+) cancelled(?: (?P<reason>.*?))?(?:\s+SQLSTATE: \w+)?\s*$", re.MULTILINE)
+"""Spark's ``SPARK_JOB_CANCELLED``: ``Job 3 cancelled because killed via the Web UI``."""
 _PY4J_CALL = re.compile(r"^An error occurred while calling \S+$")
 _RUNTIME_ERRORS = "airflow_provider_horovod.runtime.errors."
 _TRACEBACK = "Traceback (most recent call last):"
@@ -107,6 +110,25 @@ def lost_executor(text: str, reports: list[dict], np: int | None = None,
                              exit_code=exit_code)
 
 
+def cancelled_job(text: str) -> JobCancelledError | None:
+    """
+    The error of a barrier job Spark cancelled from outside the run (the Spark UI's kill link, other code's
+    ``cancelAllJobs()``/``cancelJobGroup()``/``cancelStage()``, the SparkContext stopped), or ``None`` when Spark's
+    account says something else. The runner cancels its own job only when interrupted, and re-raises that.
+
+    :param text: ``str()`` of what Spark raised on the driver (``[SPARK_JOB_CANCELLED] Job 3 cancelled because
+        killed via the Web UI SQLSTATE: XXKDA``).
+    """
+    match = _JOB_CANCELLED.search(text)
+    if match is None:
+        return None
+    reason = (match.group("reason") or "").strip() or None
+    headline = (f"Spark cancelled the barrier job (job {match.group('job')}) from outside this run"
+                f"{f': {reason}' if reason else ''}. Its ranks were stopped; the Spark UI's kill link, other code "
+                "cancelling this application's jobs, or the SparkContext stopping do this")
+    return JobCancelledError(headline, job_id=int(match.group("job")), reason=reason)
+
+
 def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
                             not_enough_slots: Callable[[], str], *, np: int | None = None,
                             executor_host: Callable[[str], str | None] | None = None) -> None:
@@ -121,6 +143,8 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     :raises RankFailedError: a rank failed on its own (the root cause among all reports).
     :raises ExecutorLostError: Spark lost an executor (:func:`lost_executor`); the headline names it, its host, its
         rank and Spark's reason, then Spark's account and the ranks stopped as a consequence.
+    :raises JobCancelledError: Spark cancelled the job from outside the run (:func:`cancelled_job`), with Spark's
+        reason; the ranks' ends are its consequences.
     :raises LaunchError: Spark could not give the stage its slots, or lost a task (a Python worker died, the stage
         was cancelled); bystander ranks are listed. Its message is never empty: an exception without text is named
         by its type.
@@ -131,7 +155,10 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
         failures.append(in_exception)
     # Spark's first failed task is the root cause when it is a lost executor: the ranks' reports are its consequences
     lost = lost_executor(str(stage_error), reports, np, executor_host)
-    if lost is None and (any(not f.is_secondary for f in failures) or (in_exception is not None and not reports)):
+    # ... and so is a cancellation: the ranks it stopped report their ends (a signal) as failures of their own
+    cancelled = cancelled_job(str(stage_error)) if lost is None else None
+    if lost is None and cancelled is None and (any(not f.is_secondary for f in failures)
+                                               or (in_exception is not None and not reports)):
         raise root_cause(failures) from None
     if SLOTS_MESSAGE in str(stage_error):
         raise LaunchError(not_enough_slots()) from stage_error
@@ -143,6 +170,8 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
                                                  " (with no message)").removeprefix("builtins.")
     if lost is not None:
         reason = f"{lost}\nSpark's account: {details}"
+    elif cancelled is not None:
+        reason = f"{cancelled}\nSpark's account: {details.splitlines()[0]}"
     elif cause is not None and cause.startswith("LaunchError: "):
         reason = f"{cause.removeprefix('LaunchError: ')}\nSpark's account: {details.splitlines()[0]}"
     elif cause is not None:
@@ -154,4 +183,6 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
                    + ", ".join(f"{f.rank} ({f.exc_type})" for f in sorted(failures, key=lambda f: f.rank)))
     if lost is not None:
         raise ExecutorLostError(cut(reason, MAX_MESSAGE_CHARS), **lost.facts()) from stage_error
+    if cancelled is not None:
+        raise JobCancelledError(cut(reason, MAX_MESSAGE_CHARS), **cancelled.facts()) from stage_error
     raise LaunchError(cut(reason, MAX_MESSAGE_CHARS)) from stage_error  # Spark's account can be long

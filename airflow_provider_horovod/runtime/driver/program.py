@@ -21,8 +21,9 @@ writes into ``--result-dir``:
   :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` when its pickle was larger than
   ``--max-return-value-bytes`` (rank 0 did not send it; the reader refuses it);
 - ``result.json``: ``{"status": "success"|"failed", "app_id", "ui_url", "artifact_paths", "error", "message",
-  "metrics"}`` (``metrics``: rank 0's last ``report()`` values), and for a lost executor ``"kind":
-  "ExecutorLostError"`` with its ``"facts"`` (``ExecutorLostError.facts()``).
+  "metrics"}`` (``metrics``: rank 0's last ``report()`` values), and for a lost executor or a job cancelled from
+  outside ``"kind"`` (``"ExecutorLostError"``, ``"JobCancelledError"``) with its ``"facts"`` (the error's
+  ``facts()``).
 
 Exit status 0 on success, 1 when the job failed (``result.json`` says why), 2 for bad arguments.
 """
@@ -203,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.runtime:  # the runner ships it on to the executors (runtime_zip)
             _fetch_runtime(args.runtime)
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
-        from airflow_provider_horovod.runtime.errors import ExecutorLostError, PayloadError, RankFailedError
+        from airflow_provider_horovod.runtime.errors import ExecutorLostError, JobCancelledError, PayloadError
+        from airflow_provider_horovod.runtime.rank_errors import RankFailedError
         from airflow_provider_horovod.runtime.runner import HorovodRunner
         from airflow_provider_horovod.runtime.wire.payload import verify_payload
         from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as err:
         outcome["message"] = f"{type(err).__name__}: {err}"
-        if isinstance(err, ExecutorLostError):  # the Airflow side raises HorovodExecutorLostError with the facts
+        if isinstance(err, ExecutorLostError | JobCancelledError):  # the Airflow side raises its twin, with the facts
             outcome["kind"], outcome["facts"], outcome["message"] = type(err).__name__, err.facts(), str(err)
         if _jvm_gone(err):
             outcome["message"] = (f"the Spark driver's JVM ended while the job ran ({outcome['message']}); the "

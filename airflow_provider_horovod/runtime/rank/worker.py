@@ -46,7 +46,7 @@ import threading
 import traceback
 from pathlib import Path
 
-from airflow_provider_horovod.runtime.errors import LOAD_ERROR
+from airflow_provider_horovod.runtime.rank_errors import LOAD_ERROR
 from airflow_provider_horovod.runtime.launchers import HOROVOD, TORCH
 from airflow_provider_horovod.runtime.observability import start_timeline
 from airflow_provider_horovod.runtime.rank.guards import Progress, guard_init, guard_process_group_init

@@ -22,7 +22,8 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, LongLines, cut
-from airflow_provider_horovod.runtime.errors import LaunchError, RankFailedError, root_cause
+from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.rank_errors import RankFailedError, root_cause
 from airflow_provider_horovod.runtime.launchers import TORCH
 from airflow_provider_horovod.runtime.task.checks import (
     _check_host_name,

@@ -1,7 +1,7 @@
 """
 The limits a rank runs under (:func:`next_deadline`) and the
-:class:`~airflow_provider_horovod.runtime.errors.RankFailedError` its end turns into, of its kind
-(:func:`~airflow_provider_horovod.runtime.errors.rank_failed`): a limit it ran into (:func:`timeout_failure`) or its
+:class:`~airflow_provider_horovod.runtime.rank_errors.RankFailedError` its end turns into, of its kind
+(:func:`~airflow_provider_horovod.runtime.rank_errors.rank_failed`): a limit it ran into (:func:`timeout_failure`) or its
 non-zero exit with the error file it wrote (:func:`exit_failure`).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 
-from airflow_provider_horovod.runtime.errors import (
+from airflow_provider_horovod.runtime.rank_errors import (
     PEER_LEFT,
     START_TIMEOUT,
     TRAINING_TIMEOUT,

@@ -19,13 +19,13 @@ from collections import deque
 from collections.abc import Callable
 
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, cut
-from airflow_provider_horovod.runtime.errors import RankFailedError
+from airflow_provider_horovod.runtime.rank_errors import RankFailedError
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
 from airflow_provider_horovod.runtime.task.rank_env import worker_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.progress import json_records
+from airflow_provider_horovod.runtime.wire.progress import MILESTONE_EVENT, MILESTONES, json_records
 
 OUTPUT_TAIL_LINES = 100
 """How many of a rank's last output lines an error carries."""
@@ -45,8 +45,9 @@ class RankProcess:
     :param workdir: a private directory for the payload copy, the result and the error file.
     :param sink: called with every output line of the rank (without the newline).
     :param devices: the rank's device variables (from :func:`~.gpus.device_env`); ``spec.env`` overrides them.
-    :param metrics: called with each record the rank's ``report()`` sends; ``None``: the rank's ``report()`` is
-        a no-op.
+    :param metrics: called with each record the rank's ``report()`` sends, and with an event record for each of its
+        milestones (:data:`~airflow_provider_horovod.runtime.wire.progress.MILESTONE_EVENT`); ``None``: the rank's
+        ``report()`` is a no-op.
     :param threads: its ``OMP_NUM_THREADS`` (:func:`~.rank_env.omp_threads`); ``None``: as inherited.
     """
 
@@ -168,6 +169,7 @@ class RankProcess:
 
     def _follow_progress(self, fd: int) -> None:
         phases = {protocol.PROGRESS_LOADED: "running", protocol.PROGRESS_INIT: "init", protocol.PROGRESS_READY: "ready"}
+        events = dict(zip(phases, MILESTONES, strict=True))  # the driver's names (the page's phase)
         try:
             while milestone := os.read(fd, 1):
                 with self._changed:
@@ -177,6 +179,9 @@ class RankProcess:
                     elif milestone == protocol.PROGRESS_READY:
                         self.ever_initialized = True
                     self._changed.notify_all()
+                if self._metrics is not None and milestone in events:
+                    self._metrics({"event": MILESTONE_EVENT, "rank": self.slot.rank, "milestone": events[milestone],
+                                   "time": time.time()})
         except OSError:
             pass
         finally:

@@ -148,7 +148,8 @@ class LogServer:
 
 class LogClient:
     """
-    Sends lines to a :class:`LogServer`; never raises into training.
+    Sends lines to a :class:`LogServer`; never raises into training. Thread-safe: a rank's output, its ``report()``
+    records and its milestones come from different threads, and each frame goes out whole.
 
     :param address: ``(host, port)`` of the server.
     :param token: the server's token.
@@ -161,6 +162,7 @@ class LogClient:
         self._timeout = connect_timeout_s
         self._sock: socket.socket | None = None
         self._broken = False
+        self._lock = threading.Lock()  # one frame at a time: sendall() from two threads could interleave
 
     def _connect(self) -> None:
         try:
@@ -201,18 +203,19 @@ class LogClient:
         self._send(self._frame(line))
 
     def _send(self, frame: bytes) -> bool:
-        if self._broken:
-            return False
-        if self._sock is None:
-            self._connect()
-            if self._sock is None:
+        with self._lock:
+            if self._broken:
                 return False
-        try:
-            self._sock.sendall(frame)
-        except OSError:
-            self._broken = True
-            return False
-        return True
+            if self._sock is None:
+                self._connect()
+                if self._sock is None:
+                    return False
+            try:
+                self._sock.sendall(frame)
+            except OSError:
+                self._broken = True
+                return False
+            return True
 
     def close(self) -> None:
         """Flush and close the connection."""

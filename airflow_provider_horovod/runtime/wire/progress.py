@@ -7,8 +7,8 @@ The snapshot: ``{"time", "started_at", "state" ("running" | "finished" | "failed
 "percent", "steps_per_s", "eta_s", "metrics" (rank 0's last values), "ranks" ({"<rank>": {"step", "time"}}),
 "slowest_rank", "resumed" (``{"step", "try_number", "saved_by", "location"}`` when rank 0 resumed from a checkpoint,
 else ``None``), "phase" (what the job did last before the ranks reported: ``waiting for 2 task slots: ...``,
-``starting 2 ranks``; ``None`` before that), "error" (a failed job's headline, else ``None``)}``; times are Unix
-seconds, rates per second.
+``starting 2 ranks``, then the ranks' own milestones, :func:`rank_phase`; ``None`` before that), "error" (a failed
+job's headline, else ``None``)}``; times are Unix seconds, rates per second.
 """
 
 from __future__ import annotations
@@ -21,6 +21,12 @@ PROGRESS_FILE = "progress.json"
 """The snapshot's name in the artifact directory."""
 METRICS_FILE = "metrics.jsonl"
 """The history's name in the artifact directory: rank 0's records, one JSON object per line."""
+MILESTONE_EVENT = "milestone"
+"""The ``event`` of a record a rank's launcher sends when the rank reaches a milestone
+(``{"event": "milestone", "rank", "milestone", "time"}``, ``milestone`` one of :data:`MILESTONES`)."""
+MILESTONES = ("loaded", "init", "ready")
+"""A rank's milestones in order: its function loaded and called, inside the launcher's init call (the rendezvous),
+the init call returned with every rank (it joined). ``init`` and ``ready`` repeat for every init call."""
 
 
 def json_records(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
@@ -104,3 +110,22 @@ def progress_line(snapshot: Mapping[str, Any]) -> str | None:
         at = (snapshot.get("ranks") or {}).get(str(slowest), {}).get("step")
         parts.append(f"slowest rank {slowest} at step {at}")
     return "; ".join(parts)
+
+
+def rank_phase(milestones: Mapping[int, str], np: int, init_call: str) -> str:
+    """
+    What the ranks are doing before the first report, from each rank's latest milestone (:data:`MILESTONES`).
+
+    :param milestones: ``{rank: milestone}`` of the ranks that reached one.
+    :param np: the job's number of ranks.
+    :param init_call: the launcher's init call, as messages name it (``hvd.init()``, ``init_process_group()``).
+    :return: ``loading the training function: 1/2 ranks``, ``rendezvous: 1/2 ranks in hvd.init(), 0 joined``, or
+        ``training: all 2 ranks joined hvd.init(), no report yet``.
+    """
+    joined = sum(1 for m in milestones.values() if m == "ready")
+    rendezvous = sum(1 for m in milestones.values() if m in ("init", "ready"))
+    if joined >= np:
+        return f"training: all {np} ranks joined {init_call}, no report yet"
+    if rendezvous:
+        return f"rendezvous: {rendezvous}/{np} ranks in {init_call}, {joined} joined"
+    return f"loading the training function: {len(milestones)}/{np} ranks"

@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from airflow_provider_horovod.runtime import errors
-from airflow_provider_horovod.runtime.errors import RankFailedError
+from airflow_provider_horovod.runtime import rank_errors as errors
+from airflow_provider_horovod.runtime.rank_errors import RankFailedError
 
 
 def test_marker_round_trip_inside_noise():
@@ -36,7 +36,7 @@ def test_signal_exit_is_named():
 
 
 def test_root_cause_prefers_the_real_exception_over_bystanders():
-    from airflow_provider_horovod.runtime.errors import root_cause
+    from airflow_provider_horovod.runtime.rank_errors import root_cause
 
     bystander = RankFailedError(rank=0, exit_code=1, exc_type="horovod.common.exceptions.HorovodInternalError",
                                 exc_message="Horovod has been shut down", failed_at=100.0)
@@ -50,7 +50,7 @@ def test_root_cause_prefers_the_real_exception_over_bystanders():
 
 def test_only_limits_the_launcher_enforced_read_as_timeouts():
     """A runtime error (a payload that cannot be loaded) is not a timeout: the head says what happened."""
-    from airflow_provider_horovod.runtime.errors import LOAD_ERROR, START_TIMEOUT
+    from airflow_provider_horovod.runtime.rank_errors import LOAD_ERROR, START_TIMEOUT
 
     load = RankFailedError(rank=1, exit_code=1, exc_type=LOAD_ERROR, host="10.0.0.2",
                            exc_message="ModuleNotFoundError: No module named 'mylib' (Python /opt/py/bin/python)")

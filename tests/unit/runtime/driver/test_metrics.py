@@ -123,3 +123,35 @@ def _wait(condition, timeout_s: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_the_ranks_milestones_make_the_phase_until_the_first_report(tmp_path):
+    def event(rank, milestone):
+        return {"event": "milestone", "rank": rank, "milestone": milestone, "time": 1.0}
+
+    with MetricsCollector(str(tmp_path), log_interval_s=60, ranks=2, init_call="hvd.init()") as collector:
+        collector.phase("starting 2 ranks (the barrier stage is submitted)")
+        seen = []
+        for rank, milestone in [(0, "loaded"), (1, "loaded"), (0, "init"), (0, "ready"), (1, "init"),
+                                (1, "ready")]:
+            collector.add(event(rank, milestone))
+            seen.append(collector.snapshot()["phase"])
+        assert seen == ["loading the training function: 1/2 ranks", "loading the training function: 2/2 ranks",
+                        "rendezvous: 1/2 ranks in hvd.init(), 0 joined",
+                        "rendezvous: 1/2 ranks in hvd.init(), 1 joined",
+                        "rendezvous: 2/2 ranks in hvd.init(), 1 joined",
+                        "training: all 2 ranks joined hvd.init(), no report yet"]
+        collector.add(_record(0, 1, 1.0, loss=0.5))
+        collector.add(event(0, "init"))  # a later init call, after the reports began: the phase stays
+        snapshot = collector.snapshot()
+        assert snapshot["phase"] == "training: all 2 ranks joined hvd.init(), no report yet" and snapshot["step"] == 1
+        assert snapshot["ranks"] == {"0": {"step": 1, "time": 1.0}}  # milestones are not reports
+    history = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in history] == [1]  # nor part of the history
+
+
+def test_without_the_job_s_ranks_milestones_leave_the_phase_alone():
+    collector = MetricsCollector(None)
+    collector.phase("starting 2 ranks")
+    collector.add({"event": "milestone", "rank": 0, "milestone": "init", "time": 1.0})
+    assert collector.snapshot()["phase"] == "starting 2 ranks"

@@ -6,6 +6,7 @@ import pytest
 
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure, spark_reason, task_exception
 from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.rank_errors import RankFailedError
 
 # str() of the Py4JJavaError a real local[2] run raised when the executors' Python had no Horovod (abridged paths)
 NO_HOROVOD = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
@@ -142,7 +143,30 @@ def test_a_lost_executor_is_an_executor_lost_error_with_its_facts():
     assert "SIGKILL" not in str(info.value)
 
 
-def test_a_stage_failure_other_than_a_lost_executor_stays_a_plain_launch_error():
+def test_a_stage_failure_other_than_a_lost_executor_or_a_cancellation_stays_a_plain_launch_error():
     with pytest.raises(LaunchError) as info:
-        raise_for_stage_failure(RuntimeError("Job 3 cancelled part of cancelled job group g"), [], lambda: "unused")
+        raise_for_stage_failure(RuntimeError("Job aborted due to stage failure: Python worker exited unexpectedly "
+                                             "(crashed)"), [], lambda: "unused")
     assert type(info.value) is LaunchError
+
+
+@pytest.mark.parametrize("spark_says, job_id, reason", [
+    ("org.apache.spark.SparkException: [SPARK_JOB_CANCELLED] Job 3 cancelled because killed via Web UI "
+     "SQLSTATE: XXKDA", 3, "because killed via Web UI"),
+    ("[SPARK_JOB_CANCELLED] Job 0 cancelled part of cancelled job group g SQLSTATE: XXKDA", 0,
+     "part of cancelled job group g"),
+    ("org.apache.spark.SparkException: Job 7 cancelled because SparkContext was shut down", 7,
+     "because SparkContext was shut down"),
+])
+def test_a_job_cancelled_from_outside_is_its_own_type_and_blames_no_rank(spark_says, job_id, reason):
+    from airflow_provider_horovod.runtime.errors import JobCancelledError
+
+    stopped = RankFailedError(rank=1, exit_code=-9, failed_at=2.0).to_dict()  # a rank the cancellation killed
+    with pytest.raises(JobCancelledError) as info:
+        raise_for_stage_failure(RuntimeError(f"An error occurred while calling o1.collectAndServe.\n: {spark_says}\n"
+                                             "\tat org.apache.spark.scheduler.DAGScheduler.failJob"), [stopped],
+                                lambda: "unused")
+    err = info.value
+    assert isinstance(err, LaunchError) and err.facts() == {"job_id": job_id, "reason": reason}
+    assert str(err).startswith(f"Spark cancelled the barrier job (job {job_id}) from outside this run: {reason}.")
+    assert "Ranks stopped as a consequence: 1 (None)" in str(err)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_provider_horovod.runtime.errors import PEER_LEFT, START_TIMEOUT, TRAINING_TIMEOUT, WAITING_FOR_PEERS
+from airflow_provider_horovod.runtime.rank_errors import PEER_LEFT, START_TIMEOUT, TRAINING_TIMEOUT, WAITING_FOR_PEERS
 from airflow_provider_horovod.runtime.task.rank_failure import (
     FAILURE_GRACE_S,
     exit_failure,

@@ -32,3 +32,45 @@ def test_unreachable_channel_does_not_raise(capsys):
     client.send("again")
     client.close()
     assert "cannot reach the driver's log channel" in capsys.readouterr().err
+
+
+def test_threads_sharing_one_client_send_whole_frames_over_one_connection():
+    """A rank's output, its report() records and its milestones come from three threads through one client."""
+    import threading
+
+    lines: list[str] = []
+    records: list[dict] = []
+    connections: list[int] = []
+    with LogServer("127.0.0.1", on_line=lines.append, on_metrics=records.append) as server:
+        client = LogClient(server.address, server.token)
+        original = client._connect
+
+        def counted() -> None:
+            connections.append(1)
+            original()
+
+        client._connect = counted
+        big = "y" * 10_000
+        pad = "z" * 200_000  # a record larger than a socket buffer: one sendall() takes several send() calls
+
+        def output(n: int) -> None:
+            for i in range(200):
+                client.send(f"[rank {n}] {i} {big}")
+
+        def metrics(n: int) -> None:
+            for i in range(200):
+                client.send_metrics({"rank": n, "step": i, "metrics": {"pad": pad}})
+
+        threads = [threading.Thread(target=output, args=(0,)), threading.Thread(target=output, args=(1,)),
+                   threading.Thread(target=metrics, args=(0,)), threading.Thread(target=metrics, args=(1,))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        client.close()
+    assert len(connections) == 1
+    assert len(lines) == 400 and all(line.endswith(big) for line in lines)
+    for n in (0, 1):
+        assert [int(line.split()[2]) for line in lines if line.startswith(f"[rank {n}]")] == list(range(200))
+        assert [r["step"] for r in records if r["rank"] == n] == list(range(200))
+    assert all(r["metrics"]["pad"] == pad for r in records)
