@@ -1,8 +1,9 @@
 """
 The "Training progress" tab in a real browser (Debian's headless Chromium through chromedriver) against a real
 deployment's api-server while a real training (np=2 on the embedded local Spark) reports its progress with
-``runtime.report()``: the chart's points grow between two reads, the progress text and the ranks appear (rank 1 is
-the straggler), the finished history stays; the endpoint refuses requests without a session. A retried task's tab
+``runtime.report()``: before the first report the tab shows the rendezvous (rank 1 holds back from ``hvd.init()``
+until the test has seen it), then the chart's points grow between two reads, the progress text and the ranks appear
+(rank 1 is the straggler), the finished history stays; the endpoint refuses requests without a session. A retried task's tab
 tells its story: the resume banner, the try picker, the failed try's headline, a log-scale chart with hover values;
 a task that never reported says so, and a ``javascript:`` link from XCom is not clickable.
 
@@ -120,6 +121,12 @@ def _open_tab(airflow, browser, dag_id: str, run_id: str, task_id: str) -> None:
 
 def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, browser):
     _open_tab(airflow, browser, DAG_ID, training, TASK_ID)
+    # before the first report the tab says what the ranks do: rank 1 holds back from hvd.init() until the file
+    # "go" is in the artifact directory, so rank 0 waits there alone
+    waiting = wait_until(lambda: (t := _tab(browser))["status"].startswith("rendezvous: ") and t,
+                         "the rendezvous phase", timeout_s=120)
+    assert waiting["status"] == "rendezvous: 1/2 ranks in hvd.init(), 0 joined" and not waiting["charts"], waiting
+    Path(airflow.xcom(DAG_ID, training, TASK_ID, "artifact_dir"), "go").write_text("")
     first = wait_until(lambda: (t := _tab(browser))["charts"].get("loss") and t, "the chart's first points",
                        timeout_s=120)  # Spark and the ranks start first
     later = wait_until(lambda: (t := _tab(browser))["charts"]["loss"] > first["charts"]["loss"] and t,

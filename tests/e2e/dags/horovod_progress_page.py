@@ -11,15 +11,24 @@ from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 
 def train_reporting(steps: int):
-    """``steps`` steps, each reported; rank 1's are slower (no collective per step), so the page marks it."""
+    """
+    ``steps`` steps, each reported; rank 1's are slower (no collective per step), so the page marks it. Rank 1 joins
+    the rendezvous only once the file ``go`` is in the artifact directory (the test writes it when the page has shown
+    rank 0 alone in ``hvd.init()``; at most 120 s).
+    """
     import math
+    import os
     import time
 
     import horovod.torch as hvd
     import torch
 
-    from airflow_provider_horovod.runtime import report
+    from airflow_provider_horovod.runtime import artifact_dir, report
 
+    if os.environ["HOROVOD_RANK"] == "1":
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(artifact_dir(), "go")) and time.monotonic() < deadline:
+            time.sleep(0.1)
     hvd.init()
     for step in range(1, steps + 1):
         report(step=step, total_steps=steps, loss=2.0 * math.exp(-step / 40) + 0.05, acc=1 - math.exp(-step / 30))
