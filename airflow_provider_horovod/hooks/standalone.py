@@ -30,6 +30,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient
 from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.driver_poll import driver_failure, outside_kill
 from airflow_provider_horovod.utils.job_result import read_job_result
@@ -254,7 +255,7 @@ class HorovodStandaloneHook(BaseHook):
         :param staging: the try's staging directory (a :class:`~.utils.staging.Staging`, a path or a URI).
         """
         try:
-            data = json.loads(Staging.of(staging).read_bytes("status.json") or b"")
+            data = json.loads(Staging.of(staging).read_bytes(STATUS_FILE) or b"")
         except (OSError, ValueError):
             return None, None
         return data.get("app_id"), data.get("ui_url")

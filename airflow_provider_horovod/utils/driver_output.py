@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from airflow_provider_horovod.runtime.driver.program import APP_MARKER
+from airflow_provider_horovod.runtime.driver.program import APP_MARKER, RESULT_FILE, STATUS_FILE
 
 __all__ = ["DRIVER_RESULT_GRACE_S", "app_started_line", "is_app_started_line", "wait_for_driver_result"]
 
@@ -50,6 +50,6 @@ def wait_for_driver_result(staging: Path, timeout_s: float = DRIVER_RESULT_GRACE
     :param timeout_s: the longest wait, seconds.
     """
     deadline = time.monotonic() + timeout_s
-    while ((staging / "status.json").exists() and not (staging / "result.json").exists()
+    while ((staging / STATUS_FILE).exists() and not (staging / RESULT_FILE).exists()
            and time.monotonic() < deadline):
         time.sleep(0.1)

@@ -21,6 +21,7 @@ from airflow_provider_horovod.exceptions import (
     HorovodRankKilledError,
     HorovodRendezvousError,
 )
+from airflow_provider_horovod.runtime.driver.program import RESULT_FILE, VALUE_FILE
 
 _RANK_KINDS: dict[str, type[HorovodJobError]] = {"RankKilledError": HorovodRankKilledError,
                                                  "RendezvousError": HorovodRendezvousError}
@@ -102,7 +103,7 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
 
     staging = Staging.of(staging)
     try:
-        outcome = json.loads(staging.read_bytes("result.json") or b"")
+        outcome = json.loads(staging.read_bytes(RESULT_FILE) or b"")
     except (OSError, ValueError):
         what = "the Spark driver ended before running the job (no result was written)"
         if killed is not None:
@@ -128,7 +129,7 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
     if submit_error is not None:
         raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
                               app_id=app_id) from submit_error
-    value = staging.read_bytes("result.pkl")
+    value = staging.read_bytes(VALUE_FILE)
     return JobResult(app_id=app_id, ui_url=ui_url, artifact_paths=list(outcome.get("artifact_paths") or []),
                      return_value=value, metrics=dict(outcome.get("metrics") or {}))
 

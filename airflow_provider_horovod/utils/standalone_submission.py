@@ -21,10 +21,9 @@ from airflow_provider_horovod.utils.spark_conf import (
 from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.utils.standalone_slots import standalone_defaults
 
-__all__ = ["DRIVER_FILE", "PAYLOAD_FILE", "PYTHON_RUNNER", "DriverSubmission", "driver_submission", "stage_job"]
+__all__ = ["DRIVER_FILE", "PYTHON_RUNNER", "DriverSubmission", "driver_submission", "stage_job"]
 
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
-PAYLOAD_FILE = "payload.bin"
 DRIVER_FILE = "horovod_driver.py"
 
 
@@ -53,7 +52,7 @@ def stage_job(staging: Staging, payload: bytes) -> None:
     :param payload: the signed payload.
     :raises OSError: a file cannot be written there.
     """
-    staging.write_bytes(PAYLOAD_FILE, payload)
+    staging.write_bytes(driver_program.PAYLOAD_FILE, payload)
     staging.write_bytes(RUNTIME_ZIP_NAME, runtime_zip())
     staging.write_bytes(DRIVER_FILE, Path(driver_program.__file__).read_bytes())
 
@@ -81,7 +80,7 @@ def driver_submission(staging: Staging, *, master_url: str, master_ui_url: str, 
     :return: the request.
     :raises HorovodJobError: an object-store staging location cannot presign the driver program's URL.
     """
-    args = ["--payload", staging.path(PAYLOAD_FILE), "--result-dir", staging.uri, "--artifact-dir", artifact_dir,
+    args = ["--payload", staging.path(driver_program.PAYLOAD_FILE), "--result-dir", staging.uri, "--artifact-dir", artifact_dir,
             *settings.to_args()]
     properties = {
         **BASE_SPARK_CONF,

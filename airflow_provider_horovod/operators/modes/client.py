@@ -10,6 +10,7 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.operators.modes.base import DeployMode, JobRequest
+from airflow_provider_horovod.runtime.driver.program import PAYLOAD_FILE
 from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class ClientMode(DeployMode):
                                       "runs in this task's process); running synchronously")
         staging = tempfile.mkdtemp(prefix="horovod-airflow-")  # mode 0700
         try:
-            fd = os.open(os.path.join(staging, "payload.bin"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(os.path.join(staging, PAYLOAD_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(self.job.payload)
         except BaseException:
@@ -88,7 +89,7 @@ class ClientMode(DeployMode):
 
         try:
             self._result = self.hook.run_job(
-                payload_path=os.path.join(external_id, "payload.bin"), staging_dir=external_id, key=job.key,
+                payload_path=os.path.join(external_id, PAYLOAD_FILE), staging_dir=external_id, key=job.key,
                 artifact_dir=job.artifact_dir, settings=job.settings, on_app_started=on_app_started,
             )
         finally:

@@ -38,6 +38,14 @@ import traceback
 from typing import Any
 from pathlib import Path
 
+STATUS_FILE = "status.json"
+"""In the result directory: the application's id and UI URL, written once its SparkContext runs."""
+RESULT_FILE = "result.json"
+"""In the result directory: how the job ended (see above), written last."""
+VALUE_FILE = "result.pkl"
+"""In the result directory: rank 0's cloudpickled return value, on success."""
+PAYLOAD_FILE = "payload.bin"
+"""In the staging directory: the signed training payload the driver reads (``--payload``)."""
 KEY_ENV = "HOROVOD_AIRFLOW_PAYLOAD_KEY"
 APP_MARKER = "airflow-provider-horovod: Spark application"
 AUTH_SECRET_ENV, AUTH_SECRET_CONF = "_SPARK_AUTH_SECRET", "spark.authenticate.secret"
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, OSError) as err:  # e.g. no cloudpickle, pyspark or s3fs in the driver's interpreter
         outcome["message"] = (f"the Spark driver's Python {sys.executable} cannot load the runtime: "
                               f"{type(err).__name__}: {err}. {WHICH_PYTHON}")
-        _write_json(_join(result_dir, "result.json"), outcome)
+        _write_json(_join(result_dir, RESULT_FILE), outcome)
         print(f"airflow-provider-horovod: {outcome['message']}", file=sys.stderr, flush=True)
         return 1
     spark = None
@@ -235,11 +243,11 @@ def main(argv: list[str] | None = None) -> int:
             sc = spark.sparkContext
             ui_url = advertised_ui_url(sc.uiWebUrl, sc.getConf().get("spark.driver.host", None))
             outcome["app_id"], outcome["ui_url"] = sc.applicationId, ui_url
-            _write_json(_join(result_dir, "status.json"), {"app_id": sc.applicationId, "ui_url": ui_url})
+            _write_json(_join(result_dir, STATUS_FILE), {"app_id": sc.applicationId, "ui_url": ui_url})
             print(f"{APP_MARKER} {sc.applicationId} started; UI {ui_url or '-'}", flush=True)
         result = runner.run_payload(payload, progress_mirror=result_dir)
         if result is not None:
-            _write_bytes(_join(result_dir, "result.pkl"), result)
+            _write_bytes(_join(result_dir, VALUE_FILE), result)
         outcome["status"] = "success"
         return 0
     except RankFailedError as err:
@@ -270,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 outcome["artifact_paths"] = list_artifacts(args.artifact_dir)
             except Exception as err:  # listing must not hide the job's own outcome
                 print(f"airflow-provider-horovod: cannot list {args.artifact_dir}: {err}", file=sys.stderr)
-        _write_json(_join(result_dir, "result.json"), outcome)
+        _write_json(_join(result_dir, RESULT_FILE), outcome)
         if spark is not None:
             spark.stop()
 
