@@ -152,7 +152,7 @@ class OpenLineageMixin:
         :param task_instance: the finished task instance (the artifact directory and metrics are read from its XCom).
         :return: an ``OperatorLineage``.
         """
-        from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR, XCOM_METRICS
+        from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_METRICS
 
         def pull(key: str) -> Any:
             return task_instance.xcom_pull(task_ids=task_instance.task_id, key=key,

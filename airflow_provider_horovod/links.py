@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
 
+from airflow_provider_horovod.xcom_keys import XCOM_MLFLOW_RUN_URL, XCOM_SPARK_UI_URL
+
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
     from airflow.sdk import BaseOperator
-
-XCOM_SPARK_UI_URL = "spark_ui_url"
-"""XCom key of the Spark UI URL, the operator's data (users and downstream tasks read it); the link has its own key."""
 
 
 class SparkUILink(BaseOperatorLink):
@@ -75,8 +74,6 @@ def push_spark_ui_url(ti: Any, url: str) -> None:
 _UNKNOWN = object()
 
 
-XCOM_MLFLOW_RUN_URL = "mlflow_run_url"
-"""XCom key of the try's MLflow run page (the operator's data; the link has its own key)."""
 
 
 class MlflowRunLink(BaseOperatorLink):

@@ -14,14 +14,18 @@ from typing import Any
 from airflow.sdk.bases.operator import BaseOperatorMeta
 
 from airflow_provider_horovod.hooks.mlflow import MlflowHook
-from airflow_provider_horovod.links import XCOM_MLFLOW_RUN_URL
 from airflow_provider_horovod.operators._durable import ABANDONED
-from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR, XCOM_ARTIFACT_PATHS, XCOM_SPARK_APP_ID
 from airflow_provider_horovod.runtime.mlflow_sink import ENV_EXPERIMENT_ID, ENV_RUN_ID, check_mlflow_installed
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
+from airflow_provider_horovod.xcom_keys import (
+    XCOM_ARTIFACT_DIR,
+    XCOM_ARTIFACT_PATHS,
+    XCOM_MLFLOW_RUN_ID,
+    XCOM_MLFLOW_RUN_URL,
+    XCOM_MODEL_VERSION,
+    XCOM_SPARK_APP_ID,
+)
 
-XCOM_MLFLOW_RUN_ID = "mlflow_run_id"
-XCOM_MODEL_VERSION = "model_version"
 RUN_ID_RECORD_KEY = "mlflow_run_id"
 """Where the durable job record keeps the run (a reattached try keeps its run)."""
 

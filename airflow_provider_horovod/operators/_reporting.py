@@ -15,21 +15,20 @@ from typing import Any
 
 from airflow_provider_horovod.clients import SparkRestAccess
 from airflow_provider_horovod.hooks.horovod import HorovodHook
-from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, push_spark_ui_url
-from airflow_provider_horovod.operators.common import (
-    XCOM_ARTIFACT_DIR,
-    XCOM_ARTIFACT_PATHS,
-    XCOM_METRICS,
-    XCOM_SPARK_APP_ID,
-    XCOM_TENSORBOARD_DIR,
-    check_xcom_value,
-    history_app_url,
-    history_server_url,
-)
+from airflow_provider_horovod.links import push_spark_ui_url
+from airflow_provider_horovod.operators.common import check_xcom_value, history_app_url, history_server_url
 from airflow_provider_horovod.runtime.observability import TIMELINE_FILE_NAME, tensorboard_location
 from airflow_provider_horovod.utils.job_result import JobResult
 from airflow_provider_horovod.utils.progress import ProgressWatcher
 from airflow_provider_horovod.utils.spark_connection import connection_extras, rest_access
+from airflow_provider_horovod.xcom_keys import (
+    XCOM_ARTIFACT_DIR,
+    XCOM_ARTIFACT_PATHS,
+    XCOM_METRICS,
+    XCOM_SPARK_APP_ID,
+    XCOM_SPARK_UI_URL,
+    XCOM_TENSORBOARD_DIR,
+)
 
 
 @dataclass(kw_only=True, eq=False)

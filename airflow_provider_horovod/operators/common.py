@@ -1,8 +1,8 @@
 """
-What ``HorovodRunnerOperator``, its deploy modes and DAG authors share: XCom keys, where artifacts, checkpoints and
-staging go (``default_artifact_root``, ``default_artifact_dir``, ``default_checkpoint_dir``), deploy-mode and
-history-server settings, and the check of rank 0's return value before it goes to XCom. The XCom key of the Spark UI
-link, ``XCOM_SPARK_UI_URL``, is the extra link's: :mod:`airflow_provider_horovod.links`.
+What ``HorovodRunnerOperator``, its deploy modes and DAG authors share: where artifacts, checkpoints and staging go
+(``default_artifact_root``, ``default_artifact_dir``, ``default_checkpoint_dir``), deploy-mode and history-server
+settings, and the check of rank 0's return value before it goes to XCom. The XCom keys are in
+:mod:`airflow_provider_horovod.xcom_keys`.
 """
 
 from __future__ import annotations
@@ -17,23 +17,6 @@ from airflow_provider_horovod.exceptions import HorovodResultError
 from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_NAME
 from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret
 
-XCOM_RETURN_VALUE = "return_value"
-"""XCom key of rank 0's return value."""
-XCOM_ARTIFACT_PATHS = "artifact_paths"
-"""XCom key of the list of full paths/URIs of the files the job wrote under its artifact directory."""
-XCOM_SPARK_APP_ID = "spark_app_id"
-"""XCom key of the Spark application id (pushed as soon as the driver reports it)."""
-XCOM_SUBMISSION_ID = "spark_submission_id"
-"""XCom key of the standalone driver (submission) id in cluster mode, pushed before waiting."""
-XCOM_ARTIFACT_DIR = "artifact_dir"
-"""XCom key of the artifact directory (path or URI) the ranks wrote to."""
-XCOM_CHECKPOINT_DIR = "checkpoint_dir"
-"""XCom key of the checkpoint directory (path or URI), the same for every try of the task instance."""
-XCOM_TENSORBOARD_DIR = "tensorboard_dir"
-"""XCom key of the TensorBoard log directory, pushed when the job wrote logs there (``runtime.tensorboard_dir``)."""
-XCOM_METRICS = "metrics"
-"""XCom key of rank 0's last ``runtime.report()`` metrics (``{"loss": 0.12, ...}``), pushed when it reported some."""
-# XCOM_SPARK_UI_URL ("spark_ui_url", the Spark UI link's key) lives in airflow_provider_horovod.links.
 
 ARTIFACT_ROOT_ENV = "AIRFLOW__HOROVOD__ARTIFACT_ROOT"
 DEFAULT_MAX_RETURN_BYTES = 1024 * 1024

@@ -16,9 +16,7 @@ from airflow.providers.common.compat.sdk import BaseOperator, ResumableJobMixin
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.lineage import OpenLineageMixin, default_inject_flag
 from airflow_provider_horovod.links import MlflowRunLink, SparkUILink
-from airflow_provider_horovod.operators.common import (
-    DEFAULT_MAX_RETURN_BYTES, XCOM_ARTIFACT_DIR, XCOM_CHECKPOINT_DIR, _default_deferrable, validate_deploy_mode,
-)
+from airflow_provider_horovod.operators.common import DEFAULT_MAX_RETURN_BYTES, _default_deferrable, validate_deploy_mode
 from airflow_provider_horovod.operators._arguments import (
     SETTING_NAMES, checked_settings, rendered_slot_wait_timeout, signed_payload,
 )
@@ -36,6 +34,7 @@ from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_LAUNCHER, DEFAULT_SLOT_WAIT_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S, JobSettings, validate_timeout,
 )
+from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_CHECKPOINT_DIR
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

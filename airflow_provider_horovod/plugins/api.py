@@ -31,11 +31,11 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
-from airflow_provider_horovod.links import XCOM_SPARK_UI_URL, SparkUILink
-from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR, XCOM_TENSORBOARD_DIR
+from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.plugins.progress_files import DEFAULT_MAX_POINTS, read_progress
 from airflow_provider_horovod.runtime.artifacts import is_remote
 from airflow_provider_horovod.runtime.observability import TENSORBOARD_DIR_NAME
+from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_SPARK_UI_URL, XCOM_TENSORBOARD_DIR
 
 STATIC_DIR = Path(__file__).parent / "static"
 RUNNING_STATES = frozenset({"queued", "scheduled", "running", "deferred", "up_for_retry", "up_for_reschedule",

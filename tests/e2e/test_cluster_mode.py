@@ -134,7 +134,7 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
 
     from airflow.sdk.exceptions import TaskDeferralError
 
-    from airflow_provider_horovod.operators.common import XCOM_SUBMISSION_ID
+    from airflow_provider_horovod.xcom_keys import XCOM_SUBMISSION_ID
     from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
     third = submit("try-3")

@@ -15,10 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
-from airflow_provider_horovod.links import XCOM_SPARK_UI_URL
-from airflow_provider_horovod.operators.common import (
-    XCOM_ARTIFACT_DIR, XCOM_SPARK_APP_ID, XCOM_SUBMISSION_ID, default_staging_dir,
-)
+from airflow_provider_horovod.operators.common import default_staging_dir
 from airflow_provider_horovod.operators._durable import (
     ABANDONED, KILL_MARKER, NOT_FOUND, REATTACHABLE_STATES, DurableClusterJob, abandoned_by, cluster_job, job_record,
 )
@@ -35,6 +32,12 @@ from airflow_provider_horovod.utils.driver_poll import (
 from airflow_provider_horovod.utils.job_result import Kill, read_job_result
 from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
+from airflow_provider_horovod.xcom_keys import (
+    XCOM_ARTIFACT_DIR,
+    XCOM_SPARK_APP_ID,
+    XCOM_SPARK_UI_URL,
+    XCOM_SUBMISSION_ID,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

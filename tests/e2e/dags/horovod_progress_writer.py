@@ -17,7 +17,8 @@ import time
 import pendulum
 from airflow.sdk import dag, get_current_context, task
 
-from airflow_provider_horovod.operators.common import XCOM_ARTIFACT_DIR, default_artifact_dir
+from airflow_provider_horovod.operators.common import default_artifact_dir
+from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR
 
 
 def _snapshot(state, step, total, started, now, losses, ranks):
