@@ -65,7 +65,7 @@ builder = (SparkSession.builder.master(master).appName(f"b5-{variant}")
 for key, value in json.loads(hook_conf).items():  # the hooks' Python daemon (utils/spark_conf.py)
     builder = builder.config(key, value)
 if variant == "spark-retry":
-    import airflow_provider_horovod.runtime.runner as runner_module
+    import airflow_provider_horovod.runtime.driver.runner as runner_module
 
     runner_module.wait_for_slots = lambda *args, **kwargs: 0.0  # the alternative: Spark's check does the waiting
     builder = (builder.config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")

@@ -57,7 +57,7 @@ class HorovodConnectHook(BaseHook):
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
         from airflow_provider_horovod.runtime.errors import ExecutorLostError, HorovodRuntimeError, JobCancelledError
         from airflow_provider_horovod.runtime.rank_errors import RankFailedError
-        from airflow_provider_horovod.runtime.runner import HorovodRunner
+        from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
 
         settings = JobSettings.for_np(settings, self.np)
 

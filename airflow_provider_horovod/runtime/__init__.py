@@ -31,12 +31,12 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.observability import tensorboard_dir
     from airflow_provider_horovod.runtime.progress import report
     from airflow_provider_horovod.runtime.rank_errors import RankFailedError, RankKilledError, RendezvousError
-    from airflow_provider_horovod.runtime.runner import HorovodRunner
+    from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
     from airflow_provider_horovod.runtime.torch_distributor import TorchDistributor
 
 _EXPORTS = {
     "ExecutorLostError": "airflow_provider_horovod.runtime.errors",
-    "HorovodRunner": "airflow_provider_horovod.runtime.runner",
+    "HorovodRunner": "airflow_provider_horovod.runtime.driver.runner",
     "HorovodRuntimeError": "airflow_provider_horovod.runtime.errors",
     "JobCancelledError": "airflow_provider_horovod.runtime.errors",
     "LaunchError": "airflow_provider_horovod.runtime.errors",

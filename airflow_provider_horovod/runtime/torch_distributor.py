@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow_provider_horovod.runtime.launchers import TORCH
 from airflow_provider_horovod.runtime.rank.script import run_script
-from airflow_provider_horovod.runtime.runner import HorovodRunner
+from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
 
 
 def validate_num_processes(value: object) -> int:
@@ -63,7 +63,7 @@ class TorchDistributor:
     :param use_gpu: give each rank the GPUs Spark scheduled for its task (``local_mode``: the driver's, device
         ``LOCAL_RANK`` each); ``False`` hides GPUs (``CUDA_VISIBLE_DEVICES=""``). PySpark's default ``True``.
     :param _ssl_conf: ignored (PySpark's SSL opt-out).
-    :param settings: further keyword arguments of :class:`~airflow_provider_horovod.runtime.runner.HorovodRunner`
+    :param settings: further keyword arguments of :class:`~airflow_provider_horovod.runtime.driver.runner.HorovodRunner`
         (``spark``, ``artifact_dir``, ``checkpoint_dir``, ``try_number``, ``env``, ``start_timeout_s``,
         ``training_timeout_s``, ``driver_log_verbosity``, ``gpu_visibility``, ``slot_wait_timeout_s``,
         ``max_return_value_bytes``).

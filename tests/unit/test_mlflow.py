@@ -15,7 +15,7 @@ import pytest
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
 from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink
-from airflow_provider_horovod.runtime.runner import HorovodRunner
+from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
 from tests.integration.shared_cluster_jobs import wait_until
 from tests.mlflow_server import MlflowServer
 

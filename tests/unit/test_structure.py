@@ -99,7 +99,7 @@ def test_hooks_hold_only_hooks_and_the_provider_lists_them_all():
 
 
 TASK_OR_RANK_ONLY = ("airflow_provider_horovod.runtime.task", "airflow_provider_horovod.runtime.rank",
-                     "airflow_provider_horovod.runtime.driver.", "airflow_provider_horovod.runtime.runner",
+                     "airflow_provider_horovod.runtime.driver.",
                      "airflow_provider_horovod.runtime.data", "airflow_provider_horovod.runtime.wire.logs",
                      "airflow_provider_horovod.runtime.wire.jobspec")
 """Runtime modules (prefixes) that only the Spark driver, its barrier tasks or the ranks load; the hooks load only

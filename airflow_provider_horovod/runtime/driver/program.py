@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
         from airflow_provider_horovod.runtime.errors import ExecutorLostError, JobCancelledError, PayloadError
         from airflow_provider_horovod.runtime.rank_errors import RankFailedError
-        from airflow_provider_horovod.runtime.runner import HorovodRunner
+        from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
         from airflow_provider_horovod.runtime.wire.payload import verify_payload
         from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
     except (ImportError, OSError) as err:  # e.g. no cloudpickle, pyspark or s3fs in the driver's interpreter

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_provider_horovod.runtime.driver.program import _parse, _settings
 from airflow_provider_horovod.runtime.errors import LaunchError
-from airflow_provider_horovod.runtime.runner import HorovodRunner
+from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
 from airflow_provider_horovod.runtime.settings import validate_gpu_visibility
 from airflow_provider_horovod.runtime.task.gpus import (
     check_gpu_conf,
