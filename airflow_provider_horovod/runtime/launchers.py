@@ -25,6 +25,12 @@ class Launcher:
     :param frameworks: modules a rank started ahead of its rendezvous imports meanwhile when its payload names them.
     :param always_preimport: modules such a rank imports meanwhile whatever its payload names.
     :param install_hint: what to install where a required module is missing.
+    :param imports_devices_late: its framework must be imported only once the rank's devices are set
+        (``horovod.torch`` looks at the GPUs on import, before ``CUDA_VISIBLE_DEVICES`` would be set): a rank with GPUs
+        does not import it ahead of its rendezvous.
+    :param sets_omp_threads: like its own launcher (torchrun), it sets ``OMP_NUM_THREADS=1`` on ranks that share a
+        host, when nothing else sets it (``horovodrun`` sets nothing).
+    :param timeline: it can record the Horovod Timeline (``timeline=True``).
     """
 
     name: str
@@ -34,6 +40,9 @@ class Launcher:
     frameworks: tuple[str, ...] = ()
     always_preimport: tuple[str, ...] = ()
     install_hint: str = ""
+    imports_devices_late: bool = False
+    sets_omp_threads: bool = False
+    timeline: bool = False
 
     def preimports(self, payload: bytes) -> list[str]:
         """
@@ -55,12 +64,13 @@ LAUNCHERS = {
         required_modules=("horovod.runner.http.http_server", "horovod.torch", "cloudpickle"),
         frameworks=("horovod.torch", "horovod.tensorflow", "horovod.keras"),
         install_hint="Horovod built with Gloo and PyTorch: pip install 'airflow-provider-horovod[horovod]' where "
-                     "it builds, or scripts/build_horovod.sh"),
+                     "it builds, or scripts/build_horovod.sh",
+        imports_devices_late=True, timeline=True),
     TORCH: Launcher(
         name=TORCH, label="torch.distributed", init_call="init_process_group()",
         required_modules=("torch.distributed", "cloudpickle"),
         always_preimport=("torch.distributed",),
-        install_hint="PyTorch"),
+        install_hint="PyTorch", sets_omp_threads=True),
 }
 """The launchers by the ``launcher`` setting's value."""
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV
-from airflow_provider_horovod.runtime.launchers import HOROVOD, TORCH, preimports
+from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
@@ -59,8 +59,9 @@ def worker_environ(spec: JobSpec, *, launch_env: Mapping[str, str], devices: Map
         extra[protocol.ENV_METRICS] = str(metrics_fd)
     if release_fd is not None:
         extra[protocol.ENV_RELEASE] = str(release_fd)
-        if not spec.use_gpu or spec.launcher != HOROVOD:  # horovod.torch imports after CUDA_VISIBLE_DEVICES is set
-            extra[protocol.ENV_PREIMPORT] = ",".join(preimports(spec.payload, spec.launcher))
+        launcher = get_launcher(spec.launcher)
+        if not (spec.use_gpu and launcher.imports_devices_late):  # e.g. horovod.torch: after CUDA_VISIBLE_DEVICES
+            extra[protocol.ENV_PREIMPORT] = ",".join(launcher.preimports(spec.payload))
     return extra
 
 
@@ -80,6 +81,6 @@ def omp_threads(spec: JobSpec, inherited: Mapping[str, str]) -> int | None:
     :param spec: the job.
     :param inherited: the environment the ranks start from.
     """
-    if spec.launcher != TORCH or OMP_THREADS in spec.env or OMP_THREADS in inherited:
+    if not get_launcher(spec.launcher).sets_omp_threads or OMP_THREADS in spec.env or OMP_THREADS in inherited:
         return None
     return 1 if spec.np > 1 else None

@@ -71,3 +71,10 @@ def test_torch_distributor_refuses_what_it_cannot_run_before_any_spark_work(tmp_
     script.write_text("pass\n")
     with pytest.raises(ValueError, match=r"command-line arguments only, got keyword arguments \['epochs'\]"):
         distributor.run(str(script), epochs=3)
+
+
+def test_what_differs_between_the_launchers_is_their_attributes():
+    horovod, torch = get_launcher("horovod"), get_launcher("torch")
+    assert horovod.imports_devices_late and not torch.imports_devices_late  # horovod.torch looks at the GPUs on import
+    assert torch.sets_omp_threads and not horovod.sets_omp_threads  # torchrun's OMP_NUM_THREADS=1; horovodrun: none
+    assert horovod.timeline and not torch.timeline  # the Horovod Timeline
