@@ -362,8 +362,10 @@ def test_the_operator_trains_on_the_authenticated_cluster_in_both_modes_with_the
         run_id = airflow.trigger("horovod_auth")
         state = airflow.wait_for_run("horovod_auth", run_id, timeout_s=600)
     logs = {t: _log(airflow, "horovod_auth", run_id, t) for t in ("client", "cluster")}
-    assert state == "success", f"{airflow.task_states('horovod_auth', run_id)}\n{logs['client'][-3000:]}\n" \
-                               f"{logs['cluster'][-3000:]}\n{auth.log_tail(20)}"
+    assert state == "success", (
+        f"{airflow.task_states('horovod_auth', run_id)}\nerrors: "
+        f"{[airflow.task_error('horovod_auth', run_id, t) for t in ('client', 'cluster')]}\n"
+        f"{logs['client'][-3000:]}\n{logs['cluster'][-6000:]}\n{auth.log_tail(20)}{airflow.diagnostics(40)}")
     for task_id in ("client", "cluster"):
         xcoms = _out_of_sight(airflow, "horovod_auth", run_id, task_id, SECRET)
         assert xcoms["return_value"] == {"size": 2, "total": 3.0}, xcoms
