@@ -15,9 +15,9 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.exceptions import HorovodExecutorLostError, HorovodJobError, HorovodJobKilledError
+from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.utils.job_result import JobResult, rank_job_error
+from airflow_provider_horovod.utils.job_result import JobResult, facts_job_error, rank_job_error
 
 
 class HorovodConnectHook(BaseHook):
@@ -71,10 +71,8 @@ class HorovodConnectHook(BaseHook):
             result = runner.run_payload(payload)
         except RankFailedError as err:  # the rank's own traceback is in the message
             raise rank_job_error(str(err), err.to_dict(), app_id=app_id) from None
-        except ExecutorLostError as err:
-            raise HorovodExecutorLostError(str(err), facts=err.facts(), app_id=app_id) from err
-        except JobCancelledError as err:
-            raise HorovodJobKilledError(str(err), facts=err.facts(), app_id=app_id) from err
+        except (ExecutorLostError, JobCancelledError) as err:
+            raise facts_job_error(type(err).__name__, str(err), err.facts(), app_id=app_id) from err
         except HorovodRuntimeError as err:
             raise HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id) from err
         finally:

@@ -33,7 +33,7 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.driver_poll import driver_failure, outside_kill
-from airflow_provider_horovod.utils.job_result import read_job_result
+from airflow_provider_horovod.utils.job_result import JobResult, Kill, read_job_result
 from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, connection_auth_secret
 from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from airflow_provider_horovod.utils.spark_connection import connection_extras, probe_rest_access, rest_access
@@ -281,7 +281,7 @@ class HorovodStandaloneHook(BaseHook):
         return outside_kill(submission_id, driver_state, app_id, app_state)
 
     @staticmethod
-    def result(staging: Any, status: DriverStatus | None = None, *, killed: Any = None):  # -> JobResult
+    def result(staging: Any, status: DriverStatus | None = None, *, killed: Kill | None = None) -> JobResult:
         """
         The job's result from the staging directory; the driver's state explains a missing result.
 

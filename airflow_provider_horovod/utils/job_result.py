@@ -25,6 +25,25 @@ from airflow_provider_horovod.runtime.driver.program import RESULT_FILE, VALUE_F
 
 _RANK_KINDS: dict[str, type[HorovodJobError]] = {"RankKilledError": HorovodRankKilledError,
                                                  "RendezvousError": HorovodRendezvousError}
+_FACT_KINDS: dict[str, type[HorovodExecutorLostError | HorovodJobKilledError]] = {
+    "ExecutorLostError": HorovodExecutorLostError, "JobCancelledError": HorovodJobKilledError}
+"""The driver's errors that carry ``facts()`` (their class names, as ``result.json``'s ``kind``), by Airflow twin."""
+
+
+def facts_job_error(kind: str | None, message: str, facts: dict[str, Any] | None, *,
+                    app_id: str | None = None) -> HorovodJobError | None:
+    """
+    The Airflow-side twin of a driver error that carries facts (:data:`_FACT_KINDS`): ``ExecutorLostError`` ->
+    :class:`HorovodExecutorLostError`, ``JobCancelledError`` -> :class:`HorovodJobKilledError`; ``None`` for any
+    other ``kind``.
+
+    :param kind: the driver error's class name (``result.json``'s ``kind``, or ``type(err).__name__``).
+    :param message: the error's message.
+    :param facts: its ``facts()``.
+    :param app_id: the Spark application id.
+    """
+    twin = _FACT_KINDS.get(kind or "")
+    return None if twin is None else twin(message, facts=facts or {}, app_id=app_id)
 
 
 def rank_job_error(message: str, failure: dict[str, Any] | None, *, app_id: str | None = None) -> HorovodJobError:
@@ -121,11 +140,8 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
         # The driver's own account is the whole story; spark-submit's exit status would only repeat it.
         if killed is not None:
             raise HorovodJobKilledError(message, facts=killed.facts, app_id=app_id) from None
-        if outcome.get("kind") == "JobCancelledError":
-            raise HorovodJobKilledError(message, facts=outcome.get("facts") or {}, app_id=app_id) from None
-        if outcome.get("kind") == "ExecutorLostError":
-            raise HorovodExecutorLostError(message, facts=outcome.get("facts") or {}, app_id=app_id) from None
-        raise rank_job_error(message, outcome.get("error"), app_id=app_id) from None
+        error = facts_job_error(outcome.get("kind"), message, outcome.get("facts"), app_id=app_id)
+        raise error or rank_job_error(message, outcome.get("error"), app_id=app_id) from None
     if submit_error is not None:
         raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
                               app_id=app_id) from submit_error
