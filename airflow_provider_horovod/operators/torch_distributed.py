@@ -13,8 +13,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
-from airflow_provider_horovod.runtime.launchers import TORCH
-from airflow_provider_horovod.runtime.settings import LAUNCHER_NAMES, validate_choice
+from airflow_provider_horovod.runtime.launchers import TORCH, require_launcher
 from airflow_provider_horovod.runtime.torch_distributor import script_call
 
 __all__ = ["TorchDistributedOperator", "torch_launcher"]
@@ -28,11 +27,8 @@ def torch_launcher(launcher: object) -> str:
     :return: ``"torch"``.
     :raises ValueError: not one of the launchers (the message is ``JobSettings``'), or ``"horovod"``.
     """
-    validate_choice("launcher", launcher, LAUNCHER_NAMES)
-    if launcher != TORCH:
-        raise ValueError(f"launcher must be 'torch' for TorchDistributedOperator and @task.torch_distributed, got "
-                         f"{launcher!r}; use HorovodRunnerOperator or @task.horovod for launcher='horovod'")
-    return TORCH
+    return require_launcher(launcher, TORCH, entry_points="TorchDistributedOperator and @task.torch_distributed",
+                            instead="use HorovodRunnerOperator or @task.horovod for launcher='horovod'")
 
 
 def script_path(script: object) -> str:

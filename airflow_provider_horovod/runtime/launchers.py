@@ -81,10 +81,26 @@ def get_launcher(name: str) -> Launcher:
 
     :raises ValueError: not a key of :data:`LAUNCHERS` (the message lists them).
     """
-    try:
-        return LAUNCHERS[name]
-    except KeyError:
-        raise ValueError(f"launcher must be one of {tuple(LAUNCHERS)}, got {name!r}") from None
+    if not isinstance(name, str) or name not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {tuple(LAUNCHERS)}, got {name!r}")
+    return LAUNCHERS[name]
+
+
+def require_launcher(given: object, name: str, *, entry_points: str, instead: str) -> str:
+    """
+    Check the ``launcher`` given to an entry point that runs one launcher only (it may only repeat ``name``).
+
+    :param given: the argument as given.
+    :param name: the launcher the entry point runs.
+    :param entry_points: the entry points, as the message names them.
+    :param instead: what to use for another launcher, as the message says it.
+    :return: ``name``.
+    :raises ValueError: ``given`` is not one of the launchers (the message lists them), or another one than ``name``.
+    """
+    get_launcher(given)  # type: ignore[arg-type]  # refuses a non-string too
+    if given != name:
+        raise ValueError(f"launcher must be {name!r} for {entry_points}, got {given!r}; {instead}")
+    return name
 
 
 def preimports(payload: bytes, launcher_name: str = HOROVOD) -> list[str]:

@@ -47,9 +47,9 @@ import traceback
 from pathlib import Path
 
 from airflow_provider_horovod.runtime.rank_errors import LOAD_ERROR
-from airflow_provider_horovod.runtime.launchers import HOROVOD, TORCH
-from airflow_provider_horovod.runtime.observability import start_timeline
-from airflow_provider_horovod.runtime.rank.guards import Progress, guard_init, guard_process_group_init
+from airflow_provider_horovod.runtime.launchers import HOROVOD
+from airflow_provider_horovod.runtime.rank.backends import rank_backend_for
+from airflow_provider_horovod.runtime.rank.guards import Progress
 from airflow_provider_horovod.runtime.rank.report import (
     error_record,
     exit_status,
@@ -113,27 +113,24 @@ def main() -> int:
     lifeline = os.environ.get(ENV_LIFELINE)
     if lifeline is not None:
         threading.Thread(target=_hold_lifeline, args=(int(lifeline),), name="lifeline", daemon=True).start()
-    torch = os.environ.get(ENV_LAUNCHER, HOROVOD) == TORCH
-    rank = int(os.environ.get("RANK" if torch else "HOROVOD_RANK", "0"))
+    backend = rank_backend_for(os.environ.get(ENV_LAUNCHER, HOROVOD))
+    rank = int(os.environ.get(backend.rank_variable, "0"))
     error_path = os.environ[ENV_ERROR]
     progress = Progress()
     check_size = os.environ.get(ENV_CHECK_SIZE)
     expected = int(check_size) if check_size else None
-    if not torch:
-        guard_init(expected, progress)  # before any import binds hvd.init
-        start_timeline(rank)  # before the function's hvd.init(): its atexit handler must run after Horovod's
+    backend.on_start(rank, expected, progress)
     release = os.environ.get(ENV_RELEASE)
     if release is not None and not wait_for_release(int(release), os.environ.get(ENV_PREIMPORT, "")):
         return 1
-    if torch:
-        try:  # after the release: CUDA_VISIBLE_DEVICES is set before torch can look at the GPUs
-            guard_process_group_init(expected, progress)
-        except ImportError as err:
-            tb = traceback.format_exc()
-            sys.stderr.write(tb)
-            write_atomic(error_path, error_record(LOAD_ERROR, f"torch.distributed is not importable by this rank's "
-                                                  f"Python {sys.executable}: {err}", tb))
-            return 1
+    try:
+        backend.on_released(expected, progress)
+    except ImportError as err:
+        tb = traceback.format_exc()
+        sys.stderr.write(tb)
+        write_atomic(error_path, error_record(LOAD_ERROR, f"{backend.launcher.label} is not importable by this "
+                                              f"rank's Python {sys.executable}: {err}", tb))
+        return 1
     from airflow_provider_horovod.runtime.wire.payload import loads_payload
 
     try:

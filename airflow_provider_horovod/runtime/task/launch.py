@@ -18,32 +18,23 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, LongLines, cut
 from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.rank_errors import RankFailedError, root_cause
-from airflow_provider_horovod.runtime.launchers import TORCH
 from airflow_provider_horovod.runtime.task.checks import (
-    _check_host_name,
     _host_of,
     _preflight,
     _rank_interface,
     _task_gpus,
 )
 from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
-from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, gloo_env, local_plan, torch_env
+from airflow_provider_horovod.runtime.task.backends import Rendezvous, backend_for
+from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, local_plan
 from airflow_provider_horovod.runtime.task.rank_env import omp_threads
 from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess
-from airflow_provider_horovod.runtime.task.rendezvous import (
-    _report_done,
-    _start_rendezvous,
-    _stop_rendezvous,
-    _stop_rendezvous_soon,
-    reserve_port,
-)
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 from airflow_provider_horovod.runtime.wire.logs import LogClient
 
@@ -104,15 +95,10 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
     _preflight("the driver", spec.launcher)
     plan = local_plan(spec.np)
     workdir = tempfile.mkdtemp(prefix="horovod-ranks-")
-    if spec.launcher == TORCH:  # rank 0's init_process_group() starts the store on the port held here
-        server, reserved = None, reserve_port("127.0.0.1")
-        port, run_id = reserved.getsockname()[1], uuid.uuid4().hex
-        envs = [torch_env(s, plan, master_addr="127.0.0.1", master_port=port, iface="lo", run_id=run_id)
-                for s in plan]
-    else:
-        (server, port), reserved = _start_rendezvous(plan), None
-        envs = [gloo_env(s, rendezvous_addr="127.0.0.1", rendezvous_port=port, iface="lo",
-                         gloo_timeout_s=spec.gloo_timeout_s) for s in plan]
+    backend = backend_for(spec.launcher)
+    rendezvous = backend.open_rendezvous(plan, bind="127.0.0.1")
+    envs = [backend.rank_env(s, plan, addr="127.0.0.1", port=rendezvous.port, run_id=rendezvous.run_id,
+                             iface="lo", gloo_timeout_s=spec.gloo_timeout_s) for s in plan]
     owned = driver_owned_gpus(spec.np, os.environ.get(CUDA_VISIBLE_DEVICES)) if spec.use_gpu else []
     threads = omp_threads(spec, os.environ)  # torchrun's rule for several processes on one machine
     procs = [RankProcess(s, spec, envs[i], workdir, sink,
@@ -150,10 +136,7 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
     finally:
         for p in procs:
             p.kill()
-        if server is not None:
-            _stop_rendezvous(server)
-        if reserved is not None:
-            reserved.close()
+        rendezvous.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -162,9 +145,10 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     """
     The body of every task of the barrier stage: plan, rendezvous, start one rank, watch it.
 
-    Partition 0 runs Horovod's ``RendezvousServer``; every task puts what the others need (the server's port
-    from partition 0, each task's GPUs) in the JSON it gathers with ``allGather``, then starts its rank with
-    the full Gloo and device environment. A rank that fails raises at once (the barrier stage aborts and Spark
+    Partition 0 opens the launcher's rendezvous (:meth:`~.backends.LaunchBackend.open_rendezvous`: Horovod's
+    ``RendezvousServer``, or the port rank 0's ``torch.distributed`` store listens on); every task puts what the
+    others need (that port from partition 0, each task's GPUs) in the JSON it gathers with ``allGather``, then
+    starts its rank with the launcher's full environment and its devices. A rank that fails raises at once (the barrier stage aborts and Spark
     kills the other tasks, whose ranks die with their lifeline). On success every other task reports its rank's
     exit to the rendezvous store and task 0 waits for all of them (:class:`RanksDone`), so the store outlives
     every rank.
@@ -186,9 +170,8 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
         raise LaunchError(f"barrier stage has {len(addresses)} tasks but np={spec.np}")
     plan = build_plan(addresses)
     slot = plan[partition]
-    torch = spec.launcher == TORCH
-    if not torch:
-        _check_host_name(plan, addresses[partition])
+    backend = backend_for(spec.launcher)
+    backend.check_task(plan, addresses[partition])
     mine = _task_gpus(ctx, addresses[partition]) if spec.use_gpu else []
     rendezvous_addr = addresses[0]
     iface = _rank_interface(spec, rendezvous_addr, addresses[partition])
@@ -206,10 +189,8 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             client.send(f"[rank {s.rank}] {short}")
 
     def launch_env(port: int | None, run_id: str | None) -> dict[str, str]:
-        if torch:
-            return torch_env(slot, plan, master_addr=rendezvous_addr, master_port=port, iface=iface, run_id=run_id)
-        return gloo_env(slot, rendezvous_addr=rendezvous_addr, rendezvous_port=port or 0, iface=iface,
-                        gloo_timeout_s=spec.gloo_timeout_s)
+        return backend.rank_env(slot, plan, addr=rendezvous_addr, port=port, run_id=run_id, iface=iface,
+                                gloo_timeout_s=spec.gloo_timeout_s)
 
     # The rank starts before the allGather below and imports its framework while the tasks gather (about a
     # second for all but the last task to arrive); the port and devices follow with release().
@@ -218,20 +199,16 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     workdir = tempfile.mkdtemp(prefix="horovod-rank-")
     proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices,
                        metrics=client.send_metrics if client is not None else None)
-    server = None
-    reserved = None
-    port = None
-    run_id = None
+    rendezvous: Rendezvous | None = None
     try:
         try:
             proc.start(deferred=True)
-            if partition == 0 and torch:  # rank 0's init_process_group() starts the store on the port held here
-                reserved = reserve_port(addresses[0])
-                port, run_id = reserved.getsockname()[1], uuid.uuid4().hex
-            elif partition == 0:
-                server, port = _start_rendezvous(plan, peers=addresses, bind=addresses[0])
-                server.ranks_done.on_uninitialized(lambda rank: proc.peer_left(_left_uninitialized(int(rank))))
-            infos = [json.loads(m) for m in ctx.allGather(json.dumps({"port": port, "run_id": run_id, "gpus": mine}))]
+            if partition == 0:
+                rendezvous = backend.open_rendezvous(plan, bind=addresses[0], peers=addresses)
+                rendezvous.on_uninitialized(lambda rank: proc.peer_left(_left_uninitialized(rank)))
+            mine_info = {"port": rendezvous.port if rendezvous else None,
+                         "run_id": rendezvous.run_id if rendezvous else None, "gpus": mine}
+            infos = [json.loads(m) for m in ctx.allGather(json.dumps(mine_info))]
             port = int(infos[0]["port"])
             proc.release(launch_env(port, infos[0]["run_id"]),
                          device_env(spec.use_gpu, [info["gpus"] for info in infos], plan, partition,
@@ -254,17 +231,17 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             result = proc.result()
         finally:
             proc.kill()
-            if reserved is not None:
-                reserved.close()
+            if rendezvous is not None:
+                rendezvous.release_port()
             if client is not None:
                 client.close()
             shutil.rmtree(workdir, ignore_errors=True)
-        if server is not None:  # task 0: the store must outlive every rank
-            server.ranks_done.wait_for(s.rank for s in plan if s.rank != slot.rank)
-        elif not torch:  # torch.distributed's store lives in rank 0's process: nothing to report to
-            _report_done(rendezvous_addr, port, slot.rank, initialized=proc.ever_initialized)
+        if rendezvous is not None:  # task 0: a store served here must outlive every rank
+            rendezvous.wait_for_ranks(s.rank for s in plan if s.rank != slot.rank)
+        else:
+            backend.rank_done(rendezvous_addr, port, slot.rank, initialized=proc.ever_initialized)
         if result is not None:
             yield result
     finally:
-        if server is not None:
-            _stop_rendezvous_soon(server)
+        if rendezvous is not None:
+            rendezvous.close(soon=True)
