@@ -31,11 +31,11 @@ from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 
-class _HorovodDecoratedOperator(DecoratedOperator, HorovodRunnerOperator):
-    """The operator behind ``@task.horovod``: every ``HorovodRunnerOperator`` argument, the function decorated."""
-
-    custom_operator_name = "@task.horovod"
-    template_fields: Sequence[str] = HorovodRunnerOperator.template_fields
+class _DecoratedTraining(DecoratedOperator):
+    """
+    What TaskFlow adds to a training operator (``@task.horovod``, ``@task.torch_distributed``): the decorated
+    function as ``python_callable``, and TaskFlow's output handling (assets in the return value) after a deferral too.
+    """
 
     def __init__(
         self,
@@ -56,6 +56,13 @@ class _HorovodDecoratedOperator(DecoratedOperator, HorovodRunnerOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         """After deferral: as the operator, then TaskFlow's output handling (assets in the return value)."""
         return self._handle_output(return_value=super().execute_complete(context, event))
+
+
+class _HorovodDecoratedOperator(_DecoratedTraining, HorovodRunnerOperator):
+    """The operator behind ``@task.horovod``: every ``HorovodRunnerOperator`` argument, the function decorated."""
+
+    custom_operator_name = "@task.horovod"
+    template_fields: Sequence[str] = HorovodRunnerOperator.template_fields
 
 
 def horovod_task(

@@ -3,7 +3,7 @@
 :class:`~airflow_provider_horovod.operators.torch_distributed.TorchDistributedOperator`.
 
 Registered through ``task-decorators`` in ``get_provider_info`` (name ``torch_distributed``), next to
-``@task.horovod``; it is that decorator with ``launcher="torch"``. A DAG file writes::
+``@task.horovod``; its sibling with ``launcher="torch"``. A DAG file writes::
 
     from airflow.sdk import task
 
@@ -22,24 +22,22 @@ return value is rank 0's. Airflow context values are not passed to it: pass what
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow.providers.common.compat.sdk import TaskDecorator, task_decorator_factory
 
-from airflow_provider_horovod.decorators.horovod import _HorovodDecoratedOperator
-from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator, torch_launcher
-from airflow_provider_horovod.runtime.launchers import TORCH
+from airflow_provider_horovod.decorators.horovod import _DecoratedTraining
+from airflow_provider_horovod.operators.base import DistributedTrainingOperator
+from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
 
 
-class _TorchDistributedDecoratedOperator(_HorovodDecoratedOperator):
-    """The operator behind ``@task.torch_distributed``: ``@task.horovod``'s with the torch.distributed launcher."""
+class _TorchDistributedDecoratedOperator(_DecoratedTraining, TorchDistributedOperator):
+    """The operator behind ``@task.torch_distributed``: every ``TorchDistributedOperator`` argument but ``script``,
+    the function decorated."""
 
     custom_operator_name = "@task.torch_distributed"
-    ui_color = TorchDistributedOperator.ui_color
-
-    def __init__(self, *, launcher: str = TORCH, **kwargs: Any) -> None:
-        super().__init__(launcher=torch_launcher(launcher), **kwargs)
+    template_fields: Sequence[str] = DistributedTrainingOperator.template_fields
 
 
 def torch_distributed_task(
@@ -54,7 +52,7 @@ def torch_distributed_task(
     :param python_callable: the training function (set by the decorator syntax); it calls
         ``torch.distributed.init_process_group()`` itself.
     :param multiple_outputs: push each key of rank 0's returned dict as its own XCom (as for ``@task``).
-    :param kwargs: any ``HorovodRunnerOperator`` / ``BaseOperator`` argument but ``timeline``: ``np``, ``conn_id``,
+    :param kwargs: any ``TorchDistributedOperator`` / ``BaseOperator`` argument but ``script``, ``timeline``: ``np``, ``conn_id``,
         ``conf``, ``deploy_mode``, ``deferrable``, ``use_gpu``, ``outlets``, ``retries``...
     :return: a TaskFlow decorator.
     :raises ValueError: an argument is invalid (when the DAG is parsed), as for the operator.

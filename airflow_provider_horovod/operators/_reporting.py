@@ -9,7 +9,7 @@ was given, and keeps what the "Spark UI" link shows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,6 @@ class JobReporter:
     :param conn_id: the Spark connection (its History Server extra, its REST token), or ``None``.
     :param poll_interval_s: seconds between progress polls of the Spark REST API; ``None``: no polling.
     :param max_return_value_bytes: the largest serialized return value XCom takes, bytes.
-    :param outlets: the task's outlets (the model's asset events).
     :param publish_link: writes the live Spark UI URL for the "Spark UI" button while the task runs
         (:func:`~airflow_provider_horovod.links.push_spark_ui_url`, which needs the running task's supervisor).
     """
@@ -49,15 +48,15 @@ class JobReporter:
     conn_id: str | None
     poll_interval_s: float | None
     max_return_value_bytes: int
-    outlets: Sequence[Any] = ()
     publish_link: Callable[[Any, str], None] = push_spark_ui_url
     spark_app_id: str | None = field(default=None, init=False)
     """The try's Spark application, once known."""
     spark_ui_url: str | None = field(default=None, init=False)
     """What the "Spark UI" link shows for the try (the live UI, then the History Server)."""
-
-    def __post_init__(self) -> None:
-        self.outlets = list(self.outlets or [])
+    result: JobResult | None = field(default=None, init=False)
+    """The job's result, once :meth:`finish` read it successfully."""
+    artifact_dir: str | None = field(default=None, init=False)
+    """The job's artifact directory, as :meth:`finish` read it from XCom."""
 
     def app_started(self, ti: Any, app_id: str, ui_url: str | None) -> ProgressWatcher | None:
         """
@@ -134,8 +133,7 @@ class JobReporter:
         self._report_observability(ti, artifact_dir, result.artifact_paths)
         value = None if result.return_value is None else cloudpickle.loads(result.return_value)
         check_xcom_value(value, max_bytes=self.max_return_value_bytes, artifact_paths=result.artifact_paths)
-        if self.outlets:
-            self._attach_model_events(result, value, artifact_dir)
+        self.result, self.artifact_dir = result, artifact_dir
         return value
 
     def _report_observability(self, ti: Any, artifact_dir: str | None, artifact_paths: list[str]) -> None:
@@ -153,15 +151,3 @@ class JobReporter:
         for path in artifact_paths:
             if path.endswith("/" + TIMELINE_FILE_NAME):
                 self.log.info("Horovod Timeline: %s (open it in chrome://tracing or https://ui.perfetto.dev)", path)
-
-    def _attach_model_events(self, result: JobResult, value: Any, artifact_dir: str | None) -> None:
-        """Put the model's location on the asset events of this task's outlets (:mod:`airflow_provider_horovod.assets`)."""
-        from airflow.sdk import get_current_context
-
-        from airflow_provider_horovod.assets import attach_model_events, model_event_extra
-
-        extra = model_event_extra(artifact_dir=artifact_dir, artifact_paths=result.artifact_paths,
-                                  app_id=result.app_id, return_value=value, metrics=result.metrics)
-        attached = attach_model_events(get_current_context().get("outlet_events"), self.outlets, extra)
-        if attached:
-            self.log.info("Asset events of %s carry the model's location: %s", ", ".join(attached), extra)

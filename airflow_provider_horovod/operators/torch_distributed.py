@@ -2,8 +2,9 @@
 ``TorchDistributedOperator``: run PyTorch ``torch.distributed`` training (DDP, FSDP) as a Spark barrier job from a
 DAG, with everything :class:`~airflow_provider_horovod.operators.horovod.HorovodRunnerOperator` does (client,
 standalone cluster and Spark Connect deploy modes, deferral, durable reattach, slot waiting, artifact paths and asset
-events, progress, the Spark UI link, GPU scheduling): it is that operator with ``launcher="torch"``, and it can run
-an existing torchrun training script unchanged (``script=``).
+events, progress, the Spark UI link, GPU scheduling): its sibling over
+:class:`~airflow_provider_horovod.operators.base.DistributedTrainingOperator` with ``launcher="torch"``, which can
+also run an existing torchrun training script unchanged (``script=``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+from airflow_provider_horovod.operators.base import DistributedTrainingOperator
 from airflow_provider_horovod.runtime.launchers import TORCH, require_launcher
 from airflow_provider_horovod.runtime.torch_distributor import script_call
 
@@ -49,7 +50,7 @@ def script_path(script: object) -> str:
     return path
 
 
-class TorchDistributedOperator(HorovodRunnerOperator):
+class TorchDistributedOperator(DistributedTrainingOperator):
     """
     Run ``torch.distributed`` training on Spark: one rank per barrier task (``np > 0``) or ``-np`` processes on
     the Spark driver (``np < 0``), each with the torchrun environment (``MASTER_ADDR``, ``MASTER_PORT``,
@@ -74,16 +75,16 @@ class TorchDistributedOperator(HorovodRunnerOperator):
     :param op_args: positional arguments for ``python_callable``. (templated)
     :param op_kwargs: keyword arguments for ``python_callable``. (templated)
     :param kwargs: every other argument of
-        :class:`~airflow_provider_horovod.operators.horovod.HorovodRunnerOperator` (``np``, ``conn_id``, ``conf``,
+        :class:`~airflow_provider_horovod.operators.base.DistributedTrainingOperator` (``np``, ``conn_id``, ``conf``,
         ``deploy_mode``, ``deferrable``, ``use_gpu``, ``start_timeout_s`` (seconds until every rank has started),
         ...) and ``BaseOperator``. ``launcher`` may only be ``"torch"``; ``timeline`` is Horovod's and refused.
     :raises ValueError: an argument is invalid, naming it: both or neither of ``python_callable`` and ``script``,
-        a ``script`` that does not exist, ``script_args`` with a function, any ``HorovodRunnerOperator`` argument
+        a ``script`` that does not exist, ``script_args`` with a function, any ``DistributedTrainingOperator`` argument
         (raised when the DAG is parsed).
     :raises TypeError: ``python_callable`` is not callable.
     """
 
-    template_fields: Sequence[str] = (*HorovodRunnerOperator.template_fields, "script_args")
+    template_fields: Sequence[str] = (*DistributedTrainingOperator.template_fields, "script_args")
     ui_color = "#f3d9d2"
 
     def __init__(

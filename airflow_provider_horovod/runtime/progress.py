@@ -24,7 +24,8 @@ from typing import Any
 from airflow_provider_horovod.runtime.wire.protocol import ENV_METRICS
 
 SEND_INTERVAL_S = 0.5
-"""The most often a rank sends, seconds: a metric reported faster is sampled at this rate (plus its last value)."""
+"""The most often a rank sends, seconds: a metric reported faster is sampled at this rate (plus its first and last
+values)."""
 
 
 def env_rank() -> int:
@@ -85,6 +86,7 @@ class _Sender:
         self._cond = threading.Condition()
         self._pending = _Pending()
         self._events: list[dict[str, Any]] = []  # never dropped by the throttle, unlike reports
+        self._reported: set[str] = set()  # the metrics reported so far: a record with a new one is kept whole
         self._broken = False
         self._thread = threading.Thread(target=self._run, name="horovod-report", daemon=True)
         self._thread.start()
@@ -92,6 +94,9 @@ class _Sender:
 
     def put(self, record: dict[str, Any], keep: bool = False) -> None:
         with self._cond:
+            names = set(record.get("metrics") or ())
+            keep = keep or not names <= self._reported  # each metric's first value is never sampled away
+            self._reported |= names
             self._pending.put(record, keep)
             self._cond.notify()
 
@@ -167,8 +172,8 @@ def report(step: int | None = None, total_steps: int | None = None, epoch: int |
     step and epoch), so a straggler shows (``slowest rank 1 at step 1180``). Sampled per metric: a send goes at most
     every :data:`SEND_INTERVAL_S` seconds with each metric's newest value at the step it was reported at, so a metric
     reported at most once an interval (``epoch_loss`` once per epoch beside ``loss`` every step) keeps every value,
-    and a faster one keeps about two a second; the last report of each metric is always sent, at the latest when the
-    rank ends. A no-op outside a job.
+    and a faster one keeps about two a second; the first and the last report of each metric are always sent (the
+    last at the latest when the rank ends), however fast it reports. A no-op outside a job.
 
     :param step: the global step (batches done so far), a non-negative int.
     :param total_steps: the steps the training will take in all, for the percentage and the time remaining.

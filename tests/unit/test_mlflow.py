@@ -198,6 +198,16 @@ def test_a_deferred_task_killed_by_a_user_ends_its_run_killed_from_the_trigger(
                                               "cleared): driver driver-1 killed")
 
 
+class _TI:
+    dag_id, task_id, run_id, map_index, try_number = "d", "t", "manual__1", -1, 1
+
+    def __init__(self) -> None:
+        self.xcom: dict = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+
 def test_the_operator_hands_its_run_to_the_trigger_and_ends_it_killed_when_killed(mlflow_server, monkeypatch):  # noqa: F811
     from airflow.providers.common.compat.sdk import TaskDeferred
 
@@ -205,15 +215,22 @@ def test_the_operator_hands_its_run_to_the_trigger_and_ends_it_killed_when_kille
 
     hook, env = _tracked_run(mlflow_server, monkeypatch, "mlflow_o")
     op = HorovodRunnerOperator(task_id="t", python_callable=_train, mlflow_conn_id="mlflow_o")
-    op._mlflow_env = env
-    with pytest.raises(TaskDeferred) as deferred:
-        op.defer(trigger=HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://m:6066", staging="/s"),
-                 method_name="execute_complete")
-    kwargs = deferred.value.trigger.serialize()[1]
-    assert (kwargs["mlflow_conn_id"], kwargs["mlflow_run_id"]) == ("mlflow_o", env["MLFLOW_RUN_ID"])
-    # a sync task killed (marked failed, cleared): on_kill kills the job, and the try's error ends the run KILLED
-    op.on_kill()
-    op.mlflow_failed(RuntimeError("Spark driver driver-1 was killed by this task"))
+    context = {"ti": _TI()}
+
+    def the_try(ctx):
+        op.observers.attached(ctx, {"mlflow_run_id": env["MLFLOW_RUN_ID"]})  # the job's run, as a retry keeps it
+        with pytest.raises(TaskDeferred) as deferred:
+            op.defer(trigger=HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://m:6066",
+                                                    staging="/s"), method_name="execute_complete")
+        kwargs = deferred.value.trigger.serialize()[1]
+        assert (kwargs["mlflow_conn_id"], kwargs["mlflow_run_id"]) == ("mlflow_o", env["MLFLOW_RUN_ID"])
+        # a sync task killed (marked failed, cleared): on_kill kills the job, and the try's error ends the run KILLED
+        op.on_kill()
+        raise RuntimeError("Spark driver driver-1 was killed by this task")
+
+    with pytest.raises(RuntimeError):
+        op._observed(context, the_try)
+    assert context["ti"].xcom["mlflow_run_id"] == env["MLFLOW_RUN_ID"] and op.mlflow_run_url
     run = hook.get_conn().get_run(env["MLFLOW_RUN_ID"])
     assert run.info.status == "KILLED"
     assert run.data.tags["horovod.error"] == "RuntimeError: Spark driver driver-1 was killed by this task"
@@ -236,7 +253,7 @@ def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(
     hook, env = _tracked_run(mlflow_server, monkeypatch, "mlflow_r")
     op = HorovodRunnerOperator(task_id="t", python_callable=_train, mlflow_conn_id="mlflow_r")
     op._mode = StoredJob(None, None, JobReporter(log=op.log, conn_id=None, poll_interval_s=None,
-                                                 max_return_value_bytes=1024, outlets=[]))
+                                                 max_return_value_bytes=1024))
     assert op.get_job_status({"submission_id": "driver-1", "mlflow_run_id": env["MLFLOW_RUN_ID"]}, {}) == job_status
     run = hook.get_conn().get_run(env["MLFLOW_RUN_ID"])
     assert run.info.status == run_status  # a job still running keeps its run for the reattach

@@ -9,12 +9,14 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod.operators.modes.base import DeployMode, JobRequest
+from airflow_provider_horovod.operators.modes.base import DeployMode
 from airflow_provider_horovod.runtime.driver.program import PAYLOAD_FILE
 from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_horovod.job import TrainingJob
 
     from airflow_provider_horovod.hooks.horovod import HorovodHook
     from airflow_provider_horovod.operators._reporting import JobReporter
@@ -28,7 +30,7 @@ class ClientMode(DeployMode):
     """
     spark-submit in client mode from this task; the job's id is the local staging directory of the payload.
 
-    :param request: what this try runs.
+    :param request: the try's job.
     :param hook: the client-mode hook (:class:`~airflow_provider_horovod.hooks.horovod.HorovodHook`).
     :param reporter: the try's reporting steps.
     :param deferrable: the operator's ``deferrable``: client mode cannot defer, and says so.
@@ -36,7 +38,7 @@ class ClientMode(DeployMode):
 
     name = "client"
 
-    def __init__(self, request: JobRequest, hook: HorovodHook, reporter: JobReporter, *,
+    def __init__(self, request: TrainingJob, hook: HorovodHook, reporter: JobReporter, *,
                  deferrable: bool = False) -> None:
         super().__init__(request, hook, reporter)
         self.deferrable = deferrable

@@ -19,7 +19,7 @@ from airflow_provider_horovod.operators.common import default_staging_dir
 from airflow_provider_horovod.operators._durable import (
     ABANDONED, KILL_MARKER, NOT_FOUND, REATTACHABLE_STATES, DurableClusterJob, abandoned_by, cluster_job, job_record,
 )
-from airflow_provider_horovod.operators.modes.base import DeployMode, JobRequest
+from airflow_provider_horovod.operators.modes.base import DeployMode
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.utils.driver_poll import (
     SUCCESS,
@@ -41,6 +41,8 @@ from airflow_provider_horovod.xcom_keys import (
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_horovod.job import TrainingJob
 
     from airflow_provider_horovod.operators._reporting import JobReporter
 
@@ -76,7 +78,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
     The job's id, persisted by ``ResumableJobMixin``, is the record of
     :func:`~airflow_provider_horovod.operators._durable.job_record`.
 
-    :param request: what this try runs (``None`` when the mode only resumes after the trigger).
+    :param request: the try's job (``None`` when the mode only resumes after the trigger).
     :param hook: the standalone hook (:class:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook`).
     :param reporter: the try's reporting steps.
     :param options: how it waits.
@@ -85,7 +87,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
     name = "cluster"
     resumable = True
 
-    def __init__(self, request: JobRequest | None, hook: HorovodStandaloneHook, reporter: JobReporter,
+    def __init__(self, request: TrainingJob | None, hook: HorovodStandaloneHook, reporter: JobReporter,
                  options: ClusterOptions | None = None) -> None:
         DeployMode.__init__(self, request, hook, reporter)
         self.options = options or ClusterOptions()

@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.operators.modes.base import DeployMode, JobRequest
+from airflow_provider_horovod.operators.modes.base import DeployMode
 from airflow_provider_horovod.operators.modes.client import GONE
 from airflow_provider_horovod.utils.job_result import JobResult
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_horovod.job import TrainingJob
 
     from airflow_provider_horovod.hooks.connect import HorovodConnectHook
     from airflow_provider_horovod.operators._reporting import JobReporter
@@ -23,14 +25,14 @@ class ConnectMode(DeployMode):
     """
     One Spark Connect session per try: opened, the barrier stage run, closed.
 
-    :param request: what this try runs.
+    :param request: the try's job.
     :param hook: the Spark Connect hook (:class:`~airflow_provider_horovod.hooks.connect.HorovodConnectHook`).
     :param reporter: the try's reporting steps.
     """
 
     name = "connect"
 
-    def __init__(self, request: JobRequest, hook: HorovodConnectHook, reporter: JobReporter) -> None:
+    def __init__(self, request: TrainingJob, hook: HorovodConnectHook, reporter: JobReporter) -> None:
         super().__init__(request, hook, reporter)
         self._result: JobResult | None = None
 

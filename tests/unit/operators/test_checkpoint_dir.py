@@ -88,7 +88,7 @@ def test_a_given_checkpoint_dir_is_rendered_and_may_name_the_artifact_dir_s_conn
                                checkpoint_dir="s3://store@bucket/ckpt/train")
     settings = _submitted_settings(op, _ti(), monkeypatch)
     assert settings.checkpoint_dir == "s3://bucket/ckpt/train"  # no connection id for the ranks
-    assert op._job_env()["AWS_ACCESS_KEY_ID"] == "AKID"  # its credentials travel as env_vars do
+    assert op.training_job({"ti": _ti()}).env["AWS_ACCESS_KEY_ID"] == "AKID"  # its credentials travel as env_vars do
     op = HorovodRunnerOperator(task_id="train", python_callable=train, np=2, conn_id=None,
                                artifact_dir="s3://other@bucket/art", checkpoint_dir="s3://store@bucket/ckpt")
     with pytest.raises(ValueError, match=r"artifact_dir names connection 'other' and checkpoint_dir names "

@@ -11,6 +11,7 @@ import pytest
 
 from airflow.sdk import DAG, task
 from airflow_provider_horovod.decorators.torch_distributed import torch_distributed_task
+from airflow_provider_horovod.operators.base import DistributedTrainingOperator
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
 from airflow_provider_horovod.runtime import HorovodRunner
@@ -41,7 +42,11 @@ def test_the_operator_and_the_decorator_run_the_torch_launcher():
     with _dag():
         decorated = task.torch_distributed(np=2, multiple_outputs=True)(train)().operator  # the registered name
     assert decorated.custom_operator_name == "@task.torch_distributed"
-    assert isinstance(decorated, HorovodRunnerOperator) and decorated.job_settings().launcher == "torch"
+    assert isinstance(decorated, TorchDistributedOperator) and decorated.job_settings().launcher == "torch"
+    # siblings over one base: neither operator is the other
+    assert not isinstance(decorated, HorovodRunnerOperator) and not issubclass(HorovodRunnerOperator,
+                                                                                 TorchDistributedOperator)
+    assert TorchDistributedOperator.__bases__ == HorovodRunnerOperator.__bases__ == (DistributedTrainingOperator,)
     assert HorovodRunnerOperator(task_id="h", python_callable=train).job_settings().launcher == "horovod"
     assert HorovodRunnerOperator(task_id="h", python_callable=train, launcher="torch").job_settings().launcher == \
         "torch"
@@ -96,6 +101,13 @@ def _driver_settings(args: list[str]) -> JobSettings:
     return _settings(rest)
 
 
+class _TI:
+    """The task instance fields a try's job is named from."""
+
+    def __init__(self, task_id: str) -> None:
+        self.dag_id, self.run_id, self.task_id, self.map_index, self.try_number = "d", "manual__1", task_id, -1, 1
+
+
 class _Submitted(Exception):
     pass
 
@@ -144,4 +156,5 @@ def test_the_spark_application_s_default_name_says_the_launcher():
     with DAG(dag_id="d", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
         torch_op = TorchDistributedOperator(task_id="fit", python_callable=train, np=2, conn_id=None)
         hvd_op = HorovodRunnerOperator(task_id="fit_hvd", python_callable=train, np=2, conn_id=None)
-    assert (torch_op.hook.name, hvd_op.hook.name) == ("airflow-torch-d-fit", "airflow-horovod-d-fit_hvd")
+    names = [op.training_job({"ti": _TI(op.task_id)}).app_name for op in (torch_op, hvd_op)]
+    assert names == ["airflow-torch-d-fit", "airflow-horovod-d-fit_hvd"]

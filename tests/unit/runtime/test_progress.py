@@ -36,10 +36,12 @@ def _run(code: str, rank: str) -> tuple[list[dict], str]:
     return records, out
 
 
-def test_every_step_reports_cost_little_are_throttled_and_the_last_one_arrives():
+def test_every_step_reports_cost_little_are_throttled_and_the_first_and_last_ones_arrive():
     records, out = _run(CALLS, rank="0")
     elapsed = float(out)
-    assert len(records) <= 2 + elapsed / SEND_INTERVAL_S  # sampled, not one record per call
+    assert len(records) <= 3 + elapsed / SEND_INTERVAL_S  # sampled, not one record per call
+    first = records[0]  # each metric's first value, however fast the next ones come (the curve's start)
+    assert (first["step"], first["metrics"]) == (1, {"loss": 1.0, "acc": None})
     last = records[-1]
     assert (last["rank"], last["step"], last["total_steps"], last["epoch"]) == (0, 20000, 20000, 4)  # at exit
     assert last["metrics"] == {"loss": 1.0 / 20000, "acc": None}  # NaN has no JSON: null

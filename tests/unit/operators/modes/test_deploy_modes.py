@@ -20,7 +20,7 @@ from airflow_provider_horovod.utils.job_result import JobResult
 from airflow_provider_horovod.hooks.standalone import StandaloneEndpoints
 from airflow_provider_horovod.operators._durable import ABANDONED, KILL_MARKER
 from airflow_provider_horovod.operators._reporting import JobReporter
-from airflow_provider_horovod.operators.modes.base import JobRequest
+from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.operators.modes.client import ClientMode
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.operators.modes.connect import ConnectMode
@@ -49,8 +49,8 @@ def _reporter(links: list) -> JobReporter:
                        publish_link=lambda ti, url: links.append(url))
 
 
-def _request(tmp_path: Path, **settings: Any) -> JobRequest:
-    return JobRequest(key=b"k" * 32, payload=b"signed payload", artifact_dir=str(tmp_path / "art"),
+def _request(tmp_path: Path, **settings: Any) -> TrainingJob:
+    return TrainingJob(key=b"k" * 32, payload=b"signed payload", artifact_dir=str(tmp_path / "art"),
                       settings=JobSettings(np=2, **settings), env={"A": "1"}, label="d.train")
 
 
@@ -118,7 +118,7 @@ def test_connect_mode_runs_the_request_through_its_hook(tmp_path):
 
 
 def test_connect_mode_refuses_storage_credentials_and_passes_the_hook_s_error_on(tmp_path):
-    request = JobRequest(**{**_request(tmp_path).__dict__, "has_storage_credentials": True})
+    request = TrainingJob(**{**_request(tmp_path).__dict__, "has_storage_credentials": True})
     with pytest.raises(HorovodJobError, match="with Spark Connect give a plain URI"):
         ConnectMode(request, FakeConnectHook(None), _reporter([])).check()
     failing = HorovodJobError("Horovod rank 1 failed", failure={"rank": 1})

@@ -77,9 +77,9 @@ def test_the_limit_reaches_the_driver_in_every_deploy_mode(tmp_path, monkeypatch
     assert _settings(_parse([*base, *args])[1]).max_return_value_bytes == 2000
     assert _settings(_parse([*base, "--np", "2"])[1]).max_return_value_bytes == 64 * 2**20  # HorovodRunner's
     # Spark Connect and client mode: the operator's request carries the settings to the hook
-    from airflow_provider_horovod.operators.modes.base import JobRequest
+    from airflow_provider_horovod.job import TrainingJob
 
-    request = JobRequest(key=b"k", payload=b"payload", artifact_dir="/art", settings=op.job_settings())
+    request = TrainingJob(key=b"k", payload=b"payload", artifact_dir="/art", settings=op.job_settings())
     assert request.settings.max_return_value_bytes == 2000
     assert HorovodRunner.from_settings(request.settings).settings.max_return_value_bytes == 2000
     calls = {"settings": request.settings}

@@ -6,7 +6,7 @@ from airflow.sdk import Asset
 
 from openlineage.client.serde import Serde
 
-from airflow_provider_horovod.lineage import (
+from airflow_provider_horovod.operators.lineage import (
     TRAINING_FACET,
     dataset_name,
     input_locations,

@@ -1,7 +1,8 @@
 """
 OpenLineage for a training task: the model's artifact directory as the output dataset, the data it read as inputs.
 
-Used by :meth:`HorovodRunnerOperator.get_openlineage_facets_on_complete`; every OpenLineage import is lazy, so
+Used by the training operators' ``get_openlineage_facets_on_complete`` (:func:`completed_lineage`) and at the
+start of a try (:class:`LineageObserver`); every OpenLineage import is lazy, so
 the provider works without ``apache-airflow-providers-openlineage`` installed (the method is then never called).
 Dataset naming follows OpenLineage's conventions (https://openlineage.io/docs/spec/naming): a local path is
 namespace ``file``, name the absolute path; an object-store URI ``s3://bucket/key`` is namespace ``s3://bucket``,
@@ -15,8 +16,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
+
+from airflow_provider_horovod.operators.observers import JobObserver
+
+if TYPE_CHECKING:
+    from airflow_provider_horovod.job import TrainingJob
 
 URI_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "hdfs", "file"})
 """Schemes of string arguments taken as input datasets (besides absolute local paths)."""
@@ -120,44 +126,57 @@ def default_inject_flag(option: str) -> bool:
     return conf.getboolean("openlineage", option, fallback=False)
 
 
-class OpenLineageMixin:
+class LineageObserver(JobObserver):
     """
-    OpenLineage for ``HorovodRunnerOperator``: the facets on completion, and the ``spark.openlineage.*`` properties
-    that let Spark's own OpenLineage listener (when the application has it) link its events to this task.
+    OpenLineage at the start of a try: the ``spark.openlineage.*`` properties that let Spark's own OpenLineage
+    listener (when the application has it) link its events to this task, added to the job's Spark properties when
+    enabled (properties the user already set are kept: the OpenLineage provider's helpers skip them). The facets on
+    completion are :func:`completed_lineage`'s, which the operator's ``get_openlineage_facets_on_complete`` returns.
+
+    :param inject_parent_job_info: add the parent-job properties (``spark.openlineage.parentJob*``).
+    :param inject_transport_info: add the transport properties (``spark.openlineage.transport.*``).
     """
 
-    def inject_openlineage_properties(self, context: Any) -> None:
-        """
-        Add the parent-job and/or transport ``spark.openlineage.*`` properties to ``self.conf`` when enabled.
+    def __init__(self, *, inject_parent_job_info: bool, inject_transport_info: bool) -> None:
+        self.inject_parent_job_info = inject_parent_job_info
+        self.inject_transport_info = inject_transport_info
 
-        :param context: the task's Airflow context. Properties the user already set are kept (the OpenLineage
-            provider's helpers skip them).
-        """
+    def created(self, context: Any, job: TrainingJob) -> TrainingJob:
+        """The job with the enabled ``spark.openlineage.*`` properties in its Spark conf."""
+        if not (self.inject_parent_job_info or self.inject_transport_info):
+            return job
         from airflow.providers.common.compat.openlineage.utils.spark import (
             inject_parent_job_information_into_spark_properties,
             inject_transport_information_into_spark_properties,
         )
 
-        if self.openlineage_inject_parent_job_info:
-            self.conf = inject_parent_job_information_into_spark_properties(self.conf, context)
-        if self.openlineage_inject_transport_info:
-            self.conf = inject_transport_information_into_spark_properties(self.conf, context)
+        conf = dict(job.conf)
+        if self.inject_parent_job_info:
+            conf = inject_parent_job_information_into_spark_properties(conf, context)
+        if self.inject_transport_info:
+            conf = inject_transport_information_into_spark_properties(conf, context)
+        return job.with_conf(conf)
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """
-        The model's artifact directory as the output dataset; ``inlets`` (or the training function's path arguments)
-        as inputs; the ``horovod_training`` run facet (:func:`training_run_facet`). Called by the OpenLineage
-        provider's listener after the task succeeded.
 
-        :param task_instance: the finished task instance (the artifact directory and metrics are read from its XCom).
-        :return: an ``OperatorLineage``.
-        """
-        from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_METRICS
+def completed_lineage(task_instance: Any, *, np: int, launcher: str, inlets: Iterable[Any],
+                      op_args: Iterable[Any], op_kwargs: Mapping[str, Any]) -> Any:
+    """
+    A finished training task's lineage: the model's artifact directory as the output dataset; ``inlets`` (or the
+    training function's path arguments) as inputs; the ``horovod_training`` run facet (:func:`training_run_facet`).
 
-        def pull(key: str) -> Any:
-            return task_instance.xcom_pull(task_ids=task_instance.task_id, key=key,
-                                           map_indexes=task_instance.map_index)
+    :param task_instance: the finished task instance (the artifact directory and metrics are read from its XCom).
+    :param np: the task's ``np``.
+    :param launcher: the task's ``launcher``.
+    :param inlets: the task's ``inlets``.
+    :param op_args: the training function's positional arguments (rendered).
+    :param op_kwargs: its keyword arguments (rendered).
+    :return: an ``OperatorLineage``.
+    """
+    from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_METRICS
 
-        facet = training_run_facet(np=self.np, launcher=self.launcher, metrics=pull(XCOM_METRICS))
-        return operator_lineage(pull(XCOM_ARTIFACT_DIR), input_locations(self.inlets, self.op_args, self.op_kwargs),
-                                run_facets={TRAINING_FACET: facet})
+    def pull(key: str) -> Any:
+        return task_instance.xcom_pull(task_ids=task_instance.task_id, key=key, map_indexes=task_instance.map_index)
+
+    facet = training_run_facet(np=np, launcher=launcher, metrics=pull(XCOM_METRICS))
+    return operator_lineage(pull(XCOM_ARTIFACT_DIR), input_locations(inlets, op_args, op_kwargs),
+                            run_facets={TRAINING_FACET: facet})
