@@ -39,7 +39,7 @@ with DAG(
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
 
-        from airflow_provider_horovod.operators.common import default_artifact_root
+        from airflow_provider_horovod.paths import default_artifact_root
 
         x, y = load_digits(return_X_y=True)
         x_train, x_test, y_train, y_test = train_test_split(x / 16.0, y, test_size=0.2, stratify=y, random_state=0)

@@ -13,7 +13,7 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.connect import HorovodConnectHook
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
-from airflow_provider_horovod.operators.common import default_artifact_dir, default_checkpoint_dir
+from airflow_provider_horovod.paths import default_artifact_dir, default_checkpoint_dir
 from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.utils.storage import credentials_env, shared_conn_id, storage_location
 

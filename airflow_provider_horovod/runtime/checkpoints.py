@@ -39,8 +39,6 @@ CHECKPOINT_DIR_ENV = "HOROVOD_AIRFLOW_CHECKPOINT_DIR"
 """Environment variable that carries the checkpoint directory into every rank."""
 TRY_NUMBER_ENV = "HOROVOD_AIRFLOW_TRY_NUMBER"
 """Environment variable that carries the Airflow try number (1 for the first try) into every rank."""
-CHECKPOINT_DIR_NAME = "checkpoints"
-"""The default directory's name, under the task instance's directory of the artifact root."""
 DEFAULT_KEEP = 3
 """How many checkpoints :func:`save_checkpoint` keeps by default (the newest ones)."""
 _MANIFEST = re.compile(r"^step-(\d{12})\.json$")
