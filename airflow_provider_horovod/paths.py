@@ -7,9 +7,12 @@ operator's deploy modes write, DAGs (the examples' data) use, and the UI plugin 
     <root>/<dag>/<run>/<task>[/map-<i>]/try-<n>               default_artifact_dir(): a try's own files
     <root>/<dag>/<run>/<task>[/map-<i>]/checkpoints           default_checkpoint_dir(): shared by the tries
     <root>/.staging/<dag>/<run>/<task>[/map-<i>]/try-<n>      default_staging_dir(): cluster mode's staging
+    <root>/data[/<name>...]/<run>                             data_dir(): what a DAG run prepares for its training
 
-``<root>`` is :func:`default_artifact_root`; each id is written by :func:`encode_id_path`. What a job writes inside
-its artifact directory (``progress.json``, ``tensorboard/``, ...) is the runtime's, named there.
+``<root>`` is :func:`default_artifact_root`; each id is written by :func:`encode_id_path`. A try's directories are
+siblings, so an earlier try's is found from the latest's (:func:`try_artifact_dir`, the UI's try picker; the
+cluster-mode hook's look for earlier tries' drivers). What a job writes inside its artifact directory
+(``progress.json``, ``tensorboard/``, ...) is the runtime's, named there.
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ ARTIFACT_ROOT_ENV = "AIRFLOW__HOROVOD__ARTIFACT_ROOT"
 """The environment variable of ``[horovod] artifact_root`` (:func:`default_artifact_root`)."""
 CHECKPOINT_DIR_NAME = "checkpoints"
 """The default checkpoint directory's name, under the task instance's directory of the artifact root."""
-_TRY_SUFFIX = re.compile(r"(.*/)?try-(\d+)/?$")
+STAGING_DIR_NAME = ".staging"
+"""The staging directories' tree under the artifact root, beside the DAGs' (no encoded id begins with ``.``)."""
+DATA_DIR_NAME = "data"
+"""The tree under the artifact root where DAG runs leave data for their training (:func:`data_dir`)."""
+_MAP_PREFIX = "map-"
+"""A mapped task instance's directory is ``map-<map index>``, under its task's."""
+_TRY_PREFIX = "try-"
+"""A try's directory is ``try-<try number>``, under its task instance's."""
+_TRY_SUFFIX = re.compile(rf"(.*/)?{_TRY_PREFIX}(\d+)/?$")
 
 
 def default_artifact_root() -> str:
@@ -51,7 +62,7 @@ def default_staging_dir(context: Mapping[str, Any]) -> str:
     :param context: the task's Airflow context (its ``ti``).
     :return: the staging directory of this try.
     """
-    return os.path.join(default_artifact_root(), ".staging", *_try_parts(context["ti"]))
+    return os.path.join(default_artifact_root(), STAGING_DIR_NAME, *_try_parts(context["ti"]))
 
 
 def default_artifact_dir(context: Mapping[str, Any]) -> str:
@@ -77,6 +88,18 @@ def default_checkpoint_dir(context: Mapping[str, Any]) -> str:
     return _under_artifact_root([*_instance_parts(context["ti"]), CHECKPOINT_DIR_NAME])
 
 
+def data_dir(run_id: str, *names: str) -> str:
+    """
+    ``<root>/data[/<name>...]/<run_id>``: where a DAG run's tasks leave data for its training (the example DAGs'
+    prepared datasets), the run id written by :func:`encode_id_path`.
+
+    :param run_id: the DAG run's id (the task context's ``run_id``).
+    :param names: directories between ``data`` and the run's, e.g. ``"ddp"`` for one DAG's own tree.
+    :return: the directory (a path, or a URI under an object-store root); it is not created.
+    """
+    return _under_artifact_root([DATA_DIR_NAME, *names, encode_id_path(run_id)])
+
+
 def _under_artifact_root(parts: list[str]) -> str:
     root = default_artifact_root()
     return "/".join([root.rstrip("/"), *parts]) if "://" in root else os.path.join(root, *parts)
@@ -84,13 +107,13 @@ def _under_artifact_root(parts: list[str]) -> str:
 
 def _instance_parts(ti: Any) -> list[str]:
     """The relative path of a task instance's directory under its root: encoded ids, ``map-<i>`` if mapped."""
-    mapped = [f"map-{ti.map_index}"] if getattr(ti, "map_index", -1) not in (-1, None) else []
+    mapped = [f"{_MAP_PREFIX}{ti.map_index}"] if getattr(ti, "map_index", -1) not in (-1, None) else []
     return [encode_id_path(ti.dag_id), encode_id_path(ti.run_id), encode_id_path(ti.task_id), *mapped]
 
 
 def _try_parts(ti: Any) -> list[str]:
     """The relative path of a try's directory under its root: the task instance's, then ``try-<n>``."""
-    return [*_instance_parts(ti), f"try-{ti.try_number}"]
+    return [*_instance_parts(ti), f"{_TRY_PREFIX}{ti.try_number}"]
 
 
 NAME_MAX = 255
@@ -108,9 +131,10 @@ def encode_id_path(value: object) -> str:
     Letters, digits, ``.``, ``_`` and ``-`` stay as they are, so plain ids read as themselves; every other character
     becomes ``~`` and two upper-case hex digits per byte of its UTF-8 encoding (``:`` is ``~3A``, ``+`` ``~2B``,
     ``~`` itself ``~7E``, ``日`` ``~E6~97~A5``), and so does a ``.`` that would begin a name (``~2E``): no name is
-    ``.``, ``..``, empty or hidden, and no dag's directory is the ``.staging`` one beside it. The result is ASCII,
-    valid in any file name and unreserved in URIs (RFC 3986: nothing for a URI parser, ``fsspec`` or Hadoop to
-    decode or split), and decodable (:func:`decode_id_path`): two different ids never get the same directory.
+    ``.``, ``..``, empty or hidden, and no dag's directory is the ``.staging`` one beside it
+    (:data:`STAGING_DIR_NAME`). The result is ASCII, valid in any file name and unreserved in URIs (RFC 3986:
+    nothing for a URI parser, ``fsspec`` or Hadoop to decode or split), and decodable (:func:`decode_id_path`): two
+    different ids never get the same directory.
 
     An id whose encoding is longer than :data:`NAME_MAX` bytes (Airflow ids have up to 250 characters, and a
     non-ASCII character takes up to 12) becomes several nested names, each at most :data:`NAME_MAX` bytes; each but
@@ -193,4 +217,4 @@ def try_artifact_dir(artifact_dir: str, current_try: int, wanted_try: int) -> st
     match = _TRY_SUFFIX.match(artifact_dir)
     if not match or int(match.group(2)) != current_try:
         return None
-    return f"{match.group(1) or ''}try-{wanted_try}"
+    return f"{match.group(1) or ''}{_TRY_PREFIX}{wanted_try}"

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_horovod.paths import (
-    NAME_MAX, decode_id_path, default_artifact_dir, default_staging_dir, encode_id_path, try_artifact_dir,
+    NAME_MAX, data_dir, decode_id_path, default_artifact_dir, default_staging_dir, encode_id_path, try_artifact_dir,
 )
 
 RUN = "manual__2026-01-01T00:00:00+00:00"
@@ -130,3 +130,10 @@ def test_decoding_refuses_what_the_encoding_never_writes():
 ])
 def test_earlier_tries_directories(path, current, wanted, expected):
     assert try_artifact_dir(path, current, wanted) == expected
+
+
+def test_a_runs_data_directory_is_named_as_its_training_directories_are(root, monkeypatch):
+    assert data_dir(RUN) == f"{root}/data/manual__2026-01-01T00~3A00~3A00~2B00~3A00"
+    assert data_dir(RUN, "ddp") == f"{root}/data/ddp/{encode_id_path(RUN)}"
+    monkeypatch.setenv("AIRFLOW__HOROVOD__ARTIFACT_ROOT", "s3://bucket/models/")
+    assert data_dir("r:1") == "s3://bucket/models/data/r~3A1"
