@@ -1,6 +1,6 @@
 """
 :class:`MetricsCollector`: what the driver makes of the ranks' ``report()`` records (see
-:mod:`~airflow_provider_horovod.runtime.progress`): the history in ``<artifact_dir>/metrics.jsonl``, the snapshot in
+:mod:`~airflow_provider_horovod.runtime.reports`): the history in ``<artifact_dir>/metrics.jsonl``, the snapshot in
 ``<artifact_dir>/progress.json`` (:mod:`~airflow_provider_horovod.runtime.wire.progress`), and a progress line at
 most every ``log_interval_s``.
 """

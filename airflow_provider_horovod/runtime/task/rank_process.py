@@ -32,7 +32,7 @@ OUTPUT_TAIL_LINES = 100
 
 Sink = Callable[[Slot, str], None]
 MetricsSink = Callable[[dict], None]
-"""Called with each record a rank's ``report()`` sent (a dict, see :mod:`~airflow_provider_horovod.runtime.progress`)."""
+"""Called with each record a rank's ``report()`` sent (a dict, see :mod:`~airflow_provider_horovod.runtime.reports`)."""
 
 
 class RankProcess:
