@@ -33,7 +33,7 @@ from typing import Any
 
 from airflow_provider_horovod.runtime.artifacts import env_location, is_remote, join_location, local_path
 from airflow_provider_horovod.runtime.reports import env_rank, send_event
-from airflow_provider_horovod.runtime.wire.progress import resume_line
+from airflow_provider_horovod.runtime.wire.progress_format import resume_line
 
 CHECKPOINT_DIR_ENV = "HOROVOD_AIRFLOW_CHECKPOINT_DIR"
 """Environment variable that carries the checkpoint directory into every rank."""
