@@ -32,7 +32,7 @@ from sqlalchemy import select
 
 from airflow_provider_horovod.links import SparkUILink
 from airflow_provider_horovod.paths import try_artifact_dir
-from airflow_provider_horovod.plugins.progress_files import DEFAULT_MAX_POINTS, read_progress
+from airflow_provider_horovod.plugins.progress_reader import DEFAULT_MAX_POINTS, read_progress
 from airflow_provider_horovod.runtime.artifacts import is_remote
 from airflow_provider_horovod.runtime.observability import TENSORBOARD_DIR_NAME
 from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_SPARK_UI_URL, XCOM_TENSORBOARD_DIR
@@ -111,7 +111,7 @@ def build_answer(state: str | None, current_try: int, wanted_try: int, xcoms: di
     :param current_try: the task instance's try number.
     :param wanted_try: the try asked for (``current_try`` or an earlier one).
     :param xcoms: the task instance's XComs ``artifact_dir``, ``spark_ui_url``, ``tensorboard_dir`` (those there are).
-    :param max_points: passed to :func:`~airflow_provider_horovod.plugins.progress_files.history`.
+    :param max_points: passed to :func:`~airflow_provider_horovod.plugins.progress_reader.history`.
     :return: see :func:`progress`.
     """
     latest = wanted_try == current_try
