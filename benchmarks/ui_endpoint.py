@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     sys.path.insert(0, str(REPO))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    from airflow_provider_horovod.plugins.progress_files import read_progress
+    from airflow_provider_horovod.plugins.progress_reader import read_progress
     from tests.airflow_deployment import airflow_deployment, copy_dags
 
     with tempfile.TemporaryDirectory(prefix="ui-endpoint-bench-") as tmp:

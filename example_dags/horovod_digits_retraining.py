@@ -179,14 +179,14 @@ with DAG(
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
 
-        from airflow_provider_horovod.operators.common import default_artifact_root, encode_id_path
+        from airflow_provider_horovod.paths import data_dir
 
         x, y = load_digits(return_X_y=True)
         x_train, x_test, y_train, y_test = train_test_split(
             x / 16.0, y, test_size=0.2, stratify=y, random_state=0
         )
-        # the run's directory named as the provider names the training's (operators.common.encode_id_path)
-        out_dir = os.path.join(default_artifact_root(), "data", encode_id_path(context["run_id"]))
+        # the run's data directory in the provider's layout (<artifact root>/data/<run>, the id encoded)
+        out_dir = data_dir(context["run_id"])
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, "digits.npz")
         np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)

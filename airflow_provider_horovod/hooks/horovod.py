@@ -25,7 +25,7 @@ from airflow_provider_horovod.runtime.driver import program as driver_program
 from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.utils.driver_output import app_started_line, is_app_started_line, wait_for_driver_result
+from airflow_provider_horovod.utils.program_output import app_started_line, is_app_started_line, wait_for_driver_result
 from airflow_provider_horovod.utils.job_result import JobResult, read_job_result
 from airflow_provider_horovod.utils.process_tree import die_with_parent, terminate_tree
 from airflow_provider_horovod.utils.spark_auth import AUTH_PROPERTIES_FILE, auth_submit_kwargs, check_no_auth_secret

@@ -29,7 +29,7 @@ from airflow_provider_horovod.operators._arguments import (
 from airflow_provider_horovod.operators._durable import DurableClusterJob
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.common import (
-    DEFAULT_MAX_RETURN_BYTES, _default_deferrable, default_artifact_dir, default_checkpoint_dir, validate_deploy_mode,
+    DEFAULT_MAX_RETURN_BYTES, _default_deferrable, validate_deploy_mode,
 )
 from airflow_provider_horovod.operators.lineage import LineageObserver, completed_lineage, default_inject_flag
 from airflow_provider_horovod.operators.mlflow_tracking import (
@@ -41,6 +41,7 @@ from airflow_provider_horovod.operators.modes.client import ClientMode
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.operators.modes.connect import ConnectMode
 from airflow_provider_horovod.operators.observers import FinishedTry, ModelAssetEvents, Observers
+from airflow_provider_horovod.paths import default_artifact_dir, default_checkpoint_dir
 from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_LAUNCHER, DEFAULT_SLOT_WAIT_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, JobSettings,

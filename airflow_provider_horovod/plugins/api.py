@@ -16,7 +16,6 @@ task instance's "Training progress" tab shows in an iframe; it polls ``/progress
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -32,7 +31,8 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
 from airflow_provider_horovod.links import SparkUILink
-from airflow_provider_horovod.plugins.progress_files import DEFAULT_MAX_POINTS, read_progress
+from airflow_provider_horovod.paths import try_artifact_dir
+from airflow_provider_horovod.plugins.progress_reader import DEFAULT_MAX_POINTS, read_progress
 from airflow_provider_horovod.runtime.artifacts import is_remote
 from airflow_provider_horovod.runtime.observability import TENSORBOARD_DIR_NAME
 from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_SPARK_UI_URL, XCOM_TENSORBOARD_DIR
@@ -41,7 +41,6 @@ STATIC_DIR = Path(__file__).parent / "static"
 RUNNING_STATES = frozenset({"queued", "scheduled", "running", "deferred", "up_for_retry", "up_for_reschedule",
                             "restarting"})
 """Task instance states in which the page keeps polling (the try may still write progress)."""
-_TRY_SUFFIX = re.compile(r"(.*/)?try-(\d+)/?$")
 
 
 def _xcom_values(session: Any, dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[str, Any]:
@@ -60,25 +59,6 @@ def _xcom_values(session: Any, dag_id: str, run_id: str, task_id: str, map_index
         values[row.key] = value if isinstance(value, str) else None
     values[XCOM_SPARK_UI_URL] = values.pop(SparkUILink().xcom_key, None) or values.get(XCOM_SPARK_UI_URL)
     return values
-
-
-def try_artifact_dir(artifact_dir: str, current_try: int, wanted_try: int) -> str | None:
-    """
-    The artifact directory of an earlier try: Airflow keeps only the latest try's XComs, and the provider's default
-    directories end in ``try-<n>``.
-
-    :param artifact_dir: the latest try's XCom ``artifact_dir``.
-    :param current_try: the task instance's try number (the try that pushed ``artifact_dir``).
-    :param wanted_try: the try asked for.
-    :return: the directory, or ``None`` when it cannot be told (a directory the DAG author chose, or a reattached
-        job's directory that names another try).
-    """
-    if wanted_try == current_try:
-        return artifact_dir
-    match = _TRY_SUFFIX.match(artifact_dir)
-    if not match or int(match.group(2)) != current_try:
-        return None
-    return f"{match.group(1) or ''}try-{wanted_try}"
 
 
 def progress(session: SessionDep, dag_id: str, run_id: str, task_id: str,
@@ -131,7 +111,7 @@ def build_answer(state: str | None, current_try: int, wanted_try: int, xcoms: di
     :param current_try: the task instance's try number.
     :param wanted_try: the try asked for (``current_try`` or an earlier one).
     :param xcoms: the task instance's XComs ``artifact_dir``, ``spark_ui_url``, ``tensorboard_dir`` (those there are).
-    :param max_points: passed to :func:`~airflow_provider_horovod.plugins.progress_files.history`.
+    :param max_points: passed to :func:`~airflow_provider_horovod.plugins.progress_reader.history`.
     :return: see :func:`progress`.
     """
     latest = wanted_try == current_try

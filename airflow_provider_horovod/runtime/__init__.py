@@ -29,8 +29,8 @@ if TYPE_CHECKING:
         ReturnValueTooLargeError,
     )
     from airflow_provider_horovod.runtime.observability import tensorboard_dir
-    from airflow_provider_horovod.runtime.progress import report
     from airflow_provider_horovod.runtime.rank_errors import RankFailedError, RankKilledError, RendezvousError
+    from airflow_provider_horovod.runtime.reports import report
     from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
     from airflow_provider_horovod.runtime.torch_distributor import TorchDistributor
 
@@ -52,7 +52,7 @@ _EXPORTS = {
     "try_number": "airflow_provider_horovod.runtime.checkpoints",
     "rank_shard": "airflow_provider_horovod.runtime.data",
     "tensorboard_dir": "airflow_provider_horovod.runtime.observability",
-    "report": "airflow_provider_horovod.runtime.progress",
+    "report": "airflow_provider_horovod.runtime.reports",
     "TorchDistributor": "airflow_provider_horovod.runtime.torch_distributor",
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
-from airflow_provider_horovod.runtime.wire.progress import METRICS_FILE, PROGRESS_FILE
+from airflow_provider_horovod.runtime.wire.progress_format import METRICS_FILE, PROGRESS_FILE
 
 _PROGRESS_FILES = frozenset({METRICS_FILE, PROGRESS_FILE})
 

@@ -32,15 +32,13 @@ import uuid
 from typing import Any
 
 from airflow_provider_horovod.runtime.artifacts import env_location, is_remote, join_location, local_path
-from airflow_provider_horovod.runtime.progress import env_rank, send_event
-from airflow_provider_horovod.runtime.wire.progress import resume_line
+from airflow_provider_horovod.runtime.reports import env_rank, send_event
+from airflow_provider_horovod.runtime.wire.progress_format import resume_line
 
 CHECKPOINT_DIR_ENV = "HOROVOD_AIRFLOW_CHECKPOINT_DIR"
 """Environment variable that carries the checkpoint directory into every rank."""
 TRY_NUMBER_ENV = "HOROVOD_AIRFLOW_TRY_NUMBER"
 """Environment variable that carries the Airflow try number (1 for the first try) into every rank."""
-CHECKPOINT_DIR_NAME = "checkpoints"
-"""The default directory's name, under the task instance's directory of the artifact root."""
 DEFAULT_KEEP = 3
 """How many checkpoints :func:`save_checkpoint` keeps by default (the newest ones)."""
 _MANIFEST = re.compile(r"^step-(\d{12})\.json$")

@@ -11,7 +11,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from airflow_provider_horovod.runtime.progress import report
+from airflow_provider_horovod.runtime.reports import report
 
 
 def _numbers(logs: dict[str, Any] | None) -> dict[str, float]:

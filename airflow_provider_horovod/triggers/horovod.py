@@ -148,7 +148,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         One poll of the application's monitoring REST API: log the barrier stage's facts that changed, as the
         operator's progress lines do in sync mode. Best effort: an API that does not answer is skipped.
         """
-        from airflow_provider_horovod.utils.progress import Snapshot, describe
+        from airflow_provider_horovod.utils.stage_progress import Snapshot, describe
 
         try:
             async with AsyncSparkRestClient(ui_url=ui_url, timeout_s=self.timeout_s, access=await self.access(),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_horovod.clients import DriverStatus, SparkRestError
-from airflow_provider_horovod.runtime.wire.progress import PROGRESS_FILE, progress_line, resume_line
+from airflow_provider_horovod.runtime.wire.progress_format import PROGRESS_FILE, progress_line, resume_line
 
 __all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "ProgressLog", "driver_failure",
            "outside_kill", "read_poll", "read_progress", "validate_event"]
@@ -133,7 +133,7 @@ def validate_event(event: Any) -> dict[str, Any]:
 class ProgressLog:
     """
     Which progress lines a wait for a cluster-mode driver logs: the driver's ``progress.json`` (in the staging
-    directory) as :func:`~airflow_provider_horovod.runtime.wire.progress.progress_line` puts it, when it is newer
+    directory) as :func:`~airflow_provider_horovod.runtime.wire.progress_format.progress_line` puts it, when it is newer
     than the last line logged and at most every ``interval_s``; once, the line that says the try resumed from a
     checkpoint (``resuming from checkpoint step 20 (try 2), saved by try 1, from ...``).
 

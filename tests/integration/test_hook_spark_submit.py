@@ -209,7 +209,7 @@ def train_for_a_few_seconds():
 
 
 def test_progress_is_read_from_the_real_rest_api(spark_env, tmp_path):
-    from airflow_provider_horovod.utils.progress import ProgressWatcher
+    from airflow_provider_horovod.utils.stage_progress import ProgressWatcher
 
     key = secrets.token_bytes(32)
     payload = tmp_path / "payload.bin"

@@ -170,7 +170,7 @@ def test_mlflow_tracking_over_spark_connect(connect_url, airflow_home, tmp_path,
     assert trained.data.params == {"np": "2", "launcher": "horovod", "steps": "4", "lr": "0.5"}
     history = sorted(client.get_metric_history(trained.info.run_id, "loss"), key=lambda m: m.step)
     # rank 0 sends its newest record at most every SEND_INTERVAL_S, and always each metric's first and last one
-    # (runtime/progress.py):
+    # (runtime/reports.py):
     # the first and the last report, each at its step with its value
     steps = [m.step for m in history]
     assert steps[0] == 1 and steps[-1] == 4 and steps == sorted(set(steps)), steps

@@ -37,7 +37,8 @@ def test_config_options_are_registered_without_defaults():
     assert set(options) == {"artifact_root", "history_server_url"}
     assert all(o["default"] is None and o["description"] for o in options.values())
 
-    from airflow_provider_horovod.operators.common import default_artifact_root, history_server_url
+    from airflow_provider_horovod.operators.common import history_server_url
+    from airflow_provider_horovod.paths import default_artifact_root
 
     assert history_server_url(None) is None
     assert default_artifact_root().endswith("horovod-artifacts")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_horovod.hooks.horovod import HorovodHook
     from airflow_provider_horovod.operators._reporting import JobReporter
-    from airflow_provider_horovod.utils.progress import ProgressWatcher
+    from airflow_provider_horovod.utils.stage_progress import ProgressWatcher
 
 GONE = "GONE"
 """The status of a job whose driver lived in a task process (client mode, Spark Connect): it ended with it."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
-from airflow_provider_horovod.operators.common import default_staging_dir
+from airflow_provider_horovod.paths import default_staging_dir
 from airflow_provider_horovod.operators._durable import (
     ABANDONED, KILL_MARKER, NOT_FOUND, REATTACHABLE_STATES, DurableClusterJob, abandoned_by, cluster_job, job_record,
 )

@@ -1,7 +1,7 @@
 """
 :class:`MetricsCollector`: what the driver makes of the ranks' ``report()`` records (see
-:mod:`~airflow_provider_horovod.runtime.progress`): the history in ``<artifact_dir>/metrics.jsonl``, the snapshot in
-``<artifact_dir>/progress.json`` (:mod:`~airflow_provider_horovod.runtime.wire.progress`), and a progress line at
+:mod:`~airflow_provider_horovod.runtime.reports`): the history in ``<artifact_dir>/metrics.jsonl``, the snapshot in
+``<artifact_dir>/progress.json`` (:mod:`~airflow_provider_horovod.runtime.wire.progress_format`), and a progress line at
 most every ``log_interval_s``.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow_provider_horovod.runtime.artifacts import is_remote, join_location
 from airflow_provider_horovod.runtime.bounds import MAX_HEADLINE_CHARS, cut
-from airflow_provider_horovod.runtime.wire.progress import (
+from airflow_provider_horovod.runtime.wire.progress_format import (
     METRICS_FILE,
     MILESTONE_EVENT,
     PROGRESS_FILE,
@@ -85,7 +85,7 @@ class MetricsCollector:
     :param sink_interval_s: seconds between the sink's calls at most.
     :param ranks: the job's number of ranks and ``init_call`` the launcher's init call (``hvd.init()``): with both,
         the ranks' milestones make the phase until the first report (loading, rendezvous, joined:
-        :func:`~airflow_provider_horovod.runtime.wire.progress.rank_phase`).
+        :func:`~airflow_provider_horovod.runtime.wire.progress_format.rank_phase`).
     :param init_call: see ``ranks``.
     :param clock: the wall clock (tests).
     """
@@ -180,7 +180,7 @@ class MetricsCollector:
             self._changed = self._dirty = True
 
     def snapshot(self) -> dict[str, Any]:
-        """The ``progress.json`` snapshot now (see :mod:`~airflow_provider_horovod.runtime.wire.progress`)."""
+        """The ``progress.json`` snapshot now (see :mod:`~airflow_provider_horovod.runtime.wire.progress_format`)."""
         with self._lock:
             return self._snapshot()
 

@@ -16,7 +16,7 @@ writes into ``--result-dir``:
 
 - ``status.json`` as soon as the Spark application exists: ``{"app_id", "ui_url"}``;
 - ``progress.json`` while the ranks ``report()``: the job's progress snapshot (the one in the artifact directory,
-  :mod:`~airflow_provider_horovod.runtime.wire.progress`), which the Airflow side logs in cluster deploy mode;
+  :mod:`~airflow_provider_horovod.runtime.wire.progress_format`), which the Airflow side logs in cluster deploy mode;
 - ``result.pkl``: rank 0's cloudpickled return value (on success); a pickled
   :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` when its pickle was larger than
   ``--max-return-value-bytes`` (rank 0 did not send it; the reader refuses it);

@@ -10,7 +10,7 @@ variables are set before CUDA starts) and its own process group. Everything it n
 - ``HOROVOD_AIRFLOW_MAX_RESULT_BYTES``: the largest pickle rank 0 writes there; a larger value is dropped and a
   pickled :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` written instead, so the rank still
   succeeds and nothing large goes through the executor's and the driver's JVMs
-  (:func:`~airflow_provider_horovod.runtime.rank.report.pickle_result`);
+  (:func:`~airflow_provider_horovod.runtime.rank.result.pickle_result`);
 - ``HOROVOD_AIRFLOW_LIFELINE_FD``: the read end of a pipe whose write end the launcher holds. When the
   launcher dies (task killed, stage aborted, executor lost) the pipe reaches EOF and this process kills its
   whole process group, so no training process outlives its Spark task;
@@ -50,7 +50,7 @@ from airflow_provider_horovod.runtime.rank_errors import LOAD_ERROR
 from airflow_provider_horovod.runtime.launchers import HOROVOD
 from airflow_provider_horovod.runtime.rank.backends import rank_backend_for
 from airflow_provider_horovod.runtime.rank.guards import Progress
-from airflow_provider_horovod.runtime.rank.report import (
+from airflow_provider_horovod.runtime.rank.result import (
     error_record,
     exit_status,
     pickle_result,

@@ -90,7 +90,7 @@ def exit_failure(*, rank: int, exit_code: int | None, error_path: str, host: str
 
     :param rank: the rank.
     :param exit_code: its exit status (negative: the signal that killed it).
-    :param error_path: the error file :func:`~airflow_provider_horovod.runtime.rank.report.error_record` wrote.
+    :param error_path: the error file :func:`~airflow_provider_horovod.runtime.rank.result.error_record` wrote.
     :param host: the rank's host.
     :param output_tail: the rank's last output lines.
     :param exited_at: when the process exit was seen, seconds since the epoch (the failure time of a rank that

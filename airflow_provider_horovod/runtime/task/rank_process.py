@@ -25,14 +25,14 @@ from airflow_provider_horovod.runtime.task.rank_env import worker_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.progress import MILESTONE_EVENT, MILESTONES, json_records
+from airflow_provider_horovod.runtime.wire.progress_format import MILESTONE_EVENT, MILESTONES, json_records
 
 OUTPUT_TAIL_LINES = 100
 """How many of a rank's last output lines an error carries."""
 
 Sink = Callable[[Slot, str], None]
 MetricsSink = Callable[[dict], None]
-"""Called with each record a rank's ``report()`` sent (a dict, see :mod:`~airflow_provider_horovod.runtime.progress`)."""
+"""Called with each record a rank's ``report()`` sent (a dict, see :mod:`~airflow_provider_horovod.runtime.reports`)."""
 
 
 class RankProcess:
@@ -46,8 +46,8 @@ class RankProcess:
     :param sink: called with every output line of the rank (without the newline).
     :param devices: the rank's device variables (from :func:`~.gpus.device_env`); ``spec.env`` overrides them.
     :param metrics: called with each record the rank's ``report()`` sends, and with an event record for each of its
-        milestones (:data:`~airflow_provider_horovod.runtime.wire.progress.MILESTONE_EVENT`); ``None``: the rank's
-        ``report()`` is a no-op.
+        milestones (:data:`~airflow_provider_horovod.runtime.wire.progress_format.MILESTONE_EVENT`); ``None``: the
+        rank's ``report()`` is a no-op.
     :param threads: its ``OMP_NUM_THREADS`` (:func:`~.rank_env.omp_threads`); ``None``: as inherited.
     """
 

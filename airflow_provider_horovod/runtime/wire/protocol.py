@@ -23,7 +23,7 @@ ENV_PROGRESS = "HOROVOD_AIRFLOW_PROGRESS_FD"
 """File descriptor the rank writes its milestones to: ``L`` function loaded (about to be called), ``I`` entering
 ``hvd.init()``, ``R`` ``hvd.init()`` returned with the right size. ``I``/``R`` repeat for every ``hvd.init()``."""
 ENV_METRICS = "HOROVOD_AIRFLOW_METRICS_FD"
-"""File descriptor the rank's :func:`~airflow_provider_horovod.runtime.progress.report` writes its records to, one
+"""File descriptor the rank's :func:`~airflow_provider_horovod.runtime.reports.report` writes its records to, one
 JSON object per line (``{"time", "rank", "step", "total_steps", "epoch", "metrics"}``); unset outside a job."""
 ENV_RELEASE = "HOROVOD_AIRFLOW_RELEASE_FD"
 """File descriptor of a pipe on which a rank started before the rendezvous port is known waits for its remaining

@@ -17,7 +17,7 @@ import time
 import pendulum
 from airflow.sdk import dag, get_current_context, task
 
-from airflow_provider_horovod.operators.common import default_artifact_dir
+from airflow_provider_horovod.paths import default_artifact_dir
 from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR
 
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_horovod.hooks import horovod as client
-from airflow_provider_horovod.operators.common import default_artifact_dir, default_checkpoint_dir
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+from airflow_provider_horovod.paths import default_artifact_dir, default_checkpoint_dir
 from airflow_provider_horovod.runtime import HorovodRunner
 from airflow_provider_horovod.runtime.driver.program import _parse, _settings
 from airflow_provider_horovod.runtime.settings import JobSettings

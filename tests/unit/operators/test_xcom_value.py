@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodResultError
-from airflow_provider_horovod.operators.common import check_xcom_value, default_artifact_dir
+from airflow_provider_horovod.operators.common import check_xcom_value
+from airflow_provider_horovod.paths import default_artifact_dir
 
 
 class Model:

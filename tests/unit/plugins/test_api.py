@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from jwt import InvalidTokenError
 
 from airflow_provider_horovod.plugins import api
-from airflow_provider_horovod.plugins.api import STATIC_DIR, build_answer, create_app, try_artifact_dir
+from airflow_provider_horovod.plugins.api import STATIC_DIR, build_answer, create_app
 
 QUERY = {"dag_id": "train_dag", "run_id": "manual__1", "task_id": "train"}
 
@@ -124,14 +124,3 @@ def test_only_http_links_reach_the_page_and_the_tries_and_tensorboard_directory_
     assert build_answer("running", 1, 1, {"artifact_dir": str(tmp_path)})["tensorboard_dir"] == \
         str(tmp_path / "tensorboard")
     assert build_answer("running", 1, 1, {"artifact_dir": "memory://b/x"})["tensorboard_dir"] is None
-
-
-@pytest.mark.parametrize(("path", "current", "wanted", "expected"), [
-    ("/a/train/try-3", 3, 3, "/a/train/try-3"),
-    ("/a/train/try-3", 3, 1, "/a/train/try-1"),
-    ("s3://b/train/try-3/", 3, 2, "s3://b/train/try-2"),
-    ("/a/train/try-1", 2, 1, None),  # a reattached job's directory: not this try's name
-    ("/chosen/by/the/author", 2, 1, None),
-])
-def test_earlier_tries_directories(path, current, wanted, expected):
-    assert try_artifact_dir(path, current, wanted) == expected

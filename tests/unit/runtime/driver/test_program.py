@@ -31,7 +31,7 @@ def test_a_driver_whose_jvm_is_gone_says_so(tmp_path):
     """The JVM exits when out of memory; its Python program sees a refused connection, and writes its result late."""
     import time
 
-    from airflow_provider_horovod.utils.driver_output import wait_for_driver_result
+    from airflow_provider_horovod.utils.program_output import wait_for_driver_result
 
     class Py4JNetworkError(Exception):
         pass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from airflow_provider_horovod.plugins.progress_files import (
+from airflow_provider_horovod.plugins.progress_reader import (
     history,
     parse_records,
     parse_snapshot,

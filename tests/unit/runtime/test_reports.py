@@ -1,4 +1,4 @@
-"""The training function's report() (runtime/progress.py) in a real process: throttled, never lost, a no-op outside a job."""
+"""The training function's report() (runtime/reports.py) in a real process: throttled, never lost, a no-op outside a job."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from airflow_provider_horovod.runtime import report
-from airflow_provider_horovod.runtime.progress import SEND_INTERVAL_S
+from airflow_provider_horovod.runtime.reports import SEND_INTERVAL_S
 from airflow_provider_horovod.runtime.wire.protocol import ENV_METRICS
 
 CALLS = """
@@ -76,7 +76,7 @@ def test_a_bad_value_is_named(kwargs, says):
 
 EVENT_THEN_REPORTS = """
 from airflow_provider_horovod.runtime import report
-from airflow_provider_horovod.runtime.progress import send_event
+from airflow_provider_horovod.runtime.reports import send_event
 report(step=1)
 send_event("resumed", step=10, try_number=2)
 for step in range(2, 2001):
@@ -92,7 +92,7 @@ def test_an_event_is_never_dropped_by_the_throttle():
 
 
 def test_each_metric_keeps_its_newest_value_at_its_own_step():
-    from airflow_provider_horovod.runtime.progress import _Pending
+    from airflow_provider_horovod.runtime.reports import _Pending
 
     pending = _Pending()
     for step in range(1, 101):
@@ -106,7 +106,7 @@ def test_each_metric_keeps_its_newest_value_at_its_own_step():
 
 
 def test_a_record_without_metrics_keeps_only_the_newest_and_kept_records_stay_whole():
-    from airflow_provider_horovod.runtime.progress import _Pending
+    from airflow_provider_horovod.runtime.reports import _Pending
 
     pending = _Pending()
     for step in range(1, 11):

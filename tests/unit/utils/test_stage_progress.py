@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from airflow_provider_horovod.clients import ExecutorInfo, JobInfo, StageInfo
-from airflow_provider_horovod.utils.progress import ProgressWatcher, Snapshot, describe
+from airflow_provider_horovod.utils.stage_progress import ProgressWatcher, Snapshot, describe
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "spark_rest"
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_provider_horovod.runtime.wire.progress import METRICS_FILE, PROGRESS_FILE, json_records
+from airflow_provider_horovod.runtime.wire.progress_format import METRICS_FILE, PROGRESS_FILE, json_records
 from airflow_provider_horovod.utils.storage import credentials_env, storage_location
 
 DEFAULT_MAX_POINTS = 2000

@@ -1,7 +1,8 @@
 """
 What the client-mode hook (:class:`~airflow_provider_horovod.hooks.horovod.HorovodHook`) reads from the driver
-program besides its result: the line it prints on spark-submit's output once the Spark application exists, and,
-when the driver's JVM ended first, the moments its Python program may still need to write ``result.json``.
+program (:mod:`~airflow_provider_horovod.runtime.driver.program`, which spark-submit runs) besides its result: the
+line it prints on spark-submit's output once the Spark application exists, and, when the driver's JVM ended first,
+the moments its Python program may still need to write ``result.json``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """
-Follow a running Horovod job through the Spark monitoring REST API and report state changes, not noise.
+Follow a running Horovod job's barrier stage through the Spark monitoring REST API and log state changes, not noise
+(the stage's progress as Spark sees it; the training's own progress is the ranks' ``report()``).
 
 :func:`describe` turns one snapshot of ``/jobs``, ``/stages`` and ``/executors`` into facts (one message per
 topic); :class:`ProgressWatcher` polls every ``poll_interval_s`` and logs a topic only when its message changes:

@@ -1,8 +1,8 @@
-"""The progress line of the task log (runtime/wire/progress.py)."""
+"""The progress line of the task log (runtime/wire/progress_format.py)."""
 
 from __future__ import annotations
 
-from airflow_provider_horovod.runtime.wire.progress import progress_line
+from airflow_provider_horovod.runtime.wire.progress_format import progress_line
 
 
 def test_with_total_steps_the_line_has_percent_rate_eta_metrics_and_the_straggler():

@@ -1,4 +1,5 @@
-"""Artifact and staging directory names: one per task instance and try, whatever characters the ids hold."""
+"""Artifact and staging directory names: one per task instance and try, whatever characters the ids hold; an earlier
+try's directory read back from the latest one's."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_horovod.operators.common import (
-    NAME_MAX, decode_id_path, default_artifact_dir, default_staging_dir, encode_id_path,
+from airflow_provider_horovod.paths import (
+    NAME_MAX, data_dir, decode_id_path, default_artifact_dir, default_staging_dir, encode_id_path, try_artifact_dir,
 )
 
 RUN = "manual__2026-01-01T00:00:00+00:00"
@@ -118,3 +119,21 @@ def test_decoding_refuses_what_the_encoding_never_writes():
     for bad in ("a:b", "a~3ab", "a~3", "~", "a~/", "a/b", "", "~E6"):
         with pytest.raises(ValueError):
             decode_id_path(bad)
+
+
+@pytest.mark.parametrize(("path", "current", "wanted", "expected"), [
+    ("/a/train/try-3", 3, 3, "/a/train/try-3"),
+    ("/a/train/try-3", 3, 1, "/a/train/try-1"),
+    ("s3://b/train/try-3/", 3, 2, "s3://b/train/try-2"),
+    ("/a/train/try-1", 2, 1, None),  # a reattached job's directory: not this try's name
+    ("/chosen/by/the/author", 2, 1, None),
+])
+def test_earlier_tries_directories(path, current, wanted, expected):
+    assert try_artifact_dir(path, current, wanted) == expected
+
+
+def test_a_runs_data_directory_is_named_as_its_training_directories_are(root, monkeypatch):
+    assert data_dir(RUN) == f"{root}/data/manual__2026-01-01T00~3A00~3A00~2B00~3A00"
+    assert data_dir(RUN, "ddp") == f"{root}/data/ddp/{encode_id_path(RUN)}"
+    monkeypatch.setenv("AIRFLOW__HOROVOD__ARTIFACT_ROOT", "s3://bucket/models/")
+    assert data_dir("r:1") == "s3://bucket/models/data/r~3A1"

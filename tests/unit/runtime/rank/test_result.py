@@ -13,7 +13,7 @@ from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime import HorovodRunner, ReturnValueTooLargeError
 from airflow_provider_horovod.runtime.driver.program import _parse, _settings
 from airflow_provider_horovod.runtime.errors import ReturnValueRefused
-from airflow_provider_horovod.runtime.rank.report import pickle_result
+from airflow_provider_horovod.runtime.rank.result import pickle_result
 
 
 def train():
