@@ -2,7 +2,7 @@
 ``HorovodConnectHook``: run the barrier job from the Airflow worker through a Spark Connect session.
 
 No JVM runs on the Airflow worker: the Spark provider's ``SparkConnectHook`` turns the ``spark_connect``
-connection into an ``sc://`` URL, and :class:`~airflow_provider_horovod.runtime.HorovodRunner` runs the
+connection into an ``sc://`` URL, and :class:`~airflow_provider_horovod.runtime.driver.runner.BarrierRunner` runs the
 barrier stage with ``mapInArrow(..., barrier=True)`` over that session. Rank output reaches this worker's log
 through the runtime's log channel (executors must be able to connect back to this machine; set
 ``HOROVOD_AIRFLOW_CALLBACK_HOST`` when the address they should use is not the one that routes to the server).
@@ -57,7 +57,7 @@ class HorovodConnectHook(BaseHook):
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
         from airflow_provider_horovod.runtime.errors import ExecutorLostError, HorovodRuntimeError, JobCancelledError
         from airflow_provider_horovod.runtime.rank_errors import RankFailedError
-        from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
+        from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 
         settings = JobSettings.for_np(settings, self.np)
 
@@ -66,7 +66,7 @@ class HorovodConnectHook(BaseHook):
         ensure_dir(artifact_dir)
         self._session = SparkSession.builder.remote(url).getOrCreate()
         app_id = self.application_id(self._session)
-        runner = HorovodRunner.from_settings(settings, artifact_dir=artifact_dir, env=env, spark=self._session)
+        runner = BarrierRunner(settings, artifact_dir=artifact_dir, env=env, spark=self._session)
         try:
             result = runner.run_payload(payload)
         except RankFailedError as err:  # the rank's own traceback is in the message

@@ -5,8 +5,9 @@
 Connect) and the Spark driver program all build a :class:`JobSettings` from what they were given, so a value one of
 them refuses, every one of them refuses with the same message (``tests/unit/runtime/test_settings.py`` checks every
 entry point against one table). The settings travel to the driver program as its command-line flags
-(:meth:`JobSettings.to_args`, read back by :meth:`JobSettings.from_args`), and to ``HorovodRunner`` as its keyword
-arguments (:meth:`JobSettings.runner_kwargs`).
+(:meth:`JobSettings.to_args`, read back by :meth:`JobSettings.from_args`), which hand them as they are to the
+runner (:class:`~airflow_provider_horovod.runtime.driver.runner.BarrierRunner`) and on to every rank's launcher
+(:class:`~airflow_provider_horovod.runtime.wire.jobspec.JobSpec`).
 
 This module imports nothing but the standard library, and the launchers' table (stdlib only too): a DAG file that
 uses the operator imports it when it is parsed, and the driver program reads its flags with it.
@@ -246,10 +247,6 @@ class JobSettings:
         :param changes: field names and their new values.
         """
         return JobSettings(**{**asdict(self), **changes})
-
-    def runner_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``HorovodRunner`` that these settings are."""
-        return asdict(self)
 
     def to_args(self) -> list[str]:
         """

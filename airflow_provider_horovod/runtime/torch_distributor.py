@@ -5,13 +5,20 @@ provider's launcher (the ranks started inside the barrier tasks, with the torchr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 from airflow_provider_horovod.runtime.launchers import TORCH
 from airflow_provider_horovod.runtime.rank.script import run_script
-from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
+from airflow_provider_horovod.runtime.settings import JobSettings
+
+
+_RUNNER_ARGUMENTS = ("spark", "artifact_dir", "env", "mlflow_run")
+"""The keyword arguments that are the runner's, not :class:`JobSettings` fields."""
+_SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(JobSettings)) - {"np", "launcher", "use_gpu"}
 
 
 def validate_num_processes(value: object) -> int:
@@ -42,7 +49,7 @@ def script_call(train_object: str, args: tuple[Any, ...]) -> tuple[Callable[...,
     return run_script, (path, [str(a) for a in args])
 
 
-class TorchDistributor:
+class TorchDistributor(BarrierRunner):
     """
     Run ``torch.distributed`` training (DDP, FSDP) on a Spark barrier stage: the constructor and :meth:`run` of
     PySpark's ``TorchDistributor``, with this provider's launch (ranks start inside the barrier tasks, about a fifth
@@ -64,10 +71,11 @@ class TorchDistributor:
         ``LOCAL_RANK`` each); ``False`` hides GPUs (``CUDA_VISIBLE_DEVICES=""``). PySpark's default ``True``.
     :param _ssl_conf: ignored (PySpark's SSL opt-out).
     :param settings: further keyword arguments of :class:`~airflow_provider_horovod.runtime.driver.runner.HorovodRunner`
-        (``spark``, ``artifact_dir``, ``checkpoint_dir``, ``try_number``, ``env``, ``start_timeout_s``,
-        ``training_timeout_s``, ``driver_log_verbosity``, ``gpu_visibility``, ``slot_wait_timeout_s``,
-        ``max_return_value_bytes``).
+        (``spark``, ``artifact_dir``, ``checkpoint_dir``, ``try_number``, ``env``, ``mlflow_run``,
+        ``start_timeout_s``, ``training_timeout_s``, ``driver_log_verbosity``, ``gpu_visibility``,
+        ``slot_wait_timeout_s``, ``max_return_value_bytes``, ``gloo_timeout_s``).
     :raises ValueError: an argument is invalid (before any Spark work), naming it.
+    :raises TypeError: an argument that is none of these.
     """
 
     def __init__(self, num_processes: int = 1, local_mode: bool = True, use_gpu: bool = True,
@@ -80,9 +88,12 @@ class TorchDistributor:
         self.num_processes = np
         self.local_mode = bool(local_mode)
         self.use_gpu = bool(use_gpu)
-        self.runner = HorovodRunner(np=-np if self.local_mode else np, use_gpu=self.use_gpu, launcher=TORCH,
-                                    **settings)
-        """The runner that launches the ranks."""
+        runner_args = {name: settings.pop(name) for name in _RUNNER_ARGUMENTS if name in settings}
+        unknown = sorted(set(settings) - _SETTING_NAMES)
+        if unknown:
+            raise TypeError(f"TorchDistributor() got unexpected keyword arguments {unknown}")
+        super().__init__(JobSettings(np=-np if self.local_mode else np, use_gpu=self.use_gpu, launcher=TORCH,
+                                     **settings), **runner_args)
 
     def run(self, train_object: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
         """
@@ -107,4 +118,4 @@ class TorchDistributor:
         else:
             raise ValueError(f"train_object must be a function or the path of a training script, got "
                              f"{type(train_object).__name__}")
-        return self.runner.run_call(fn, args, kwargs)
+        return self.run_call(fn, args, kwargs)

@@ -70,7 +70,7 @@ def test_reports_on_the_driver_with_torch_distributed_show_the_slower_rank(spark
     assert distributor.run(torch_steps, 250) == 0
     snapshot = json.loads((tmp_path / "progress.json").read_text())
     assert snapshot["total_steps"] is None and snapshot["step"] == 250 and snapshot["steps_per_s"] > 0
-    assert distributor.runner.last_metrics == {"acc": 1.0}
+    assert distributor.last_metrics == {"acc": 1.0}
     lines = [line for line in capfd.readouterr().out.splitlines() if "airflow-provider-horovod: progress:" in line]
     assert lines and "elapsed" in lines[-1]
     assert any("slowest rank 1 at step" in line for line in lines[:-1])  # rank 1 takes twice as long per step

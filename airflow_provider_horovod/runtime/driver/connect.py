@@ -9,6 +9,7 @@ value comes back as binary rows (split to stay under Connect's Arrow batch limit
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import socket
@@ -90,7 +91,7 @@ def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes,
     stage_error: Exception | None = None
     chunks: list[bytes] = []
     with LogServer(callback_host(spark), on_metrics=metrics) as logs:
-        spec = JobSpec(**{**spec.__dict__, "log_address": logs.address, "log_token": logs.token})
+        spec = dataclasses.replace(spec, log_address=logs.address, log_token=logs.token)
         spark.addTag(tag)
         try:
             frame = spark.range(0, spec.np, 1, spec.np).mapInArrow(

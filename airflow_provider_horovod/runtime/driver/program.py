@@ -11,7 +11,7 @@ Spark properties.
 mode: the store's credentials come in the environment, e.g. ``AWS_*``). ``--runtime`` names the runtime zip when
 nothing put it on this program's path: it is fetched and put on ``sys.path`` (the runner ships it to the executors).
 
-It verifies the payload, runs it through :class:`~airflow_provider_horovod.runtime.HorovodRunner`, and
+It verifies the payload, runs it through :class:`~airflow_provider_horovod.runtime.driver.runner.BarrierRunner`, and
 writes into ``--result-dir``:
 
 - ``status.json`` as soon as the Spark application exists: ``{"app_id", "ui_url"}``;
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
         from airflow_provider_horovod.runtime.errors import ExecutorLostError, JobCancelledError, PayloadError
         from airflow_provider_horovod.runtime.rank_errors import RankFailedError
-        from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
+        from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
         from airflow_provider_horovod.runtime.wire.payload import verify_payload
         from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
     except (ImportError, OSError) as err:  # e.g. no cloudpickle, pyspark or s3fs in the driver's interpreter
@@ -232,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"airflow-provider-horovod: payload verified ({len(payload)} bytes"
               f"{', HMAC ok' if key_hex else ''}); np={settings.np}", flush=True)
         names = [n for n in os.environ.get(RANK_ENV_NAMES, "").split(",") if n]
-        runner = HorovodRunner.from_settings(settings, artifact_dir=args.artifact_dir,
-                                             env={n: os.environ[n] for n in names if n in os.environ})
+        runner = BarrierRunner(settings, artifact_dir=args.artifact_dir,
+                               env={n: os.environ[n] for n in names if n in os.environ})
         if args.artifact_dir:
             ensure_dir(args.artifact_dir)
         if settings.np > 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import uuid
 from collections.abc import Callable
@@ -20,7 +21,6 @@ from airflow_provider_horovod.runtime.driver.slots import (
     wait_for_slots,
 )
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
-from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink, check_mlflow_installed, run_env
 from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
 from airflow_provider_horovod.runtime.settings import (
@@ -40,7 +40,176 @@ from airflow_provider_horovod.runtime.wire.logs import LogServer
 from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 
 
-class HorovodRunner:
+class BarrierRunner:
+    """
+    Run a serialized training function on ``np`` ranks (a Spark barrier stage of ``np`` tasks, or ``-np`` processes
+    on the driver) and bring back rank 0's value: what :class:`HorovodRunner` and
+    :class:`~airflow_provider_horovod.runtime.torch_distributor.TorchDistributor` are, each with its own API, and what
+    the driver program and the Spark Connect hook run settings already checked with.
+
+    :param settings: the job's knobs (``np``, the launcher, timeouts, GPUs, ...).
+    :param artifact_dir: path or URI the ranks see through :func:`~airflow_provider_horovod.runtime.artifact_dir`.
+    :param env: extra environment variables for every rank.
+    :param spark: the ``SparkSession`` to run on (classic or Spark Connect); default: the active session, else
+        ``SparkSession.builder.getOrCreate()``.
+    :param mlflow_run: log into an MLflow run: ``True`` the active run, or a run id; ``False``: none (see
+        :class:`HorovodRunner`).
+    :raises ValueError: ``settings.timeline`` without ``artifact_dir``, or a bad ``mlflow_run``.
+    """
+
+    def __init__(self, settings: JobSettings, *, artifact_dir: str | None = None, env: dict[str, str] | None = None,
+                 spark: Any = None, mlflow_run: bool | str = False) -> None:
+        self.settings = settings
+        """The job's knobs, checked."""
+        if settings.timeline and not artifact_dir:
+            raise ValueError("timeline=True needs artifact_dir: the Horovod Timeline is written there as "
+                             f"{TIMELINE_FILE_NAME}")
+        self.spark = spark
+        self.artifact_dir = artifact_dir
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        if settings.timeline:
+            self.env.setdefault(ENV_TIMELINE, "1")
+        if not isinstance(mlflow_run, bool | str) or mlflow_run == "":
+            raise ValueError(f"mlflow_run must be True, False or a run id, got {mlflow_run!r}")
+        if mlflow_run:
+            check_mlflow_installed("mlflow_run")
+        self.mlflow_run = mlflow_run
+        self.last_metrics: dict[str, Any] = {}
+        """Rank 0's last ``report()`` metrics of the latest run (empty before one, or when it reported none)."""
+
+    @property
+    def np(self) -> int:
+        """The number of processes as given: ``> 0`` barrier tasks, ``< 0`` processes on the driver."""
+        return self.settings.np
+
+    def run_call(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+                 ) -> Any:
+        """
+        Run ``fn(*args, **kwargs)`` on every rank and return rank 0's return value.
+
+        ``fn`` and its arguments travel with cloudpickle; functions defined in a module that executors cannot import
+        (an Airflow DAG file, a notebook) travel by value. Imports belong inside ``fn``.
+
+        :param fn: the training function; it joins the other ranks itself (``hvd.init()``, ``init_process_group()``).
+        :param args: its positional arguments.
+        :param kwargs: its keyword arguments.
+        :return: what rank 0's ``fn`` returned.
+        :raises ReturnValueTooLargeError: that value's pickle was larger than ``max_return_value_bytes``; rank 0
+            did not send it (the message gives both sizes).
+        :raises RankFailedError: a rank failed; the message names the rank and carries its traceback.
+        :raises LaunchError: the stage could not run (not enough slots, dynamic allocation, ``use_gpu`` without
+            GPU scheduling, Spark error).
+        :raises PayloadError: ``fn`` or its arguments cannot be pickled.
+        """
+        payload = dumps_payload(fn, tuple(args), dict(kwargs or {}))
+        if len(payload) > LARGE_PAYLOAD_BYTES:
+            import warnings
+
+            warnings.warn(f"the training payload is {len(payload) / 2**20:.0f} MiB: a dataset captured in the function "
+                          "or its arguments travels with every task; pass a path and load it inside main instead",
+                          stacklevel=3)
+        result = self.run_payload(payload)
+        value = None if result is None else cloudpickle.loads(result)
+        if isinstance(value, ReturnValueRefused):
+            raise ReturnValueTooLargeError(value)
+        return value
+
+    def run_payload(self, payload: bytes, *, progress_mirror: str | None = None) -> bytes | None:
+        """
+        Run an already serialized payload; return rank 0's cloudpickled return value.
+
+        Used by :meth:`run_call` and by the spark-submit driver program (the operator's path).
+
+        :param payload: the payload bytes (:func:`~airflow_provider_horovod.runtime.wire.payload.dumps_payload`).
+        :param progress_mirror: a directory (path or URI) that also gets ``progress.json`` (the driver program's
+            result directory).
+        The ranks' ``report()`` records become the job's progress line, ``<artifact_dir>/metrics.jsonl`` and
+        ``progress.json`` (:class:`~airflow_provider_horovod.runtime.driver.metrics.MetricsCollector`); rank 0's last
+        metrics are in :attr:`last_metrics` afterwards.
+
+        :return: rank 0's cloudpickled return value, or ``None`` when it returned nothing to pickle; a pickled
+            :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` when that value's pickle was larger
+            than ``max_return_value_bytes`` (the caller reports it).
+        :raises RankFailedError: a rank failed.
+        :raises LaunchError: the stage could not run.
+        """
+        env = self.env if not self.mlflow_run else \
+            {**run_env(None if self.mlflow_run is True else self.mlflow_run), **self.env}
+        spec = JobSpec(payload=payload, settings=self.settings, artifact_dir=self.artifact_dir, env=env)
+        with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror, sink=MlflowMetricsSink.from_env(env),
+                              ranks=spec.np, init_call=spec.launcher.init_call) as collector:
+            try:
+                if self.np < 0:
+                    collector.phase(f"starting {spec.np} rank{'s' if spec.np > 1 else ''} on the driver")
+                    result = run_on_driver(spec, metrics=collector.add)
+                else:
+                    result = self._run_barrier(spec, collector.add, collector.phase)
+            except BaseException as err:
+                collector.finish("failed", error=f"{type(err).__name__}: {err}")
+                raise
+            finally:
+                self.last_metrics = collector.last_metrics
+            collector.finish("finished")
+        return result
+
+    def _run_barrier(self, spec: JobSpec, metrics: Callable[[dict], None],
+                     phase: Callable[[str], None] = lambda text: None) -> bytes | None:
+        from pyspark.sql import SparkSession
+
+        spark = self.spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        if is_connect_session(spark):
+            phase(f"starting {spec.np} ranks (a barrier stage over Spark Connect)")
+            return run_barrier_connect(spark, spec, runtime_zip(), metrics)
+        sc = spark.sparkContext
+        conf = sc.getConf()
+        try:
+            check_barrier_conf(dict(conf.getAll()), source="this application's Spark conf")
+        except ValueError as err:
+            raise LaunchError(str(err)) from None
+        if spec.settings.use_gpu:
+            check_gpu_conf(dict(conf.getAll()))
+        slots = local_master_slots(sc.master)
+        if slots is not None and spec.np > slots:
+            raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {sc.master} has {slots}; "
+                              f"use local[{spec.np}] or a smaller np")
+        ship_runtime(sc)
+        host = conf.get("spark.driver.host", "127.0.0.1")
+        group = f"horovod-{uuid.uuid4().hex[:12]}"
+        stage_error: Exception | None = None
+        results: list[bytes] = []
+        with LogServer(host, on_metrics=metrics) as logs:
+            spec = dataclasses.replace(spec, log_address=logs.address, log_token=logs.token,
+                                       executors_share_driver_stderr=sc.master.startswith("local"))
+            rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))
+            rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
+            # ... so, once the slots come, only the job is left
+            phase(f"waiting for {spec.np} task slots")
+
+            def waiting(line: str) -> None:  # why it waits, with the counts: the task log's and the page's
+                print(LOG_PREFIX + line, flush=True)
+                phase(line)
+
+            wait_for_slots(sc, spec.np, self.settings.slot_wait_timeout_s, log=waiting)
+            phase(f"starting {spec.np} ranks (the barrier stage is submitted)")
+            # the Spark UI's name of the job: "Horovod np=2", "torch.distributed np=2"
+            sc.setJobGroup(group, f"{spec.launcher.label} np={spec.np}", interruptOnCancel=True)
+            try:
+                results = rdd.collect()
+            except KeyboardInterrupt:
+                sc.cancelJobGroup(group)
+                raise
+            except Exception as err:
+                stage_error = err
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        # The log server is closed: every failure report a task sent has arrived.
+        if stage_error is not None:
+            raise_for_stage_failure(stage_error, logs.failures, lambda: not_enough_slots(sc, spec.np), np=spec.np,
+                                    executor_host=functools.partial(_executor_host, sc))
+        return results[0] if results else None
+
+
+class HorovodRunner(BarrierRunner):
     """
     Run a Horovod training function on ``np`` processes and return what rank 0 returned.
 
@@ -123,43 +292,13 @@ class HorovodRunner:
         try_number: int | None = None,
         mlflow_run: bool | str = False,
     ) -> None:
-        self.settings = JobSettings(
+        super().__init__(JobSettings(
             np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
             start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
             slot_wait_timeout_s=slot_wait_timeout_s, use_gpu=use_gpu, gpu_visibility=gpu_visibility,
             timeline=timeline, max_return_value_bytes=max_return_value_bytes, launcher=launcher,
-            checkpoint_dir=checkpoint_dir, try_number=try_number)
-        """The job's knobs, checked."""
-        if timeline and not artifact_dir:
-            raise ValueError("timeline=True needs artifact_dir: the Horovod Timeline is written there as "
-                             f"{TIMELINE_FILE_NAME}")
-        self.np = self.settings.np
-        self.spark = spark
-        self.artifact_dir = artifact_dir
-        self.env = {str(k): str(v) for k, v in (env or {}).items()}
-        if timeline:
-            self.env.setdefault(ENV_TIMELINE, "1")
-        if not isinstance(mlflow_run, bool | str) or mlflow_run == "":
-            raise ValueError(f"mlflow_run must be True, False or a run id, got {mlflow_run!r}")
-        if mlflow_run:
-            check_mlflow_installed("mlflow_run")
-        self.mlflow_run = mlflow_run
-        self.last_metrics: dict[str, Any] = {}
-        """Rank 0's last ``report()`` metrics of the latest run (empty before one, or when it reported none)."""
-
-    @classmethod
-    def from_settings(cls, settings: JobSettings, *, artifact_dir: str | None = None, env: dict[str, str] | None = None,
-                      spark: Any = None) -> HorovodRunner:
-        """
-        A runner for settings already checked (the driver program's and the hooks' path).
-
-        :param settings: the job's knobs.
-        :param artifact_dir: as for the constructor.
-        :param env: as for the constructor.
-        :param spark: as for the constructor.
-        :raises ValueError: ``settings.timeline`` without ``artifact_dir``.
-        """
-        return cls(**settings.runner_kwargs(), artifact_dir=artifact_dir, env=env, spark=spark)
+            checkpoint_dir=checkpoint_dir, try_number=try_number),
+            artifact_dir=artifact_dir, env=env, spark=spark, mlflow_run=mlflow_run)
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """
@@ -179,129 +318,6 @@ class HorovodRunner:
         :raises PayloadError: ``main`` or ``kwargs`` cannot be pickled.
         """
         return self.run_call(main, (), kwargs)
-
-    def run_call(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-                 ) -> Any:
-        """
-        Run ``fn(*args, **kwargs)`` on every rank and return rank 0's return value (:meth:`run` with positional
-        arguments too; the errors are :meth:`run`'s).
-
-        :param fn: the training function.
-        :param args: its positional arguments.
-        :param kwargs: its keyword arguments.
-        """
-        payload = dumps_payload(fn, tuple(args), dict(kwargs or {}))
-        if len(payload) > LARGE_PAYLOAD_BYTES:
-            import warnings
-
-            warnings.warn(f"the training payload is {len(payload) / 2**20:.0f} MiB: a dataset captured in the function "
-                          "or its arguments travels with every task; pass a path and load it inside main instead",
-                          stacklevel=3)
-        result = self.run_payload(payload)
-        value = None if result is None else cloudpickle.loads(result)
-        if isinstance(value, ReturnValueRefused):
-            raise ReturnValueTooLargeError(value)
-        return value
-
-    def run_payload(self, payload: bytes, *, progress_mirror: str | None = None) -> bytes | None:
-        """
-        Run an already serialized payload; return rank 0's cloudpickled return value.
-
-        Used by :meth:`run` and by the spark-submit driver program (the operator's path).
-
-        :param payload: the payload bytes (:func:`~airflow_provider_horovod.runtime.wire.payload.dumps_payload`).
-        :param progress_mirror: a directory (path or URI) that also gets ``progress.json`` (the driver program's
-            result directory).
-        The ranks' ``report()`` records become the job's progress line, ``<artifact_dir>/metrics.jsonl`` and
-        ``progress.json`` (:class:`~airflow_provider_horovod.runtime.driver.metrics.MetricsCollector`); rank 0's last
-        metrics are in :attr:`last_metrics` afterwards.
-
-        :return: rank 0's cloudpickled return value, or ``None`` when it returned nothing to pickle; a pickled
-            :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` when that value's pickle was larger
-            than ``max_return_value_bytes`` (the caller reports it).
-        :raises RankFailedError: a rank failed.
-        :raises LaunchError: the stage could not run.
-        """
-        s = self.settings
-        env = self.env if not self.mlflow_run else \
-            {**run_env(None if self.mlflow_run is True else self.mlflow_run), **self.env}
-        spec = JobSpec(payload=payload, np=abs(s.np), artifact_dir=self.artifact_dir,
-                       forward_all=s.driver_log_verbosity == "all", gloo_timeout_s=s.gloo_timeout_s, env=env,
-                       start_timeout_s=s.start_timeout_s, training_timeout_s=s.training_timeout_s,
-                       use_gpu=s.use_gpu, gpu_visibility=s.gpu_visibility,
-                       max_return_value_bytes=s.max_return_value_bytes, launcher=s.launcher,
-                       checkpoint_dir=s.checkpoint_dir, try_number=s.try_number)
-        with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror, sink=MlflowMetricsSink.from_env(env),
-                              ranks=spec.np, init_call=get_launcher(spec.launcher).init_call) as collector:
-            try:
-                if self.np < 0:
-                    collector.phase(f"starting {spec.np} rank{'s' if spec.np > 1 else ''} on the driver")
-                    result = run_on_driver(spec, metrics=collector.add)
-                else:
-                    result = self._run_barrier(spec, collector.add, collector.phase)
-            except BaseException as err:
-                collector.finish("failed", error=f"{type(err).__name__}: {err}")
-                raise
-            finally:
-                self.last_metrics = collector.last_metrics
-            collector.finish("finished")
-        return result
-
-    def _run_barrier(self, spec: JobSpec, metrics: Callable[[dict], None],
-                     phase: Callable[[str], None] = lambda text: None) -> bytes | None:
-        from pyspark.sql import SparkSession
-
-        spark = self.spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        if is_connect_session(spark):
-            phase(f"starting {spec.np} ranks (a barrier stage over Spark Connect)")
-            return run_barrier_connect(spark, spec, runtime_zip(), metrics)
-        sc = spark.sparkContext
-        conf = sc.getConf()
-        try:
-            check_barrier_conf(dict(conf.getAll()), source="this application's Spark conf")
-        except ValueError as err:
-            raise LaunchError(str(err)) from None
-        if spec.use_gpu:
-            check_gpu_conf(dict(conf.getAll()))
-        slots = local_master_slots(sc.master)
-        if slots is not None and spec.np > slots:
-            raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {sc.master} has {slots}; "
-                              f"use local[{spec.np}] or a smaller np")
-        ship_runtime(sc)
-        host = conf.get("spark.driver.host", "127.0.0.1")
-        group = f"horovod-{uuid.uuid4().hex[:12]}"
-        stage_error: Exception | None = None
-        results: list[bytes] = []
-        with LogServer(host, on_metrics=metrics) as logs:
-            spec = JobSpec(**{**spec.__dict__, "log_address": logs.address, "log_token": logs.token,
-                              "executors_share_driver_stderr": sc.master.startswith("local")})
-            rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))
-            rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
-            # ... so, once the slots come, only the job is left
-            phase(f"waiting for {spec.np} task slots")
-
-            def waiting(line: str) -> None:  # why it waits, with the counts: the task log's and the page's
-                print(LOG_PREFIX + line, flush=True)
-                phase(line)
-
-            wait_for_slots(sc, spec.np, self.settings.slot_wait_timeout_s, log=waiting)
-            phase(f"starting {spec.np} ranks (the barrier stage is submitted)")
-            # the Spark UI's name of the job: "Horovod np=2", "torch.distributed np=2"
-            sc.setJobGroup(group, f"{get_launcher(spec.launcher).label} np={spec.np}", interruptOnCancel=True)
-            try:
-                results = rdd.collect()
-            except KeyboardInterrupt:
-                sc.cancelJobGroup(group)
-                raise
-            except Exception as err:
-                stage_error = err
-            finally:
-                sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        # The log server is closed: every failure report a task sent has arrived.
-        if stage_error is not None:
-            raise_for_stage_failure(stage_error, logs.failures, lambda: not_enough_slots(sc, spec.np), np=spec.np,
-                                    executor_host=functools.partial(_executor_host, sc))
-        return results[0] if results else None
 
 
 def _executor_host(sc: Any, executor_id: str) -> str | None:

@@ -92,17 +92,17 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
         else:
             stderr_sink(slot, line)
 
-    _preflight("the driver", spec.launcher)
+    _preflight("the driver", spec.launcher.name)
     plan = local_plan(spec.np)
     workdir = tempfile.mkdtemp(prefix="horovod-ranks-")
-    backend = backend_for(spec.launcher)
+    backend = backend_for(spec.launcher.name)
     rendezvous = backend.open_rendezvous(plan, bind="127.0.0.1")
     envs = [backend.rank_env(s, plan, addr="127.0.0.1", port=rendezvous.port, run_id=rendezvous.run_id,
-                             iface="lo", gloo_timeout_s=spec.gloo_timeout_s) for s in plan]
-    owned = driver_owned_gpus(spec.np, os.environ.get(CUDA_VISIBLE_DEVICES)) if spec.use_gpu else []
+                             iface="lo", gloo_timeout_s=spec.settings.gloo_timeout_s) for s in plan]
+    owned = driver_owned_gpus(spec.np, os.environ.get(CUDA_VISIBLE_DEVICES)) if spec.settings.use_gpu else []
     threads = omp_threads(spec, os.environ)  # torchrun's rule for several processes on one machine
     procs = [RankProcess(s, spec, envs[i], workdir, sink,
-                         devices=device_env(spec.use_gpu, owned, plan, i, spec.gpu_visibility), metrics=metrics,
+                         devices=device_env(spec.settings.use_gpu, owned, plan, i, spec.settings.gpu_visibility), metrics=metrics,
                          threads=threads)
              for i, s in enumerate(plan)]
     exited: queue.Queue[tuple[RankProcess, RankFailedError | None]] = queue.Queue()
@@ -165,14 +165,14 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     ctx = BarrierTaskContext.get()
     partition = ctx.partitionId()
     addresses = [_host_of(info.address) for info in ctx.getTaskInfos()]
-    _preflight(addresses[partition], spec.launcher)
+    _preflight(addresses[partition], spec.launcher.name)
     if len(addresses) != spec.np:
         raise LaunchError(f"barrier stage has {len(addresses)} tasks but np={spec.np}")
     plan = build_plan(addresses)
     slot = plan[partition]
-    backend = backend_for(spec.launcher)
+    backend = backend_for(spec.launcher.name)
     backend.check_task(plan, addresses[partition])
-    mine = _task_gpus(ctx, addresses[partition]) if spec.use_gpu else []
+    mine = _task_gpus(ctx, addresses[partition]) if spec.settings.use_gpu else []
     rendezvous_addr = addresses[0]
     iface = _rank_interface(spec, rendezvous_addr, addresses[partition])
     client = LogClient(spec.log_address, spec.log_token or "") if spec.log_address else None
@@ -190,12 +190,12 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
 
     def launch_env(port: int | None, run_id: str | None) -> dict[str, str]:
         return backend.rank_env(slot, plan, addr=rendezvous_addr, port=port, run_id=run_id, iface=iface,
-                                gloo_timeout_s=spec.gloo_timeout_s)
+                                gloo_timeout_s=spec.settings.gloo_timeout_s)
 
     # The rank starts before the allGather below and imports its framework while the tasks gather (about a
     # second for all but the last task to arrive); the port and devices follow with release().
     gloo = launch_env(None, None)
-    devices = {} if spec.use_gpu else device_env(False, [], plan, partition, spec.gpu_visibility)
+    devices = {} if spec.settings.use_gpu else device_env(False, [], plan, partition, spec.settings.gpu_visibility)
     workdir = tempfile.mkdtemp(prefix="horovod-rank-")
     proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices,
                        metrics=client.send_metrics if client is not None else None)
@@ -211,8 +211,8 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             infos = [json.loads(m) for m in ctx.allGather(json.dumps(mine_info))]
             port = int(infos[0]["port"])
             proc.release(launch_env(port, infos[0]["run_id"]),
-                         device_env(spec.use_gpu, [info["gpus"] for info in infos], plan, partition,
-                                    spec.gpu_visibility))
+                         device_env(spec.settings.use_gpu, [info["gpus"] for info in infos], plan, partition,
+                                    spec.settings.gpu_visibility))
             err = proc.run_to_end(host=addresses[partition])
             if err is not None:
                 reported = client is not None and client.report_failure(err.to_dict())

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV
-from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
@@ -45,22 +44,21 @@ def worker_environ(spec: JobSpec, *, launch_env: Mapping[str, str], devices: Map
         protocol.ENV_LIFELINE: str(lifeline_fd),
         protocol.ENV_PROGRESS: str(progress_fd),
         protocol.ENV_CHECK_SIZE: str(spec.np),
-        protocol.ENV_LAUNCHER: spec.launcher,
+        protocol.ENV_LAUNCHER: spec.launcher.name,
     }
     if spec.artifact_dir:
         extra[ARTIFACT_DIR_ENV] = spec.artifact_dir
-    if spec.checkpoint_dir:
-        extra[CHECKPOINT_DIR_ENV] = spec.checkpoint_dir
-    if spec.try_number is not None:
-        extra[TRY_NUMBER_ENV] = str(spec.try_number)
-    if spec.max_return_value_bytes is not None:
-        extra[protocol.ENV_MAX_RESULT] = str(spec.max_return_value_bytes)
+    if spec.settings.checkpoint_dir:
+        extra[CHECKPOINT_DIR_ENV] = spec.settings.checkpoint_dir
+    if spec.settings.try_number is not None:
+        extra[TRY_NUMBER_ENV] = str(spec.settings.try_number)
+    extra[protocol.ENV_MAX_RESULT] = str(spec.settings.max_return_value_bytes)
     if metrics_fd is not None:
         extra[protocol.ENV_METRICS] = str(metrics_fd)
     if release_fd is not None:
         extra[protocol.ENV_RELEASE] = str(release_fd)
-        launcher = get_launcher(spec.launcher)
-        if not (spec.use_gpu and launcher.imports_devices_late):  # e.g. horovod.torch: after CUDA_VISIBLE_DEVICES
+        launcher = spec.launcher
+        if not (spec.settings.use_gpu and launcher.imports_devices_late):  # horovod.torch: after CUDA_VISIBLE_DEVICES
             extra[protocol.ENV_PREIMPORT] = ",".join(launcher.preimports(spec.payload))
     return extra
 
@@ -81,6 +79,6 @@ def omp_threads(spec: JobSpec, inherited: Mapping[str, str]) -> int | None:
     :param spec: the job.
     :param inherited: the environment the ranks start from.
     """
-    if not get_launcher(spec.launcher).sets_omp_threads or OMP_THREADS in spec.env or OMP_THREADS in inherited:
+    if not spec.launcher.sets_omp_threads or OMP_THREADS in spec.env or OMP_THREADS in inherited:
         return None
     return 1 if spec.np > 1 else None

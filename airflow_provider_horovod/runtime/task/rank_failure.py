@@ -18,7 +18,7 @@ from airflow_provider_horovod.runtime.rank_errors import (
     RankFailedError,
     rank_failed,
 )
-from airflow_provider_horovod.runtime.launchers import HOROVOD, get_launcher
+from airflow_provider_horovod.runtime.launchers import HOROVOD
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 FAILURE_GRACE_S = 10.0
@@ -38,15 +38,15 @@ def next_deadline(spec: JobSpec, phase: str, started_at: float, init_entered_at:
         ``None`` before that.
     """
     limits: list[tuple[float, str]] = []
-    if spec.start_timeout_s is not None:
+    if spec.settings.start_timeout_s is not None:
         if phase == "starting":
-            limits.append((started_at + spec.start_timeout_s, "start"))
+            limits.append((started_at + spec.settings.start_timeout_s, "start"))
         elif phase == "init" and init_entered_at is not None:
             # Waiting in hvd.init() (init_process_group()) means another rank is late: give that rank
             # FAILURE_GRACE_S to be reported first, as the one that never joined.
-            limits.append((init_entered_at + spec.start_timeout_s + FAILURE_GRACE_S, "init"))
-    if spec.training_timeout_s is not None:
-        limits.append((started_at + spec.training_timeout_s, "training"))
+            limits.append((init_entered_at + spec.settings.start_timeout_s + FAILURE_GRACE_S, "init"))
+    if spec.settings.training_timeout_s is not None:
+        limits.append((started_at + spec.settings.training_timeout_s, "training"))
     return min(limits) if limits else None
 
 
@@ -65,21 +65,21 @@ def timeout_failure(which: str, *, rank: int, spec: JobSpec, peer_left: str | No
     :param host: the rank's host.
     :param output_tail: the rank's last output lines.
     """
-    init = get_launcher(spec.launcher).init_call
+    init = spec.launcher.init_call
     if which == "training":
         kind, message = TRAINING_TIMEOUT, (f"rank {rank} was still running when training_timeout_s="
-                                           f"{spec.training_timeout_s:g} ran out")
+                                           f"{spec.settings.training_timeout_s:g} ran out")
     elif which == "peer":
         kind, message = PEER_LEFT, f"{peer_left}, so rank {rank} waited for it in {init} in vain"
     elif which == "start":
         kind, message = START_TIMEOUT, (f"rank {rank} never reached {init} within start_timeout_s="
-                                        f"{spec.start_timeout_s:g}: it was still loading the training function "
-                                        "(unpickling, imports)")
+                                        f"{spec.settings.start_timeout_s:g}: it was still loading the training "
+                                        "function (unpickling, imports)")
     else:
         kind, message = WAITING_FOR_PEERS, (f"rank {rank} was waiting in {init} for the other ranks when "
-                                            f"start_timeout_s={spec.start_timeout_s:g} ran out")
+                                            f"start_timeout_s={spec.settings.start_timeout_s:g} ran out")
     return rank_failed(rank=rank, exit_code=exit_code, host=host, exc_type=kind, exc_message=message,
-                       output_tail=output_tail, failed_at=time.time(), launcher=spec.launcher)
+                       output_tail=output_tail, failed_at=time.time(), launcher=spec.launcher.name)
 
 
 def exit_failure(*, rank: int, exit_code: int | None, error_path: str, host: str | None, output_tail: list[str],

@@ -274,7 +274,7 @@ class RankProcess:
         :param host: the rank's host, named in the error.
         """
         return exit_failure(rank=self.slot.rank, exit_code=self.returncode, error_path=self.error_path, host=host,
-                            output_tail=list(self.tail), exited_at=self.exited_at, launcher_name=self._spec.launcher)
+                            output_tail=list(self.tail), exited_at=self.exited_at, launcher_name=self._spec.launcher.name)
 
     def result(self) -> bytes | None:
         """

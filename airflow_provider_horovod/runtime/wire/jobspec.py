@@ -1,72 +1,55 @@
 """
-The job as every rank's launcher sees it: :class:`JobSpec` (plain values, shipped in the task closure) and the
-default start timeout.
+The job as every rank's launcher sees it: :class:`JobSpec` (plain values, shipped in the task closure).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from airflow_provider_horovod.runtime.settings import (
-    DEFAULT_GLOO_TIMEOUT_S,
-    DEFAULT_GPU_VISIBILITY,
-    DEFAULT_START_TIMEOUT_S,
-)
+from airflow_provider_horovod.runtime.launchers import Launcher, get_launcher
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.task.plan import Slot
 
 
 @dataclass(frozen=True)
 class JobSpec:
     """
-    Everything a rank's launcher needs; plain values only, because it travels to executors in the task closure.
+    Everything a rank's launcher needs: the job's settings as they are (not copied), and what the driver adds.
+    Plain values only, because it travels to executors in the task closure.
 
     :param payload: the payload bytes (see :mod:`~airflow_provider_horovod.runtime.wire.payload`).
-    :param np: number of ranks.
+    :param settings: the job's knobs (:class:`~airflow_provider_horovod.runtime.settings.JobSettings`): timeouts,
+        GPUs, the launcher, the return-value limit, the checkpoint directory and the try.
     :param artifact_dir: path/URI exported to ranks as ``HOROVOD_AIRFLOW_ARTIFACT_DIR``, or ``None``.
+    :param env: extra environment variables for every rank.
     :param log_address: ``(host, port)`` of the driver's log channel, or ``None`` to keep output on executors.
     :param log_token: the channel's token.
-    :param forward_all: forward every rank's output (``driver_log_verbosity="all"``), else rank 0's only.
-    :param gloo_timeout_s: ``HOROVOD_GLOO_TIMEOUT_SECONDS`` for every rank.
-    :param env: extra environment variables for every rank.
-    :param start_timeout_s: seconds a rank may take from process start to a finished ``hvd.init()``
-        (loading the function, imports, rendezvous); ``None`` for no limit.
-    :param training_timeout_s: seconds a rank may run in all; ``None`` for no limit.
     :param executors_share_driver_stderr: executors run inside the driver process (``local[N]``), so their
         stderr is the driver's: forwarded lines are not echoed there a second time.
-    :param use_gpu: give ranks the GPUs Spark scheduled for their tasks; ``False`` hides GPUs from ranks
-        (``CUDA_VISIBLE_DEVICES=""``). See :mod:`~airflow_provider_horovod.runtime.task.gpus`.
-    :param gpu_visibility: ``"host"`` (device ``hvd.local_rank()`` is the rank's own) or ``"rank"`` (only the
-        rank's own GPUs, device 0).
-    :param max_return_value_bytes: the largest cloudpickled return value rank 0 sends back, bytes; a larger one is
-        replaced by a :class:`~airflow_provider_horovod.runtime.errors.ReturnValueRefused` on rank 0. ``None``: no
-        limit.
-    :param launcher: ``"horovod"`` or ``"torch"`` (:mod:`~airflow_provider_horovod.runtime.launchers`).
-    :param checkpoint_dir: path/URI exported to ranks as ``HOROVOD_AIRFLOW_CHECKPOINT_DIR``, or ``None``.
-    :param try_number: the Airflow try, exported to ranks as ``HOROVOD_AIRFLOW_TRY_NUMBER``, or ``None``.
     """
 
     payload: bytes
-    np: int
+    settings: JobSettings
     artifact_dir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
     log_address: tuple[str, int] | None = None
     log_token: str | None = None
-    forward_all: bool = False
-    gloo_timeout_s: int = DEFAULT_GLOO_TIMEOUT_S
-    env: dict[str, str] = field(default_factory=dict)
     executors_share_driver_stderr: bool = False
-    start_timeout_s: float | None = DEFAULT_START_TIMEOUT_S
-    training_timeout_s: float | None = None
-    use_gpu: bool = False
-    gpu_visibility: str = DEFAULT_GPU_VISIBILITY
-    max_return_value_bytes: int | None = None
-    launcher: str = "horovod"
-    checkpoint_dir: str | None = None
-    try_number: int | None = None
+
+    @property
+    def np(self) -> int:
+        """The number of ranks (``abs(settings.np)``: ``np < 0`` runs them on the driver)."""
+        return abs(self.settings.np)
+
+    @property
+    def launcher(self) -> Launcher:
+        """The job's launcher (:data:`~airflow_provider_horovod.runtime.launchers.LAUNCHERS`)."""
+        return get_launcher(self.settings.launcher)
 
     def forwards(self, slot: Slot) -> bool:
         """
-        Whether ``slot``'s output goes to the driver.
+        Whether ``slot``'s output goes to the driver (``driver_log_verbosity="all"``: every rank's; else rank 0's).
 
         :param slot: the rank's slot.
         """
-        return self.forward_all or slot.rank == 0
+        return self.settings.driver_log_verbosity == "all" or slot.rank == 0

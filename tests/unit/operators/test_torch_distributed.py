@@ -14,7 +14,7 @@ from airflow_provider_horovod.decorators.torch_distributed import torch_distribu
 from airflow_provider_horovod.operators.base import DistributedTrainingOperator
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
-from airflow_provider_horovod.runtime import HorovodRunner
+from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 from airflow_provider_horovod.runtime.driver.program import _parse, _settings
 from airflow_provider_horovod.runtime.rank.script import run_script
 from airflow_provider_horovod.runtime.settings import JobSettings
@@ -148,7 +148,7 @@ def test_cluster_mode_s_rest_submission_carries_the_launcher(tmp_path):
 
 def test_spark_connect_s_runner_carries_the_launcher():
     op = TorchDistributedOperator(task_id="t", python_callable=train, np=2)
-    runner = HorovodRunner.from_settings(op.job_settings(), artifact_dir="/tmp/art")  # HorovodConnectHook.run's
+    runner = BarrierRunner(op.job_settings(), artifact_dir="/tmp/art")  # HorovodConnectHook.run's
     assert runner.settings.launcher == "torch" and runner.settings == op.job_settings()
 
 

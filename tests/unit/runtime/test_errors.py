@@ -152,6 +152,7 @@ def test_the_rank_failures_the_task_side_builds_are_of_their_kind(tmp_path):
     import json
 
     from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, timeout_failure
+    from airflow_provider_horovod.runtime.settings import JobSettings
     from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
     killed = exit_failure(rank=1, exit_code=-signal.SIGKILL, error_path=str(tmp_path / "none.json"), host="h",
@@ -161,7 +162,7 @@ def test_the_rank_failures_the_task_side_builds_are_of_their_kind(tmp_path):
     raised = exit_failure(rank=1, exit_code=1, error_path=str(tmp_path / "error.json"), host="h", output_tail=[],
                           exited_at=1.0)
     assert type(raised) is RankFailedError and raised.exc_type == "ValueError"
-    spec = JobSpec(payload=b"", np=2, start_timeout_s=30.0, training_timeout_s=60.0)
+    spec = JobSpec(payload=b"", settings=JobSettings(np=2, start_timeout_s=30.0, training_timeout_s=60.0))
     for which, kind in [("start", errors.RendezvousError), ("init", errors.RendezvousError),
                         ("peer", errors.RendezvousError), ("training", RankFailedError)]:
         err = timeout_failure(which, rank=0, spec=spec, peer_left="rank 1 ended", exit_code=-15, host="h",

@@ -11,6 +11,7 @@ from airflow_provider_horovod.exceptions import HorovodResultError
 from airflow_provider_horovod.operators.common import check_xcom_value
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime import HorovodRunner, ReturnValueTooLargeError
+from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 from airflow_provider_horovod.runtime.driver.program import _parse, _settings
 from airflow_provider_horovod.runtime.errors import ReturnValueRefused
 from airflow_provider_horovod.runtime.rank.result import pickle_result
@@ -81,7 +82,7 @@ def test_the_limit_reaches_the_driver_in_every_deploy_mode(tmp_path, monkeypatch
 
     request = TrainingJob(key=b"k", payload=b"payload", artifact_dir="/art", settings=op.job_settings())
     assert request.settings.max_return_value_bytes == 2000
-    assert HorovodRunner.from_settings(request.settings).settings.max_return_value_bytes == 2000
+    assert BarrierRunner(request.settings).settings.max_return_value_bytes == 2000
     calls = {"settings": request.settings}
     from airflow_provider_horovod.hooks import horovod as hook_module
 

@@ -166,11 +166,13 @@ def test_choose_interface_override_takes_the_first_name_this_host_has():
 
 def test_rank_interface_takes_the_jobs_override_then_the_executors(monkeypatch):
     from airflow_provider_horovod.runtime.task.checks import _rank_interface
+    from airflow_provider_horovod.runtime.settings import JobSettings
     from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
     monkeypatch.setenv("HOROVOD_AIRFLOW_IFACE", "nope0")
     with pytest.raises(LaunchError, match=r"^on 10\.0\.0\.5: HOROVOD_AIRFLOW_IFACE='nope0' names no interface"):
-        _rank_interface(JobSpec(payload=b"", np=1), "127.0.0.1", "10.0.0.5")
-    assert _rank_interface(JobSpec(payload=b"", np=1, env={"HOROVOD_AIRFLOW_IFACE": "nope1,lo"}), "127.0.0.1", "h") == "lo"
+        _rank_interface(JobSpec(payload=b"", settings=JobSettings(np=1)), "127.0.0.1", "10.0.0.5")
+    assert _rank_interface(JobSpec(payload=b"", settings=JobSettings(np=1),
+                                 env={"HOROVOD_AIRFLOW_IFACE": "nope1,lo"}), "127.0.0.1", "h") == "lo"
     monkeypatch.delenv("HOROVOD_AIRFLOW_IFACE")
-    assert _rank_interface(JobSpec(payload=b"", np=1), "127.0.0.1", "h") == "lo"
+    assert _rank_interface(JobSpec(payload=b"", settings=JobSettings(np=1)), "127.0.0.1", "h") == "lo"

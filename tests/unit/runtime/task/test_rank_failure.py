@@ -13,11 +13,12 @@ from airflow_provider_horovod.runtime.task.rank_failure import (
     next_deadline,
     timeout_failure,
 )
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 
 def _spec(start: float | None = 30.0, training: float | None = 600.0) -> JobSpec:
-    return JobSpec(payload=b"", np=2, start_timeout_s=start, training_timeout_s=training)
+    return JobSpec(payload=b"", settings=JobSettings(np=2, start_timeout_s=start, training_timeout_s=training))
 
 
 @pytest.mark.parametrize(("spec", "phase", "init_at", "expected"), [

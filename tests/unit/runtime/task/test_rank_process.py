@@ -17,6 +17,7 @@ import pytest
 from airflow_provider_horovod.runtime.launchers import preimports
 from airflow_provider_horovod.runtime.task.plan import local_plan
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 
@@ -40,7 +41,7 @@ def uses_horovod_torch():
 
 
 def rank(tmp_path, fn, **spec_kwargs) -> RankProcess:
-    spec = JobSpec(payload=dumps_payload(fn), np=1, start_timeout_s=60, **spec_kwargs)
+    spec = JobSpec(payload=dumps_payload(fn), settings=JobSettings(np=1, start_timeout_s=60), **spec_kwargs)
     gloo = {"HOROVOD_RANK": "0", "HOROVOD_GLOO_RENDEZVOUS_PORT": "0"}
     return RankProcess(local_plan(1)[0], spec, gloo, str(tmp_path), lambda slot, line: sys.stderr.write(line + "\n"),
                        devices={"CUDA_VISIBLE_DEVICES": ""})

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from airflow_provider_horovod.runtime.task.rank_env import omp_threads, worker_environ
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 
 def spec(np_: int = 2, launcher: str = "torch", env: dict[str, str] | None = None) -> JobSpec:
-    return JobSpec(payload=b"", np=np_, launcher=launcher, env=env or {})
+    return JobSpec(payload=b"", settings=JobSettings(np=np_, launcher=launcher), env=env or {})
 
 
 def test_several_processes_on_the_driver_get_one_thread_each_as_under_torchrun():
