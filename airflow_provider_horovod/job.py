@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret
 
 __all__ = ["TrainingJob"]
 
@@ -35,6 +36,8 @@ class TrainingJob:
     :param label: ``dag_id.task_id``, for names and logs.
     :param has_storage_credentials: ``artifact_dir`` / ``checkpoint_dir`` name a connection whose credentials
         travel in ``env`` (never in ``conf``, arguments, logs or XCom).
+    :raises ValueError: ``conf`` or ``env`` holds the Spark RPC secret (it comes from the Spark connection's
+        ``spark.authenticate.secret`` extra or this machine's ``spark-defaults.conf``, never from DAG code).
     """
 
     key: bytes
@@ -46,6 +49,9 @@ class TrainingJob:
     app_name: str = "airflow-horovod"
     label: str = ""
     has_storage_credentials: bool = False
+
+    def __post_init__(self) -> None:
+        check_no_auth_secret(self.conf, self.env)
 
     @property
     def np(self) -> int:

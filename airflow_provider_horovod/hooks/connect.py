@@ -16,39 +16,35 @@ from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.utils.job_result import JobResult, facts_job_error, rank_job_error
 
 
 class HorovodConnectHook(BaseHook):
     """
-    Run a Horovod payload through Spark Connect and bring back the result.
+    Run a training job through Spark Connect and bring back the result. The hook keeps the connection; the job
+    (:class:`~airflow_provider_horovod.job.TrainingJob`) comes with each :meth:`run` call.
 
     :param conn_id: a Spark provider ``spark_connect`` connection (host, port, extras for token/TLS/user).
-    :param np: number of Horovod processes (> 0).
     """
 
     conn_name_attr = "conn_id"
     default_conn_name = SparkConnectHook.default_conn_name
     hook_name = "Horovod over Spark Connect"
 
-    def __init__(self, *, conn_id: str, np: int) -> None:
+    def __init__(self, *, conn_id: str = default_conn_name) -> None:
         super().__init__()
         self.conn_id = conn_id
-        self.np = np
         self._session: Any = None
         self._tag: str | None = None
 
-    def run(self, *, payload: bytes, artifact_dir: str, name: str, settings: JobSettings | None = None,
-            env: dict[str, str] | None = None) -> JobResult:
+    def run(self, job: TrainingJob) -> JobResult:
         """
-        Open a Connect session, run the payload, list the artifacts, close the session.
+        Open a Connect session, run the job's payload on ``np > 0`` barrier tasks, list the artifacts, close the
+        session.
 
-        :param payload: the payload (checked on each rank; it never leaves this worker unsigned-checked).
-        :param artifact_dir: path/URI the ranks write their model files under.
-        :param name: recorded as the session's user context.
-        :param settings: the job's knobs (default ``JobSettings(np=np)``).
-        :param env: environment variables for every rank.
+        :param job: the job: its payload (checked on each rank), settings, environment for every rank, artifact
+            directory; its label is the session's user context.
         :raises HorovodJobError: a rank failed (``failure`` names it, with its traceback), the stage could not run,
             or the payload was refused: the same error as in the other deploy modes.
         """
@@ -59,16 +55,15 @@ class HorovodConnectHook(BaseHook):
         from airflow_provider_horovod.runtime.rank_errors import RankFailedError
         from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 
-        settings = JobSettings.for_np(settings, self.np)
-
+        artifact_dir = job.artifact_dir
         url = SparkConnectHook(conn_id=self.conn_id).get_connection_url()
-        self.log.info("Spark Connect session to %s (%s)", url.split(";")[0], name)
+        self.log.info("Spark Connect session to %s (%s)", url.split(";")[0], job.label)
         ensure_dir(artifact_dir)
         self._session = SparkSession.builder.remote(url).getOrCreate()
         app_id = self.application_id(self._session)
-        runner = BarrierRunner(settings, artifact_dir=artifact_dir, env=env, spark=self._session)
+        runner = BarrierRunner(job.settings, artifact_dir=artifact_dir, env=dict(job.env), spark=self._session)
         try:
-            result = runner.run_payload(payload)
+            result = runner.run_payload(job.payload)
         except RankFailedError as err:  # the rank's own traceback is in the message
             raise rank_job_error(str(err), err.to_dict(), app_id=app_id) from None
         except (ExecutorLostError, JobCancelledError) as err:

@@ -21,14 +21,14 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.runtime.driver import program as driver_program
 from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
-from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.program_output import app_started_line, is_app_started_line, wait_for_driver_result
 from airflow_provider_horovod.utils.job_result import JobResult, read_job_result
 from airflow_provider_horovod.utils.process_tree import die_with_parent, terminate_tree
-from airflow_provider_horovod.utils.spark_auth import AUTH_PROPERTIES_FILE, auth_submit_kwargs, check_no_auth_secret
+from airflow_provider_horovod.utils.spark_auth import AUTH_PROPERTIES_FILE, auth_submit_kwargs
 from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, SPARK_LOG4J2, check_reachable, executor_jvm_conf, local_spark_conf,
     master_addresses, python_daemon_conf, spark_defaults_keys,
@@ -82,7 +82,9 @@ class _SparkSubmit(SparkSubmitHook):
 
 class HorovodHook(BaseHook):
     """
-    Submits Horovod training to Spark and brings back the result.
+    Submits a training job to Spark (client deploy mode) and brings back the result. The hook keeps the connection
+    and how spark-submit is run; the job (:class:`~airflow_provider_horovod.job.TrainingJob`: payload, settings,
+    environment, Spark properties, application name) comes with each :meth:`run_job` call.
 
     Construction does no I/O; the connection is read when :meth:`run_job` runs.
 
@@ -90,22 +92,15 @@ class HorovodHook(BaseHook):
         as ``deploy-mode``, ``spark-binary``). ``None``, or the default ``spark_default`` when it is not
         defined, runs on an embedded ``local[np]`` master bound to 127.0.0.1, with executors on this
         interpreter; any other id must name an existing connection (else :class:`HorovodJobError`).
-    :param np: number of Horovod processes (see :class:`~airflow_provider_horovod.runtime.HorovodRunner`).
-    :param conf: extra Spark properties; they override the provider's defaults. Not the RPC secret
-        ``spark.authenticate.secret``: it comes from the connection's ``spark.authenticate.secret`` extra (given to
-        spark-submit in an owner-only properties file) or this machine's ``spark-defaults.conf``.
-    :param env_vars: environment variables for the Spark driver and every rank.
-    :param name: the Spark application name.
     :param spark_submit_kwargs: further keyword arguments for ``SparkSubmitHook`` (``executor_memory``,
         ``num_executors``, ``jars``, ...).
     :param spark_log_level: log4j level of the Spark driver's own logging (``"WARN"`` keeps the task log to
-        training output and problems; ``None`` keeps Spark's default INFO). Ignored when ``conf`` sets
-        ``spark.driver.extraJavaOptions``.
-    :raises ValueError: ``conf`` or ``env_vars`` holds the RPC secret.
+        training output and problems; ``None`` keeps Spark's default INFO). Ignored when the job's Spark properties
+        set ``spark.driver.extraJavaOptions``.
 
     The driver's and (on a cluster) the executors' JVMs start with
-    :data:`~airflow_provider_horovod.utils.spark_conf.JVM_STARTUP_OPTIONS` unless ``conf`` (or, for executors,
-    the local ``spark-defaults.conf``) sets their ``extraJavaOptions``.
+    :data:`~airflow_provider_horovod.utils.spark_conf.JVM_STARTUP_OPTIONS` unless the job's properties (or, for
+    executors, the local ``spark-defaults.conf``) set their ``extraJavaOptions``.
     """
 
     conn_name_attr = "conn_id"
@@ -116,21 +111,12 @@ class HorovodHook(BaseHook):
         self,
         *,
         conn_id: str | None = default_conn_name,
-        np: int,
-        conf: dict[str, Any] | None = None,
-        env_vars: dict[str, str] | None = None,
-        name: str = "airflow-horovod",
         spark_submit_kwargs: dict[str, Any] | None = None,
         spark_log_level: str | None = "WARN",
     ) -> None:
         super().__init__()
         self.spark_log_level = spark_log_level
         self.conn_id = conn_id
-        self.np = np
-        self.conf = dict(conf or {})
-        self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
-        check_no_auth_secret(self.conf, self.env_vars)
-        self.name = name
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.app_id: str | None = None
         self.ui_url: str | None = None
@@ -152,8 +138,7 @@ class HorovodHook(BaseHook):
                     f"conn_id=None (or leave the default {self.default_conn_name!r} undefined) for an embedded "
                     "local[np] master"
                 ) from None
-            self.log.info("No connection %r: running on an embedded local[%d] Spark master", self.conn_id,
-                          abs(self.np))
+            self.log.info("No connection %r: running on an embedded local Spark master", self.conn_id)
             return True
         return False
 
@@ -174,32 +159,29 @@ class HorovodHook(BaseHook):
 
     def run_job(
         self,
+        job: TrainingJob,
         *,
         payload_path: str,
         staging_dir: str,
-        key: bytes,
-        artifact_dir: str,
-        settings: JobSettings | None = None,
         on_app_started: Callable[[str, str | None], None] | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> JobResult:
         """
         spark-submit the driver program for one payload and wait for it (client deploy mode).
 
-        :param payload_path: the payload file (owner-only permissions), signed with ``key``.
+        :param job: the job: its settings go to the driver program as its flags, its HMAC key through the driver's
+            environment only, its environment to the driver and every rank, its Spark properties over the
+            provider's defaults, its name to the application; ``np`` ranks (``local[np]`` on the embedded master).
+        :param payload_path: the payload file (owner-only permissions), signed with the job's key (read by the
+            driver: a payload changed after it was written is refused).
         :param staging_dir: a private directory for the runtime zip and the driver's result files.
-        :param key: the payload's HMAC key; it reaches the driver through its environment only.
-        :param artifact_dir: path/URI the ranks write their model files under.
-        :param settings: the job's knobs (verbosity, timeouts, slot wait, GPUs, timeline, return-value limit), sent
-            to the driver program as its flags; default ``JobSettings(np=np)``.
         :param on_app_started: called with ``(app_id, ui_url)`` as soon as the driver reports them.
         :param on_output: called with every line spark-submit prints (driver output, forwarded rank lines).
         :return: the job's result.
-        :raises ValueError: ``settings.np`` is not this hook's ``np``.
         :raises HorovodJobError: the job failed; the message carries the failing rank's traceback. On a standalone
             master, also before anything is submitted when ``np`` task slots can never be had at the same time.
         """
-        settings = JobSettings.for_np(settings, self.np)
+        settings, np, user_conf, user_env = job.settings, abs(job.np), dict(job.conf), dict(job.env)
         local = self.uses_local_master
         conn = None if local else self.get_connection(self.conn_id)
         if conn is not None:  # a wrong address fails here, not after Spark's own retries (over a minute)
@@ -210,8 +192,8 @@ class HorovodHook(BaseHook):
         staging = Path(staging_dir)
         zip_path = staging / RUNTIME_ZIP_NAME
         zip_path.write_bytes(runtime_zip())
-        conf = {**BASE_SPARK_CONF, **(local_spark_conf(self.np) if local else {}), **self.conf}
-        if "spark.driver.extraJavaOptions" not in self.conf:  # the driver JVM is this provider's: its options too
+        conf = {**BASE_SPARK_CONF, **(local_spark_conf(job.np) if local else {}), **user_conf}
+        if "spark.driver.extraJavaOptions" not in user_conf:  # the driver JVM is this provider's: its options too
             options = [JVM_STARTUP_OPTIONS]
             if self.spark_log_level:
                 log4j = staging / "log4j2.properties"
@@ -224,26 +206,26 @@ class HorovodHook(BaseHook):
         conf.update(python_daemon_conf(conf, str(zip_path) if local else RUNTIME_ZIP_NAME, preset))
         if conn is not None and (standalone := standalone_master(conn)) is not None:
             sized = {**submit_kwargs_conf(self.spark_submit_kwargs), **conf}
-            conf = {**standalone_defaults(self.np, standalone[1], sized), **conf}
-            check_standalone_fits(master_url=standalone[0], master_ui_url=standalone[1], np=self.np,
+            conf = {**standalone_defaults(job.np, standalone[1], sized), **conf}
+            check_standalone_fits(master_url=standalone[0], master_ui_url=standalone[1], np=job.np,
                                   conf={**sized, **conf}, cluster_mode=False, log=self.log,
                                   access=rest_access(conn, require_token_shape=False))
-        env = {**self.env_vars, driver_program.KEY_ENV: key.hex()}
-        if self.env_vars:
-            env[RANK_ENV_NAMES] = ",".join(sorted(self.env_vars))
+        env = {**user_env, driver_program.KEY_ENV: job.key.hex()}
+        if user_env:
+            env[RANK_ENV_NAMES] = ",".join(sorted(user_env))
         # spark-submit ships with PySpark in this interpreter's bin/ even when that is not on PATH.
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-        if local and "SPARK_LOCAL_IP" not in {**os.environ, **self.env_vars}:
+        if local and "SPARK_LOCAL_IP" not in {**os.environ, **user_env}:
             env["SPARK_LOCAL_IP"] = "127.0.0.1"  # Spark would bind to the machine's outside address
-        args = ["--payload", payload_path, "--result-dir", str(staging), "--artifact-dir", artifact_dir,
+        args = ["--payload", payload_path, "--result-dir", str(staging), "--artifact-dir", job.artifact_dir,
                 *settings.to_args()]
         submit_kwargs, load_defaults = auth_submit_kwargs(conn, staging, self.spark_submit_kwargs)
         self._submit = _SparkSubmit(
-            local_master=f"local[{abs(self.np)}]" if local else None,
+            local_master=f"local[{np}]" if local else None,
             on_line=self._watch(on_app_started, on_output),
             load_spark_defaults=load_defaults,
             conn_id=self.conn_id or self.default_conn_name,
-            conf=conf, py_files=str(zip_path), name=self.name, application_args=args, env_vars=env,
+            conf=conf, py_files=str(zip_path), name=job.app_name, application_args=args, env_vars=env,
             deploy_mode="client",  # this hook's driver runs here; cluster mode is HorovodStandaloneHook
             **submit_kwargs,
         )

@@ -335,12 +335,11 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
             return ClusterMode(None, self._cluster_hook(None), reporter)
         name = resolve_deploy_mode(conn_id=self.conn_id, deploy_mode=self.deploy_mode, np=self.np)
         if name == "client":
-            hook = HorovodHook(conn_id=self.conn_id, np=job.np, conf=dict(job.conf), env_vars=dict(job.env),
-                               name=job.app_name, spark_submit_kwargs=self.spark_submit_kwargs)
+            hook = HorovodHook(conn_id=self.conn_id, spark_submit_kwargs=self.spark_submit_kwargs)
             return ClientMode(job, hook, reporter, deferrable=self.deferrable)
         if name == "connect":
-            return ConnectMode(job, HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name,
-                                                       np=job.np), reporter)
+            return ConnectMode(job, HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name),
+                               reporter)
         return ClusterMode(job, self._cluster_hook(job), reporter, ClusterOptions(
             defer=self.defer, deferrable=self.deferrable, cancel_on_kill=self.cancel_on_kill,
             poll_interval_s=self.poll_interval_s, staging_dir=self.staging_dir, conf=dict(job.conf)))

@@ -130,16 +130,16 @@ def run_client_job(conn_id: str, np: int, tag: str, work: Path, *, lines: list[s
     import cloudpickle
 
     from airflow_provider_horovod.hooks.horovod import HorovodHook
+    from airflow_provider_horovod.job import TrainingJob
     from airflow_provider_horovod.runtime.settings import JobSettings
 
     staging = work / "staging" / tag
     path, key = payload_file(staging, tag, work, gate, train_ddp if launcher == "torch" else train)
-    hook = HorovodHook(conn_id=conn_id, np=np, conf={**job_conf(np), **(conf or {})}, env_vars=marker or {},
-                       name=f"shared-{tag}")
-    result = hook.run_job(payload_path=str(path), staging_dir=str(staging), key=key,
-                          artifact_dir=str(work / "artifacts" / tag), on_output=lines.append,
-                          settings=JobSettings(np=hook.np, slot_wait_timeout_s=slot_wait_timeout_s,
-                                                      launcher=launcher))
+    job = TrainingJob(key=key, payload=b"", artifact_dir=str(work / "artifacts" / tag),
+                      settings=JobSettings(np=np, slot_wait_timeout_s=slot_wait_timeout_s, launcher=launcher),
+                      env=marker or {}, conf={**job_conf(np), **(conf or {})}, app_name=f"shared-{tag}")
+    result = HorovodHook(conn_id=conn_id).run_job(job, payload_path=str(path), staging_dir=str(staging),
+                                                  on_output=lines.append)
     result.value = cloudpickle.loads(result.return_value) if result.return_value else None
     return result
 

@@ -11,6 +11,7 @@ import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook
+from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 
@@ -35,6 +36,12 @@ def quick(x):
 
     hvd.init()
     return x * hvd.size()
+
+
+def _job(key: bytes, np: int, artifact_dir, *, conf: dict | None = None, **settings) -> TrainingJob:
+    """The job the hook runs: its key, np ranks and artifact directory (the payload is read from its file)."""
+    return TrainingJob(key=key, payload=b"", settings=JobSettings(np=np, **settings), artifact_dir=str(artifact_dir),
+                       conf=conf or {})
 
 
 def _write(path, data):
@@ -76,9 +83,9 @@ def test_payload_changed_between_submit_and_run_is_refused(spark_env, tmp_path, 
         data = data[:-3] + bytes([data[-3] ^ 0xFF]) + data[-2:]
     payload = tmp_path / "payload.bin"
     _write(payload, data)
-    hook = HorovodHook(conn_id=None, np=-1)
+    hook = HorovodHook(conn_id=None)
     with pytest.raises(HorovodJobError, match=message):
-        hook.run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key, artifact_dir=str(tmp_path / "a"))
+        hook.run_job(_job(key, -1, tmp_path / "a"), payload_path=str(payload), staging_dir=str(tmp_path))
 
 
 def test_the_payload_key_appears_in_no_log_result_or_spark_ui(spark_env, tmp_path, caplog):
@@ -96,9 +103,9 @@ def test_the_payload_key_appears_in_no_log_result_or_spark_ui(spark_env, tmp_pat
         environment["text"] = response.text
 
     with caplog.at_level("DEBUG"):
-        HorovodHook(conn_id=None, np=2).run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key,
-                                                artifact_dir=str(tmp_path / "a"), on_app_started=on_app_started,
-                                                on_output=seen.append)
+        HorovodHook(conn_id=None).run_job(_job(key, 2, tmp_path / "a"), payload_path=str(payload),
+                                          staging_dir=str(tmp_path), on_app_started=on_app_started,
+                                          on_output=seen.append)
     assert "sparkProperties" in environment["text"]  # the page was really read
     for where, text in [("Spark UI environment", environment["text"]), ("driver output", "\n".join(seen)),
                         ("logs", caplog.text), ("result.json", (tmp_path / "result.json").read_text())]:
@@ -109,8 +116,8 @@ def test_negative_np_through_spark_submit(spark_env, tmp_path):
     key = secrets.token_bytes(32)
     payload = tmp_path / "payload.bin"
     _write(payload, dumps_payload(quick, (21,), key=key))
-    result = HorovodHook(conn_id=None, np=-2).run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key,
-                                                      artifact_dir=str(tmp_path / "art"))
+    result = HorovodHook(conn_id=None).run_job(_job(key, -2, tmp_path / "art"), payload_path=str(payload),
+                                               staging_dir=str(tmp_path))
     import cloudpickle
 
     assert cloudpickle.loads(result.return_value) == 42
@@ -133,9 +140,9 @@ def test_a_driver_jvm_out_of_memory_ends_the_job_with_a_reason(spark_env, tmp_pa
     _write(payload, dumps_payload(return_bytes, (400 * 10**6,), key=key))
     started = time.monotonic()
     with pytest.raises(HorovodJobError) as info:
-        HorovodHook(conn_id=None, np=2, conf={"spark.driver.memory": "512m"}).run_job(
-            payload_path=str(payload), staging_dir=str(tmp_path), key=key, artifact_dir=str(tmp_path / "art"),
-            settings=JobSettings(np=2, max_return_value_bytes=2**31 - 1))
+        HorovodHook(conn_id=None).run_job(
+            _job(key, 2, tmp_path / "art", conf={"spark.driver.memory": "512m"}, max_return_value_bytes=2**31 - 1),
+            payload_path=str(payload), staging_dir=str(tmp_path))
     assert time.monotonic() - started < 150
     assert str(info.value).startswith("the Spark driver's JVM ended while the job ran (")
     assert "java.lang.OutOfMemoryError" in str(info.value)
@@ -156,8 +163,8 @@ def test_the_local_masters_python_workers_load_pyspark_compiled(spark_env, tmp_p
     key = secrets.token_bytes(32)
     payload = tmp_path / "payload.bin"
     _write(payload, dumps_payload(where_pyspark_loads_from, key=key))
-    result = HorovodHook(conn_id=None, np=2).run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key,
-                                                     artifact_dir=str(tmp_path / "art"))
+    result = HorovodHook(conn_id=None).run_job(_job(key, 2, tmp_path / "art"), payload_path=str(payload),
+                                               staging_dir=str(tmp_path))
     import cloudpickle
     import pyspark
 
@@ -168,7 +175,7 @@ def test_kill_leaves_no_driver_executor_or_rank_behind(spark_env, tmp_path):
     key = secrets.token_bytes(32)
     payload = tmp_path / "payload.bin"
     _write(payload, dumps_payload(long_training, key=key))
-    hook = HorovodHook(conn_id=None, np=2)
+    hook = HorovodHook(conn_id=None)
     started = threading.Event()
     outcome: dict = {}
 
@@ -178,8 +185,8 @@ def test_kill_leaves_no_driver_executor_or_rank_behind(spark_env, tmp_path):
 
     def run() -> None:
         try:
-            hook.run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key,
-                         artifact_dir=str(tmp_path / "art"), on_output=on_output)
+            hook.run_job(_job(key, 2, tmp_path / "art"), payload_path=str(payload), staging_dir=str(tmp_path),
+                         on_output=on_output)
         except Exception as err:  # noqa: BLE001 - the test inspects it
             outcome["error"] = err
 
@@ -221,8 +228,8 @@ def test_progress_is_read_from_the_real_rest_api(spark_env, tmp_path):
         watchers.append(ProgressWatcher(ui_url, app_id, messages.append, poll_interval_s=0.5).start())
 
     try:
-        HorovodHook(conn_id=None, np=2).run_job(payload_path=str(payload), staging_dir=str(tmp_path), key=key,
-                                                artifact_dir=str(tmp_path / "a"), on_app_started=on_app_started)
+        HorovodHook(conn_id=None).run_job(_job(key, 2, tmp_path / "a"), payload_path=str(payload),
+                                          staging_dir=str(tmp_path), on_app_started=on_app_started)
     finally:
         for watcher in watchers:
             watcher.stop()

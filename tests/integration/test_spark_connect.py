@@ -50,13 +50,16 @@ if sys.argv[2] == "hook_fail":  # the operator's path: HorovodConnectHook, error
     from urllib.parse import urlparse
     from airflow_provider_horovod.exceptions import HorovodJobError
     from airflow_provider_horovod.hooks.connect import HorovodConnectHook
+    from airflow_provider_horovod.job import TrainingJob
+    from airflow_provider_horovod.runtime.settings import JobSettings
     from airflow_provider_horovod.runtime.wire.payload import dumps_payload
     url = urlparse(sys.argv[1].replace("sc://", "http://"))
     os.environ["AIRFLOW_CONN_HOROVOD_CONNECT"] = json.dumps({"conn_type": "spark_connect", "host": url.hostname,
                                                               "port": url.port})
     try:
-        HorovodConnectHook(conn_id="horovod_connect", np=2).run(payload=dumps_payload(fail_on_rank_one),
-                                                                artifact_dir=sys.argv[3], name="test")
+        HorovodConnectHook(conn_id="horovod_connect").run(TrainingJob(
+            key=b"", payload=dumps_payload(fail_on_rank_one), settings=JobSettings(np=2), artifact_dir=sys.argv[3],
+            label="test"))
     except HorovodJobError as err:
         out = {"type": type(err).__name__, "rank": err.rank, "message": str(err)}
 elif sys.argv[2] == "ok":

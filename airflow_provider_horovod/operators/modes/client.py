@@ -90,10 +90,8 @@ class ClientMode(DeployMode):
                 watchers.append(watcher)
 
         try:
-            self._result = self.hook.run_job(
-                payload_path=os.path.join(external_id, PAYLOAD_FILE), staging_dir=external_id, key=job.key,
-                artifact_dir=job.artifact_dir, settings=job.settings, on_app_started=on_app_started,
-            )
+            self._result = self.hook.run_job(job, payload_path=os.path.join(external_id, PAYLOAD_FILE),
+                                             staging_dir=external_id, on_app_started=on_app_started)
         finally:
             for watcher in watchers:
                 watcher.stop()

@@ -76,9 +76,7 @@ class ConnectMode(DeployMode):
         :param context: the task's Airflow context.
         :raises HorovodJobError: a rank failed (naming it), or the stage could not run.
         """
-        job = self.job
-        self._result = self.hook.run(payload=job.payload, artifact_dir=job.artifact_dir, name=job.label,
-                                     settings=job.settings, env=job.env)
+        self._result = self.hook.run(self.job)
 
     def get_job_result(self, external_id: Any, context: Context) -> Any:
         """

@@ -33,4 +33,4 @@ class _Session:
     (_Conf(error=RuntimeError("not allowed")), None),  # the job runs all the same
 ])
 def test_application_id(conf, expected):
-    assert HorovodConnectHook(conn_id="c", np=2).application_id(_Session(conf)) == expected
+    assert HorovodConnectHook(conn_id="c").application_id(_Session(conf)) == expected

@@ -13,9 +13,11 @@ import stat
 import pytest
 from airflow.sdk import Connection
 
-from airflow_provider_horovod.hooks.horovod import HorovodHook, _SparkSubmit
+from airflow_provider_horovod.hooks.horovod import _SparkSubmit
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.operators.common import check_spark_arguments
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.spark_auth import (
     AUTH_PROPERTIES_FILE, CONNECTION_SECRET_EXTRA, auth_submit_kwargs, connection_auth_secret,
 )
@@ -31,7 +33,10 @@ def _conn(**extra) -> Connection:
 @pytest.mark.parametrize("make", [
     lambda: check_spark_arguments(conf={"spark.authenticate.secret": "x"}, env_vars=None, spark_submit_kwargs=None),
     lambda: check_spark_arguments(conf=None, env_vars={"_SPARK_AUTH_SECRET": "x"}, spark_submit_kwargs=None),
-    lambda: HorovodHook(conn_id=None, np=2, conf={" spark.authenticate.secret": "x"}),
+    lambda: TrainingJob(key=b"k", payload=b"p", settings=JobSettings(np=2), artifact_dir="/a",
+                        conf={" spark.authenticate.secret": "x"}),
+    lambda: TrainingJob(key=b"k", payload=b"p", settings=JobSettings(np=2), artifact_dir="/a",
+                        env={"_SPARK_AUTH_SECRET": "x"}),
     lambda: HorovodStandaloneHook(conn_id="c", np=2, conf={"spark.authenticate.secret": "x"}),
 ])
 def test_the_secret_in_dag_code_is_refused_naming_the_parameter(make):
@@ -40,9 +45,10 @@ def test_the_secret_in_dag_code_is_refused_naming_the_parameter(make):
 
 
 def test_other_authentication_settings_stay_allowed_in_conf():
-    hook = HorovodHook(conn_id=None, np=2, conf={"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
-                                                  "spark.authenticate.secret.file": "/etc/spark/secret"})
-    assert hook.conf["spark.authenticate"] == "true"
+    job = TrainingJob(key=b"k", payload=b"p", settings=JobSettings(np=2), artifact_dir="/a", conf={
+        "spark.authenticate": "true", "spark.network.crypto.enabled": "true",
+        "spark.authenticate.secret.file": "/etc/spark/secret"})
+    assert job.conf["spark.authenticate"] == "true"
 
 
 def test_the_extra_is_masked_by_airflow():

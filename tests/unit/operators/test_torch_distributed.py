@@ -11,6 +11,7 @@ import pytest
 
 from airflow.sdk import DAG, task
 from airflow_provider_horovod.decorators.torch_distributed import torch_distributed_task
+from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.operators.base import DistributedTrainingOperator
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
@@ -125,9 +126,9 @@ def test_client_mode_s_spark_submit_command_carries_the_launcher(tmp_path, monke
     op = TorchDistributedOperator(task_id="t", python_callable=train, np=2, conn_id=None)
     (tmp_path / "payload.bin").write_bytes(b"p")
     with pytest.raises(_Submitted):
-        client.HorovodHook(conn_id=None, np=2).run_job(payload_path=str(tmp_path / "payload.bin"),
-                                                       staging_dir=str(tmp_path), key=b"k" * 32,
-                                                       artifact_dir=str(tmp_path / "art"), settings=op.job_settings())
+        job = TrainingJob(key=b"k" * 32, payload=b"p", artifact_dir=str(tmp_path / "art"), settings=op.job_settings())
+        client.HorovodHook(conn_id=None).run_job(job, payload_path=str(tmp_path / "payload.bin"),
+                                                 staging_dir=str(tmp_path))
     [command] = seen
     assert "--launcher" in command and _driver_settings(command) == op.job_settings()
 

@@ -11,6 +11,8 @@ import pytest
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+from airflow_provider_horovod.job import TrainingJob
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from tests.standalone import free_port
 
@@ -42,12 +44,12 @@ def test_client_mode_fails_fast_before_spark_submit(tmp_path, monkeypatch):
     port = free_port()
     monkeypatch.setenv("AIRFLOW_CONN_WRONG_MASTER", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
                                                                 "port": port}))
-    hook = HorovodHook(conn_id="wrong_master", np=2)
+    hook = HorovodHook(conn_id="wrong_master")
+    job = TrainingJob(key=b"k" * 32, payload=b"p", settings=JobSettings(np=2), artifact_dir=str(tmp_path / "art"))
     started = time.monotonic()
     with pytest.raises(HorovodJobError, match=rf"cannot reach Spark master spark://127.0.0.1:{port} .*"
                                               "connection 'wrong_master'"):
-        hook.run_job(payload_path=str(tmp_path / "payload.bin"), staging_dir=str(tmp_path), key=b"k" * 32,
-                     artifact_dir=str(tmp_path / "art"))
+        hook.run_job(job, payload_path=str(tmp_path / "payload.bin"), staging_dir=str(tmp_path))
     assert time.monotonic() - started < 10
     assert hook._submit is None  # spark-submit never started
 

@@ -63,8 +63,8 @@ class FakeClientHook:
     def __init__(self, result: JobResult) -> None:
         self.result, self.calls, self.killed = result, [], False
 
-    def run_job(self, **kwargs: Any) -> JobResult:
-        self.calls.append({**kwargs, "payload": Path(kwargs["payload_path"]).read_bytes()})
+    def run_job(self, job: TrainingJob, **kwargs: Any) -> JobResult:
+        self.calls.append({**kwargs, "job": job, "payload": Path(kwargs["payload_path"]).read_bytes()})
         kwargs["on_app_started"]("app-1", None)
         return self.result
 
@@ -80,8 +80,8 @@ def test_client_mode_hands_its_hook_the_request_and_pushes_the_result(tmp_path):
     assert oct(os.stat(staging).st_mode & 0o777) == "0o700"
     mode.poll_until_complete(staging, {"ti": ti})
     [call] = hook.calls
-    assert call["payload"] == b"signed payload" and call["key"] == b"k" * 32
-    assert call["settings"] == JobSettings(np=2, gloo_timeout_s=60) and call["artifact_dir"] == str(tmp_path / "art")
+    assert call["payload"] == b"signed payload" and call["job"] is mode.job  # the job as the mode was given it
+    assert call["job"].settings == JobSettings(np=2, gloo_timeout_s=60)
     assert not os.path.exists(staging)  # the payload's private directory is removed after the job
     assert mode.get_job_result(staging, {"ti": ti}) == {"loss": 0.1}
     assert ti.xcom["spark_app_id"] == "app-1" and ti.xcom["artifact_paths"] == [str(tmp_path / "art/model.pt")]
@@ -94,8 +94,8 @@ class FakeConnectHook:
     def __init__(self, outcome: Any) -> None:
         self.outcome, self.calls, self.killed = outcome, [], False
 
-    def run(self, **kwargs: Any) -> JobResult:
-        self.calls.append(kwargs)
+    def run(self, job: TrainingJob) -> JobResult:
+        self.calls.append(job)
         if isinstance(self.outcome, Exception):
             raise self.outcome
         return self.outcome
@@ -110,8 +110,7 @@ def test_connect_mode_runs_the_request_through_its_hook(tmp_path):
     mode.check()
     assert mode.submit_job({"ti": ti}) is None
     mode.poll_until_complete(None, {"ti": ti})
-    assert hook.calls == [{"payload": b"signed payload", "artifact_dir": str(tmp_path / "art"), "name": "d.train",
-                           "settings": JobSettings(np=2), "env": {"A": "1"}}]
+    assert hook.calls == [_request(tmp_path)]  # the whole job: payload, settings, env, artifact_dir, label
     assert mode.get_job_result(None, {"ti": ti}) == 3
     mode.on_kill()
     assert hook.killed

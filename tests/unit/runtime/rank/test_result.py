@@ -98,8 +98,8 @@ def test_the_limit_reaches_the_driver_in_every_deploy_mode(tmp_path, monkeypatch
 
     monkeypatch.setattr(hook_module, "_SparkSubmit", FakeSubmit)
     with pytest.raises(Submitted) as info:
-        hook_module.HorovodHook(conn_id=None, np=2).run_job(
-            payload_path=str(tmp_path / "payload.bin"), staging_dir=str(tmp_path), key=b"k" * 32,
-            artifact_dir=str(tmp_path / "art"), settings=calls["settings"])
+        hook_module.HorovodHook(conn_id=None).run_job(
+            TrainingJob(key=b"k" * 32, payload=b"", artifact_dir=str(tmp_path / "art"), settings=calls["settings"]),
+            payload_path=str(tmp_path / "payload.bin"), staging_dir=str(tmp_path))
     driver_args = info.value.args[0]
     assert _settings(_parse(driver_args)[1]).max_return_value_bytes == 2000
