@@ -10,7 +10,7 @@ from airflow.sdk.execution_time.xcom import XCom
 from airflow_provider_horovod.xcom_keys import XCOM_MLFLOW_RUN_URL, XCOM_SPARK_UI_URL
 
 if TYPE_CHECKING:
-    from airflow.models.taskinstancekey import TaskInstanceKey
+    from airflow.sdk.types import TaskInstanceKey
     from airflow.sdk import BaseOperator
 
 
@@ -47,8 +47,8 @@ class SparkUILink(BaseOperatorLink):
         """
         known = getattr(operator, "spark_ui_url", _UNKNOWN)
         if known is not _UNKNOWN:
-            return known or ""
-        return XCom.get_value(ti_key=ti_key, key=XCOM_SPARK_UI_URL) or ""
+            return str(known or "")
+        return str(XCom.get_value(ti_key=ti_key, key=XCOM_SPARK_UI_URL) or "")
 
 
 def push_spark_ui_url(ti: Any, url: str) -> None:
@@ -93,7 +93,7 @@ class MlflowRunLink(BaseOperatorLink):
         """
         known = getattr(operator, "mlflow_run_url", None)
         if known:
-            return known
+            return str(known)
         if getattr(operator, "mlflow_conn_id", None) is None:
             return ""
-        return XCom.get_value(ti_key=ti_key, key=XCOM_MLFLOW_RUN_URL) or ""
+        return str(XCom.get_value(ti_key=ti_key, key=XCOM_MLFLOW_RUN_URL) or "")

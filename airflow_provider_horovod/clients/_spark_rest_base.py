@@ -86,8 +86,8 @@ class SparkRestBase:
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
         self.access = access or SparkRestAccess()
-        self._http = self._http_type(transport=transport, headers=self.access.headers(), follow_redirects=True,
-                                     verify=self.access.verify())
+        self._http = self._http_type(transport=transport, headers=self.access.headers(),  # type: ignore[arg-type]
+                                     follow_redirects=True, verify=self.access.verify())
 
     def _timeout(self, timeout_s: float | None) -> httpx.Timeout:
         return timeout(self.timeout_s if timeout_s is None else timeout_s)

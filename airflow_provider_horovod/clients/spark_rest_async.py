@@ -45,8 +45,8 @@ class AsyncSparkRestClient(SparkRestBase):
 
     async def _attempt(self, call: Call[T], timeout_: httpx.Timeout) -> T:
         try:
-            response = await self._http.request(call.method, call.url, timeout=timeout_,
-                                               **({"data": call.body} if call.form else {"json": call.body}))
+            body: dict[str, Any] = {"data": call.body} if call.form else {"json": call.body}
+            response = await self._http.request(call.method, call.url, timeout=timeout_, **body)
         except httpx.RequestError as exc:
             raise request_error(call, exc, self.access.origin) from exc
         return decode(call, response, self.access.origin)

@@ -78,7 +78,7 @@ class RetryPolicy:
 
     def tenacity_kwargs(self, call: Call[Any]) -> dict[str, Any]:
         """Keyword arguments for :class:`tenacity.Retrying` / :class:`tenacity.AsyncRetrying` running ``call``."""
-        stop = tenacity.stop_after_attempt(self.max_attempts)
+        stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(self.max_attempts)
         if self.deadline_s is not None:
             stop = stop | tenacity.stop_after_delay(self.deadline_s)
         return {

@@ -55,7 +55,8 @@ class _DecoratedTraining(DecoratedOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         """After deferral: as the operator, then TaskFlow's output handling (assets in the return value)."""
-        return self._handle_output(return_value=super().execute_complete(context, event))
+        # the training operator this is mixed into has execute_complete (DecoratedOperator has none)
+        return self._handle_output(return_value=super().execute_complete(context, event))  # type: ignore[misc]
 
 
 class _HorovodDecoratedOperator(_DecoratedTraining, HorovodRunnerOperator):

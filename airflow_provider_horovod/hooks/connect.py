@@ -67,7 +67,8 @@ class HorovodConnectHook(BaseHook):
         except RankFailedError as err:  # the rank's own traceback is in the message
             raise rank_job_error(str(err), err.to_dict(), app_id=app_id) from None
         except (ExecutorLostError, JobCancelledError) as err:
-            raise facts_job_error(type(err).__name__, str(err), err.facts(), app_id=app_id) from err
+            raise (facts_job_error(type(err).__name__, str(err), err.facts(), app_id=app_id)
+                   or HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id)) from err
         except HorovodRuntimeError as err:
             raise HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id) from err
         finally:

@@ -183,7 +183,7 @@ class HorovodHook(BaseHook):
         """
         settings, np, user_conf, user_env = job.settings, abs(job.np), dict(job.conf), dict(job.env)
         local = self.uses_local_master
-        conn = None if local else self.get_connection(self.conn_id)
+        conn = None if local or self.conn_id is None else self.get_connection(self.conn_id)
         if conn is not None:  # a wrong address fails here, not after Spark's own retries (over a minute)
             master = f"{conn.host}:{conn.port}" if conn.port else (conn.host or "")
             check_reachable(master, master_addresses(master),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import fields
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from airflow_provider_horovod.exceptions import HorovodJobError
@@ -79,7 +79,7 @@ def rendered_slot_wait_timeout(value: float | str | None) -> float | None:
                          "after rendering") from None
 
 
-def signed_payload(python_callable: Callable[..., Any], op_args: Sequence[Any], op_kwargs: Mapping[str, Any], *,
+def signed_payload(python_callable: Callable[..., Any], op_args: Collection[Any], op_kwargs: Mapping[str, Any], *,
                    log: Any) -> tuple[bytes, bytes]:
     """
     ``(key, payload)``: the callable and its arguments, signed with a key made for this try.
@@ -92,7 +92,7 @@ def signed_payload(python_callable: Callable[..., Any], op_args: Sequence[Any], 
     """
     key = secrets.token_bytes(32)
     try:
-        payload = dumps_payload(python_callable, op_args, op_kwargs, key=key)
+        payload = dumps_payload(python_callable, list(op_args), dict(op_kwargs), key=key)
     except PayloadError as err:
         raise HorovodJobError(str(err)) from err
     if len(payload) > LARGE_PAYLOAD_BYTES:

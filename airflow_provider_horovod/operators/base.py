@@ -158,6 +158,21 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
     external_id_key = DurableClusterJob.external_id_key
     """Task-state-store key of the persisted cluster-mode job (renaming it breaks in-flight retries)."""
 
+    # The JobSettings fields among the arguments (operators._arguments.SETTING_NAMES), kept as checked
+    np: int
+    driver_log_verbosity: str
+    gloo_timeout_s: int
+    start_timeout_s: float | None
+    training_timeout_s: float | None
+    slot_wait_timeout_s: float | str | None  # a template until rendered
+    use_gpu: bool
+    gpu_visibility: str
+    timeline: bool
+    max_return_value_bytes: int
+    launcher: str
+    op_args: Collection[Any]
+    op_kwargs: Mapping[str, Any]
+
     def __init__(
         self,
         *,
@@ -325,14 +340,9 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
                                      max_return_value_bytes=self.max_return_value_bytes)
         return self._reporter
 
-    def _deploy_mode(self, job: TrainingJob | None) -> DeployMode:
-        """
-        The deploy mode this try runs in, with its hook and reporter (reads the connection; no other I/O); with no
-        job, the cluster mode a try resumes in after its trigger.
-        """
+    def _deploy_mode(self, job: TrainingJob) -> DeployMode:
+        """The deploy mode this try runs in, with its hook and reporter (reads the connection; no other I/O)."""
         reporter = self._new_reporter()
-        if job is None:
-            return ClusterMode(None, self._cluster_hook(None), reporter)
         name = resolve_deploy_mode(conn_id=self.conn_id, deploy_mode=self.deploy_mode, np=self.np)
         if name == "client":
             hook = HorovodHook(conn_id=self.conn_id, spark_submit_kwargs=self.spark_submit_kwargs)
@@ -343,6 +353,10 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         return ClusterMode(job, self._cluster_hook(job), reporter, ClusterOptions(
             defer=self.defer, deferrable=self.deferrable, cancel_on_kill=self.cancel_on_kill,
             poll_interval_s=self.poll_interval_s, staging_dir=self.staging_dir, conf=dict(job.conf)))
+
+    def _resumed_cluster_mode(self) -> ClusterMode:
+        """The cluster mode a try resumes in after its trigger (no new job)."""
+        return ClusterMode(None, self._cluster_hook(None), self._new_reporter())
 
     def _cluster_hook(self, job: TrainingJob | None) -> HorovodStandaloneHook:
         """
@@ -407,16 +421,14 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger (cluster mode): validate its event, read the result, push XComs, or raise."""
-        return self._observed(context, lambda ctx: self._deploy_mode(None).complete(ctx, event), resumed=True)
+        return self._observed(context, lambda ctx: self._resumed_cluster_mode().complete(ctx, event), resumed=True)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """When the trigger failed or timed out (``__fail__``), kill the driver before failing the task."""
         if next_method != "__fail__":
             return super().resume_execution(next_method, next_kwargs, context)
         if self.cancel_on_kill:
-            mode = self._deploy_mode(None)
-            assert isinstance(mode, ClusterMode)
-            mode.kill_after_trigger_failure(context)
+            self._resumed_cluster_mode().kill_after_trigger_failure(context)
         return self._observed(context, lambda ctx: super(DistributedTrainingOperator, self).resume_execution(
             next_method, next_kwargs, ctx), resumed=True)
 

@@ -60,7 +60,7 @@ def input_locations(inlets: Iterable[Any], op_args: Iterable[Any], op_kwargs: Ma
     found: list[str] = []
     for inlet in inlets:
         uri = getattr(inlet, "uri", None)
-        if _looks_like_data(uri):
+        if isinstance(uri, str) and _looks_like_data(uri):
             found.append(uri)
     if not found:
         found = [v for v in (*op_args, *op_kwargs.values()) if _looks_like_data(v)]

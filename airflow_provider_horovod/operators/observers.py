@@ -218,7 +218,7 @@ class ModelAssetEvents(JobObserver):
         """Attach the model's location to this task's outlet events (nothing without outlets)."""
         from airflow_provider_horovod.assets import attach_model_events, model_event_extra
 
-        if not self.outlets or outcome.result is None:
+        if not self.outlets or outcome.result is None or outcome.artifact_dir is None:
             return
         result = outcome.result
         extra = model_event_extra(artifact_dir=outcome.artifact_dir, artifact_paths=result.artifact_paths,

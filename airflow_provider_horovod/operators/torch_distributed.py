@@ -111,6 +111,7 @@ class TorchDistributedOperator(DistributedTrainingOperator):
         self.script_args = list(script_args or [])
         if self.script is not None:
             python_callable = script_call(self.script, ())[0]  # run_script, shipped by reference
+        assert python_callable is not None  # given, or the script's call
         super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, launcher=launcher,
                          **kwargs)
 

@@ -97,7 +97,7 @@ def list_artifacts(location: str) -> list[str]:
         return sorted(fs.unstrip_protocol(p) for p in fs.find(path) if p.rsplit("/", 1)[0] != top
                       or p.rsplit("/", 1)[-1] not in _PROGRESS_FILES)
     root = local_path(location)
-    found = []
+    found: list[str] = []
     for dirpath, _dirs, files in os.walk(root):
         mine = os.path.abspath(dirpath) == os.path.abspath(root)
         found.extend(os.path.abspath(os.path.join(dirpath, f)) for f in files if not (mine and f in _PROGRESS_FILES))

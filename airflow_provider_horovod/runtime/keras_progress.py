@@ -14,7 +14,7 @@ import tensorflow as tf
 from airflow_provider_horovod.runtime.reports import report
 
 
-def _numbers(logs: dict[str, Any] | None) -> dict[str, float]:
+def _numbers(logs: dict[str, Any] | None) -> dict[str, Any]:
     return {name: float(value) for name, value in (logs or {}).items()
             if isinstance(value, numbers.Number) or getattr(value, "shape", None) == ()}
 

@@ -189,9 +189,9 @@ class RankFailedError(HorovodRuntimeError):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankFailedError:
         """Rebuild the error from :meth:`to_dict` output, as the kind of failure it records (:func:`rank_failed`)."""
-        return rank_failed(**{k: data.get(k) for k in ("rank", "exit_code", "exc_type", "exc_message",
-                                                         "traceback", "output_tail", "host", "failed_at")},
-                           launcher=data.get("launcher") or HOROVOD)
+        fields: dict[str, Any] = {k: data.get(k) for k in ("rank", "exit_code", "exc_type", "exc_message",
+                                                            "traceback", "output_tail", "host", "failed_at")}
+        return rank_failed(**fields, launcher=data.get("launcher") or HOROVOD)
 
     def marker(self) -> str:
         """

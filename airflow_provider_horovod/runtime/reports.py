@@ -65,7 +65,7 @@ class _Pending:
         self._drop_if_empty(previous, newest)
 
     def _drop_if_empty(self, number: int, newest: int) -> None:
-        record, keep = self._records.get(number, (None, True))
+        record, keep = self._records.get(number, ({}, True))
         if not keep and number != newest and not record.get("metrics"):
             del self._records[number]
 

@@ -219,7 +219,7 @@ class JobSettings:
             "try_number": None if self.try_number is None else validate_positive_int("try_number", self.try_number,
                                                                                      "the Airflow try, from 1"),
         }
-        if checked["timeline"] and not LAUNCHERS[checked["launcher"]].timeline:
+        if checked["timeline"] and not LAUNCHERS[str(checked["launcher"])].timeline:
             raise ValueError("timeline=True records the Horovod Timeline and needs launcher='horovod', got "
                              f"launcher={self.launcher!r}; with torch.distributed use torch.profiler")
         for name, value in checked.items():

@@ -151,13 +151,13 @@ class Staging:
     def siblings_with(self, name: str) -> list[Staging]:
         """The other tries' staging directories (same parent) that hold file ``name``, sorted."""
         if self.is_local:
-            dirs = sorted(p.parent for p in Path(self.parent.uri).glob(f"*/{name}"))
-            return [Staging(str(d)) for d in dirs if str(d) != self.uri]
+            local = sorted(str(p.parent) for p in Path(self.parent.uri).glob(f"*/{name}"))
+            return [Staging(d) for d in local if d != self.uri]
         self.fs.invalidate_cache()
         keys = sorted(self.fs.glob(f"{self.parent._key_dir()}/*/{name}"))
         scheme = urlparse(self.uri).scheme
-        dirs = [f"{scheme}://{k.rsplit('/', 1)[0]}" for k in keys]
-        return [Staging(with_conn_id(d, self.conn_id)) for d in dirs if d != self.uri]
+        remote = [f"{scheme}://{k.rsplit('/', 1)[0]}" for k in keys]
+        return [Staging(with_conn_id(d, self.conn_id)) for d in remote if d != self.uri]
 
     def _key_dir(self) -> str:
         return self.uri.split("://", 1)[1]

@@ -86,6 +86,8 @@ class ConnectMode(DeployMode):
         :param context: the task's Airflow context.
         :raises HorovodResultError: the value cannot go to XCom.
         """
+        if self._result is None:
+            raise RuntimeError(f"the {self.name} deploy mode has no result before poll_until_complete ran the job")
         return self.reporter.finish(context["ti"], self._result)
 
     def on_kill(self) -> None:

@@ -140,26 +140,25 @@ class AppResources:
         """
         if cores <= 0:
             return 0
-        fits_memory = self.executor_memory_mb is None or memory_mb is None
+        executor_mb = self.executor_memory_mb
         if self.executor_cores:
             executors = cores // self.executor_cores
-            if not fits_memory:
-                executors = min(executors, memory_mb // max(self.executor_memory_mb, 1))
+            if executor_mb is not None and memory_mb is not None:
+                executors = min(executors, memory_mb // max(executor_mb, 1))
             return executors * (self.executor_cores // self.task_cpus)
-        if not fits_memory and memory_mb < self.executor_memory_mb:
+        if executor_mb is not None and memory_mb is not None and memory_mb < executor_mb:
             return 0
         return cores // self.task_cpus  # one executor taking every free core
 
     def cap(self) -> tuple[int, str] | None:
         """The most task slots this application's own properties allow, and why; ``None``: no such cap."""
-        per_executor = (self.executor_cores // self.task_cpus) if self.executor_cores else None
+        executor_cores = self.executor_cores
         if self.cores_max is not None and self.master.startswith("spark://"):
-            slots = ((self.cores_max // self.executor_cores) * per_executor if self.executor_cores
+            slots = ((self.cores_max // executor_cores) * (executor_cores // self.task_cpus) if executor_cores
                      else self.cores_max // self.task_cpus)
             return slots, f"{self._cores_max()} ({self._settings(with_cap=False)})"
-        if self.executor_instances is not None and self.executor_cores \
-                and self.master.startswith(("yarn", "k8s://")):
-            return (self.executor_instances * per_executor,
+        if self.executor_instances is not None and executor_cores and self.master.startswith(("yarn", "k8s://")):
+            return (self.executor_instances * (executor_cores // self.task_cpus),
                     f"spark.executor.instances={self.executor_instances} x spark.executor.cores="
                     f"{self.executor_cores} (spark.task.cpus={self.task_cpus})")
         return None

@@ -71,6 +71,12 @@ def _mem(worker: Mapping[str, Any], key: str) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
+def _free_mem(worker: Mapping[str, Any]) -> int | None:
+    """A worker's free memory in MiB, ``None`` when it does not say."""
+    total = _mem(worker, "memory")
+    return None if total is None else total - (_mem(worker, "memoryused") or 0)
+
+
 def cluster_view(state: Mapping[str, Any], res: AppResources, *, app_id: str | None = None,
                  driver_id: str | None = None) -> ClusterView:
     """
@@ -117,9 +123,8 @@ def cluster_view(state: Mapping[str, Any], res: AppResources, *, app_id: str | N
     cap = res.cap()
     if cap is not None:
         max_slots = min(max_slots, cap[0])
-    free_slots = sum(res.slots_on(int(w.get("cores") or 0) - int(w.get("coresused") or 0),
-                                  None if _mem(w, "memory") is None
-                                  else _mem(w, "memory") - (_mem(w, "memoryused") or 0)) for w in workers)
+    free_slots = sum(res.slots_on(int(w.get("cores") or 0) - int(w.get("coresused") or 0), _free_mem(w))
+                     for w in workers)
     if cap is not None:
         free_slots = min(free_slots, cap[0])
     holders: list[tuple[int, str]] = []

@@ -168,9 +168,10 @@ class BarrierRunner:
             raise LaunchError(str(err)) from None
         if spec.settings.use_gpu:
             check_gpu_conf(dict(conf.getAll()))
-        slots = local_master_slots(sc.master)
+        master = str(sc.master)
+        slots = local_master_slots(master)
         if slots is not None and spec.np > slots:
-            raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {sc.master} has {slots}; "
+            raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {master} has {slots}; "
                               f"use local[{spec.np}] or a smaller np")
         ship_runtime(sc)
         host = conf.get("spark.driver.host", "127.0.0.1")
@@ -179,7 +180,7 @@ class BarrierRunner:
         results: list[bytes] = []
         with LogServer(host, on_metrics=metrics) as logs:
             spec = dataclasses.replace(spec, log_address=logs.address, log_token=logs.token,
-                                       executors_share_driver_stderr=sc.master.startswith("local"))
+                                       executors_share_driver_stderr=master.startswith("local"))
             rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))
             rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
             # ... so, once the slots come, only the job is left

@@ -184,7 +184,7 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     def sink(s: Slot, line: str) -> None:
         if not shared:
             stderr_sink(s, line)  # the executor's full copy
-        if forward:  # the task log's copy, within MAX_LINE_CHARS
+        if forward and client is not None:  # the task log's copy, within MAX_LINE_CHARS
             short = long_lines.line(s.rank, line) if shared else cut(line, MAX_LINE_CHARS, "the executor's stderr")
             client.send(f"[rank {s.rank}] {short}")
 
@@ -219,7 +219,7 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
                 # the report lets the driver tell the root cause from bystanders; without a channel the error
                 # text itself must carry it through Spark's exception
                 if err.is_secondary:
-                    if forward:  # its traceback reached the log first: say that it is a consequence
+                    if forward and client is not None:  # its traceback reached the log first: a consequence
                         client.send(consequence_note(slot.rank))
                     # This rank failed because another one did (Horovod shut it down). That rank's task, or
                     # Spark's own reason for losing it, should abort the stage and be what the user reads;

@@ -203,7 +203,7 @@ def gloo_host_address(hostname: str | None = None) -> str | None:
                 probe.bind((sockaddr[0], 0))
             except OSError:
                 continue
-            return sockaddr[0]
+            return str(sockaddr[0])
     return None
 
 

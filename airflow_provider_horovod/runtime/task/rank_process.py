@@ -242,6 +242,7 @@ class RankProcess:
         :param host: the rank's host, named in the error.
         """
         assert self._proc is not None
+        deadline: tuple[float, str] | None = None
         with self._changed:
             while not self._exited:
                 if self._peer_left is not None and self.phase == "init":

@@ -232,9 +232,9 @@ def _callable_candidates(fn: Any, depth: int = 0) -> list[tuple[str, Any]]:
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     if isinstance(fn, functools.partial) and depth < 8:
         inner = getattr(fn.func, "__qualname__", None) or type(fn.func).__qualname__
-        found = [(f"positional argument {i} bound by functools.partial({inner})", v) for i, v in enumerate(fn.args)]
-        found += [(f"keyword argument {k!r} bound by functools.partial({inner})", v) for k, v in fn.keywords.items()]
-        return found + _callable_candidates(fn.func, depth + 1)
+        bound = [(f"positional argument {i} bound by functools.partial({inner})", v) for i, v in enumerate(fn.args)]
+        bound += [(f"keyword argument {k!r} bound by functools.partial({inner})", v) for k, v in fn.keywords.items()]
+        return bound + _callable_candidates(fn.func, depth + 1)
     found: list[tuple[str, Any]] = []
     owner = getattr(fn, "__self__", None)
     if owner is not None and not isinstance(owner, types.ModuleType | type) and hasattr(owner, "__dict__"):
