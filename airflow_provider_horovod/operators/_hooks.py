@@ -12,9 +12,9 @@ from typing import Any
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.connect import HorovodConnectHook
 from airflow_provider_horovod.hooks.horovod import HorovodHook
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.operators.common import default_artifact_dir, default_checkpoint_dir
 from airflow_provider_horovod.runtime.launchers import get_launcher
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.utils.storage import credentials_env, shared_conn_id, storage_location
 
 __all__ = ["OperatorHooks"]

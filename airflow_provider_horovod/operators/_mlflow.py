@@ -14,8 +14,8 @@ from typing import Any
 from airflow.sdk.bases.operator import BaseOperatorMeta
 
 from airflow_provider_horovod.hooks.mlflow import MlflowHook
-from airflow_provider_horovod.operators._durable import ABANDONED
 from airflow_provider_horovod.runtime.mlflow_sink import ENV_EXPERIMENT_ID, ENV_RUN_ID, check_mlflow_installed
+from airflow_provider_horovod.standalone.durable import ABANDONED
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.xcom_keys import (
     XCOM_ARTIFACT_DIR,

@@ -20,7 +20,6 @@ from airflow_provider_horovod.operators.common import DEFAULT_MAX_RETURN_BYTES, 
 from airflow_provider_horovod.operators._arguments import (
     SETTING_NAMES, checked_settings, rendered_slot_wait_timeout, signed_payload,
 )
-from airflow_provider_horovod.operators._durable import DurableClusterJob
 from airflow_provider_horovod.operators._hooks import OperatorHooks
 from airflow_provider_horovod.operators._mlflow import MlflowTracking
 from airflow_provider_horovod.operators._reporting import JobReporter
@@ -34,6 +33,7 @@ from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_LAUNCHER, DEFAULT_SLOT_WAIT_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S, JobSettings, validate_timeout,
 )
+from airflow_provider_horovod.standalone.durable import DurableClusterJob
 from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_CHECKPOINT_DIR
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_horovod.clients import (
     AsyncSparkRestClient, DriverStatus, RetryPolicy, SparkRestAccess, SparkRestError,
 )
-from airflow_provider_horovod.utils.driver_poll import ProgressLog, read_poll, read_progress
+from airflow_provider_horovod.standalone.poll import ProgressLog, read_poll, read_progress
 
 
 class HorovodSparkJobTrigger(BaseTrigger):
@@ -20,9 +20,9 @@ class HorovodSparkJobTrigger(BaseTrigger):
     the driver ends, then yield one event.
 
     Uses the async REST client (httpx), so the triggerer's event loop is never blocked. Each poll is read by
-    :func:`~airflow_provider_horovod.utils.driver_poll.read_poll`, as the task's own wait reads
-    it; the event is its :meth:`~airflow_provider_horovod.utils.driver_poll.DriverPoll.event` (the keys of
-    :data:`~airflow_provider_horovod.utils.driver_poll.EVENT_KEYS`). Progress (driver state changes, the application
+    :func:`~airflow_provider_horovod.standalone.poll.read_poll`, as the task's own wait reads
+    it; the event is its :meth:`~airflow_provider_horovod.standalone.poll.DriverPoll.event` (the keys of
+    :data:`~airflow_provider_horovod.standalone.poll.EVENT_KEYS`). Progress (driver state changes, the application
     id once the driver wrote it) is logged as it happens.
 
     :param submission_id: the driver id (``driver-...``).
@@ -130,7 +130,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         """``(app_id, ui_url)`` from the driver's ``status.json`` (read off the event loop), else ``(None, None)``."""
         from asgiref.sync import sync_to_async
 
-        from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+        from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
         from airflow_provider_horovod.utils.staging import Staging
 
         try:

@@ -16,15 +16,15 @@ import pytest
 
 from airflow_provider_horovod.clients import DriverStatus, SparkRestAccess
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.utils.job_result import JobResult
-from airflow_provider_horovod.hooks.standalone import StandaloneEndpoints
-from airflow_provider_horovod.operators._durable import ABANDONED, KILL_MARKER
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes.base import JobRequest
 from airflow_provider_horovod.operators.modes.client import ClientMode
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.operators.modes.connect import ConnectMode
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.standalone.durable import ABANDONED, KILL_MARKER
+from airflow_provider_horovod.standalone.hook import StandaloneEndpoints
+from airflow_provider_horovod.utils.job_result import JobResult
 
 LOG = logging.getLogger("test_deploy_modes")
 

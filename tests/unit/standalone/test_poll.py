@@ -17,14 +17,14 @@ import httpx
 import pytest
 
 from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestError
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
+from airflow_provider_horovod.standalone.poll import EVENT_KEYS, DriverPoll, driver_failure, read_poll, validate_event
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
-from airflow_provider_horovod.utils.driver_poll import EVENT_KEYS, DriverPoll, driver_failure, read_poll, validate_event
 from airflow_provider_horovod.utils.staging import Staging
 
-LOG = logging.getLogger("test_driver_poll")
+LOG = logging.getLogger("test_poll")
 FAST = RetryPolicy(max_attempts=2, initial_backoff_s=0.01, max_backoff_s=0.02)
 
 
@@ -177,7 +177,7 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
     handler, asked = _master(list(states))
     trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://127.0.0.1:6066",
                                      staging=str(tmp_path), poll_interval_s=0.01, timeout_s=5)
-    trigger._log = logging.getLogger("test_driver_poll.trigger")  # a stdlib logger, for caplog
+    trigger._log = logging.getLogger("test_poll.trigger")  # a stdlib logger, for caplog
     trigger._client = lambda access: AsyncSparkRestClient(rest_url=trigger.rest_url, timeout_s=5, retry=FAST,
                                                    transport=httpx.MockTransport(handler))
 
@@ -198,7 +198,7 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
 def test_the_progress_log_logs_new_snapshots_at_most_every_interval():
     import json
 
-    from airflow_provider_horovod.utils.driver_poll import ProgressLog
+    from airflow_provider_horovod.standalone.poll import ProgressLog
 
     now = [0.0]
     log = ProgressLog(interval_s=5.0, clock=lambda: now[0])
@@ -220,7 +220,7 @@ def test_the_progress_log_logs_new_snapshots_at_most_every_interval():
 def test_the_progress_log_says_once_and_at_once_that_the_try_resumed_from_a_checkpoint():
     import json
 
-    from airflow_provider_horovod.utils.driver_poll import ProgressLog
+    from airflow_provider_horovod.standalone.poll import ProgressLog
 
     log = ProgressLog(interval_s=5.0, clock=lambda: 0.0)
     resumed = {"step": 10, "try_number": 2, "saved_by": 1, "location": "/ckpt/step-000000000010.json"}

@@ -1,7 +1,7 @@
 """
 What a cluster-mode job is on a Spark standalone master's REST submission server: the files staged for it (payload,
 runtime zip, driver program) and the ``create`` request that starts its driver on a worker (application resource,
-arguments, Spark properties, environment). :class:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook`
+arguments, Spark properties, environment). :class:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook`
 stages, then submits what :func:`driver_submission` returns.
 """
 
@@ -15,11 +15,11 @@ from airflow_provider_horovod.runtime.driver import program as driver_program
 from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
+from airflow_provider_horovod.standalone.slots import standalone_defaults
 from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, executor_jvm_conf, python_daemon_conf,
 )
 from airflow_provider_horovod.utils.staging import Staging
-from airflow_provider_horovod.utils.standalone_slots import standalone_defaults
 
 __all__ = ["DRIVER_FILE", "PYTHON_RUNNER", "DriverSubmission", "driver_submission", "stage_job"]
 

@@ -8,7 +8,7 @@ program, and the files the driver writes back (``status.json`` as soon as the ap
 ``result.json`` / ``result.pkl``).
 Submission and tracking use the standalone master's REST API (``/v1/submissions/create|status|kill``) and
 ``/json``, through :mod:`airflow_provider_horovod.clients`; with the Spark RPC secret in the connection (no REST
-server then) spark-submit's legacy gateway submits (:mod:`~airflow_provider_horovod.utils.standalone_gateway`), the
+server then) spark-submit's legacy gateway submits (:mod:`~airflow_provider_horovod.standalone.gateway`), the
 master web UI's ``/json/`` and ``/driver/kill/`` follow and kill.
 
 Connection (the Spark provider's ``spark`` type): host ``spark://master`` and port 7077; the password, when the
@@ -32,15 +32,15 @@ from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRes
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.utils.driver_poll import driver_failure, outside_kill
+from airflow_provider_horovod.standalone.gateway import submit_through_gateway
+from airflow_provider_horovod.standalone.poll import driver_failure, outside_kill
+from airflow_provider_horovod.standalone.slots import check_standalone_fits
+from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, driver_submission, stage_job
 from airflow_provider_horovod.utils.job_result import JobResult, Kill, read_job_result
 from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, connection_auth_secret
 from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from airflow_provider_horovod.utils.spark_connection import connection_extras, probe_rest_access, rest_access
 from airflow_provider_horovod.utils.staging import Staging
-from airflow_provider_horovod.utils.standalone_gateway import submit_through_gateway
-from airflow_provider_horovod.utils.standalone_slots import check_standalone_fits
-from airflow_provider_horovod.utils.standalone_submission import PYTHON_RUNNER, driver_submission, stage_job
 
 SUBMISSION_FILE = "submission.json"
 
@@ -149,7 +149,7 @@ class HorovodStandaloneHook(BaseHook):
         :raises HorovodAccessError: the REST server refused the connection's token, or its certificate (probed
             first: nothing is staged or submitted).
         :raises HorovodJobError: the master refused the submission (or spark-submit reported no driver,
-            :func:`~airflow_provider_horovod.utils.standalone_gateway.submit_through_gateway`), or ``np`` task slots
+            :func:`~airflow_provider_horovod.standalone.gateway.submit_through_gateway`), or ``np`` task slots
             can never be had at the same time on this cluster next to the driver's own cores (checked before
             creating the driver), or an object-store staging location cannot be written or presigned.
         """
@@ -232,7 +232,7 @@ class HorovodStandaloneHook(BaseHook):
         Kill drivers of earlier tries of this task that are still running (siblings of ``staging``).
 
         A retry that submits must not run beside a live copy of the same training: the provider kills it. (With
-        ``durable=True`` a retry reattaches to its active driver instead: :mod:`~.operators._durable`.)
+        ``durable=True`` a retry reattaches to its active driver instead: :mod:`~.standalone.durable`.)
 
         :param staging: this try's staging directory (a :class:`~.utils.staging.Staging` or a path).
         :return: the driver ids that were still active and were killed.
@@ -263,7 +263,7 @@ class HorovodStandaloneHook(BaseHook):
     def killed_from_outside(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
         """
         The headline for a driver that was killed through the master rather than failing on its own, else ``None``
-        (:func:`~airflow_provider_horovod.utils.driver_poll.outside_kill`, with the application's state from the
+        (:func:`~airflow_provider_horovod.standalone.poll.outside_kill`, with the application's state from the
         master's ``/json/`` when the driver's own state does not tell).
 
         :param submission_id: the driver id.

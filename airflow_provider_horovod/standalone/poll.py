@@ -200,7 +200,7 @@ def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tu
     :param status: the REST submission server's answer, or the error that came instead (the trigger's wait ends
         on it, failed; the task's own wait lets it raise).
     :param app: ``(app_id, ui_url)`` from the staging directory
-        (:meth:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook.app_started`), ``(None, None)``
+        (:meth:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook.app_started`), ``(None, None)``
         before the driver wrote ``status.json``; once known, the previous poll's stands.
     :param last: the previous poll, ``None`` on the first.
     :return: the poll: :attr:`DriverPoll.done` once the driver is
