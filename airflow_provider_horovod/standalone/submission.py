@@ -80,8 +80,8 @@ def driver_submission(staging: Staging, *, master_url: str, master_ui_url: str, 
     :return: the request.
     :raises HorovodJobError: an object-store staging location cannot presign the driver program's URL.
     """
-    args = ["--payload", staging.path(driver_program.PAYLOAD_FILE), "--result-dir", staging.uri, "--artifact-dir", artifact_dir,
-            *settings.to_args()]
+    args = ["--payload", staging.path(driver_program.PAYLOAD_FILE), "--result-dir", staging.uri,
+            "--artifact-dir", artifact_dir, *settings.to_args()]
     properties = {
         **BASE_SPARK_CONF,
         "spark.master": master_url,

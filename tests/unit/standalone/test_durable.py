@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.standalone.durable import NOT_FOUND, DurableClusterJob, abandoned_by, cluster_job, job_record
+from airflow_provider_horovod.standalone.durable import (
+    NOT_FOUND, DurableClusterJob, abandoned_by, cluster_job, job_record,
+)
 
 JOB = DurableClusterJob()
 

@@ -20,13 +20,13 @@ import pytest
 
 from airflow_provider_horovod.clients import MasterState, RetryPolicy, SparkRestClient
 from airflow_provider_horovod.clients.spark_rest_errors import SparkRestAuthError, SparkSubmissionError
-from airflow_provider_horovod.standalone.poll import FAILED, RUNNING, outside_kill, read_poll
-from airflow_provider_horovod.utils.spark_auth import write_auth_properties
-from airflow_provider_horovod.utils.staging import Staging
 from airflow_provider_horovod.standalone.gateway import (
     GATEWAY_JAR, gateway_command, gateway_env, parse_driver_id, stage_gateway_jar,
 )
+from airflow_provider_horovod.standalone.poll import FAILED, RUNNING, outside_kill, read_poll
 from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, DriverSubmission
+from airflow_provider_horovod.utils.spark_auth import write_auth_properties
+from airflow_provider_horovod.utils.staging import Staging
 
 DATA = Path(__file__).parents[1] / "data" / "spark_rest"
 DRIVER = "driver-20261130080137-0000"
