@@ -4,6 +4,7 @@ Airflow side; the driver's own view of the cluster is :mod:`airflow_provider_hor
 
 - :mod:`~airflow_provider_horovod.standalone.hook`: ``HorovodStandaloneHook``, the master's REST submission server
   and web UI from a ``spark`` connection: submit, follow and kill a driver;
+- :mod:`~airflow_provider_horovod.standalone.master`: where the master answers, read from the connection;
 - :mod:`~airflow_provider_horovod.standalone.submission`: what a job is on the master: the staged files and the
   ``create`` request that starts its driver;
 - :mod:`~airflow_provider_horovod.standalone.gateway`: the same driver through spark-submit's legacy gateway (a

@@ -21,7 +21,6 @@ master web UI, default 8080), ``.uiScheme``, ``.caBundle`` (read by
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlparse
@@ -33,6 +32,7 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.standalone.gateway import submit_through_gateway
+from airflow_provider_horovod.standalone.master import StandaloneEndpoints
 from airflow_provider_horovod.standalone.poll import driver_failure, outside_kill
 from airflow_provider_horovod.standalone.slots import check_standalone_fits
 from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, driver_submission, stage_job
@@ -43,15 +43,6 @@ from airflow_provider_horovod.utils.spark_connection import connection_extras, p
 from airflow_provider_horovod.utils.staging import Staging
 
 SUBMISSION_FILE = "submission.json"
-
-
-@dataclass(frozen=True)
-class StandaloneEndpoints:
-    """Where a standalone master answers: ``spark://`` URL, REST submission server, web UI."""
-
-    master_url: str
-    rest_url: str
-    master_ui_url: str
 
 
 class HorovodStandaloneHook(BaseHook):

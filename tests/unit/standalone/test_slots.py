@@ -1,25 +1,15 @@
 """
-The master's task slots seen from Airflow (standalone/slots.py): the master of a connection, the executor-sizing
-``SparkSubmitHook`` arguments, the standalone defaults. The messages both sides share are tested with the cluster's
-view in tests/unit/runtime/driver/test_slots.py.
+The master's task slots seen from Airflow (standalone/slots.py): the executor-sizing ``SparkSubmitHook`` arguments,
+the standalone defaults. The messages both sides share are tested with the cluster's view in
+tests/unit/runtime/driver/test_slots.py.
 """
 
 from __future__ import annotations
 
-import json
 
+def test_the_executor_sizing_arguments_set_their_spark_properties():
+    from airflow_provider_horovod.standalone.slots import submit_kwargs_conf
 
-def test_standalone_master_of_a_connection():
-    from airflow.models.connection import Connection
-
-    from airflow_provider_horovod.standalone.slots import standalone_master, submit_kwargs_conf
-
-    conn = Connection(conn_id="c", conn_type="spark", host="spark://m1", port=7077,
-                      extra=json.dumps({"spark.airflowProviderHorovod.uiPort": 8090}))
-    assert standalone_master(conn) == ("spark://m1:7077", "http://m1:8090")
-    ha = Connection(conn_id="c", conn_type="spark", host="spark://m1:7077,m2:7077")
-    assert standalone_master(ha) == ("spark://m1:7077,m2:7077", "http://m1:8080")
-    assert standalone_master(Connection(conn_id="c", conn_type="spark", host="yarn")) is None
     assert submit_kwargs_conf({"executor_cores": 2, "total_executor_cores": 4, "jars": "x.jar"}) == {
         "spark.executor.cores": "2", "spark.cores.max": "4"}
 

@@ -23,7 +23,7 @@ from airflow_provider_horovod.operators.modes.cluster import ClusterMode, Cluste
 from airflow_provider_horovod.operators.modes.connect import ConnectMode
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.standalone.durable import ABANDONED, KILL_MARKER
-from airflow_provider_horovod.standalone.hook import StandaloneEndpoints
+from airflow_provider_horovod.standalone.master import StandaloneEndpoints
 from airflow_provider_horovod.utils.job_result import JobResult
 
 LOG = logging.getLogger("test_deploy_modes")
