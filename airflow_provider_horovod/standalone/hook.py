@@ -29,7 +29,6 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.standalone.gateway import submit_through_gateway
 from airflow_provider_horovod.standalone.master import StandaloneEndpoints
@@ -237,19 +236,6 @@ class HorovodStandaloneHook(BaseHook):
                 self.kill(submission_id)
                 killed.append(submission_id)
         return killed
-
-    @staticmethod
-    def app_started(staging: Any) -> tuple[str | None, str | None]:
-        """
-        ``(app_id, ui_url)`` once the driver has written ``status.json``, else ``(None, None)``.
-
-        :param staging: the try's staging directory (a :class:`~.utils.staging.Staging`, a path or a URI).
-        """
-        try:
-            data = json.loads(Staging.of(staging).read_bytes(STATUS_FILE) or b"")
-        except (OSError, ValueError):
-            return None, None
-        return data.get("app_id"), data.get("ui_url")
 
     def killed_from_outside(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
         """

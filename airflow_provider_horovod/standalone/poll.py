@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_horovod.clients import DriverStatus, SparkRestError
+from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.wire.progress import PROGRESS_FILE, progress_line, resume_line
 
 __all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "ProgressLog", "driver_failure",
-           "outside_kill", "read_poll", "read_progress", "validate_event"]
+           "outside_kill", "read_app", "read_poll", "read_progress", "validate_event"]
 
 RUNNING, SUCCESS, FAILED = "running", "success", "failed"
 """A poll's outcome: the driver goes on, ended FINISHED, or ended otherwise (or its state could not be read)."""
@@ -190,6 +191,23 @@ def read_progress(staging: Any) -> bytes | None:
         return None
 
 
+def read_app(staging: Any) -> tuple[str | None, str | None]:
+    """
+    ``(app_id, ui_url)`` once the driver has written ``status.json`` into a try's staging directory, else
+    ``(None, None)``.
+
+    :param staging: the staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging`, a path or a
+        URI).
+    """
+    from airflow_provider_horovod.utils.staging import Staging
+
+    try:
+        data = json.loads(Staging.of(staging).read_bytes(STATUS_FILE) or b"")
+    except (OSError, ValueError):
+        return None, None
+    return data.get("app_id"), data.get("ui_url")
+
+
 def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tuple[str | None, str | None],
               last: DriverPoll | None = None) -> DriverPoll:
     """
@@ -200,7 +218,7 @@ def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tu
     :param status: the REST submission server's answer, or the error that came instead (the trigger's wait ends
         on it, failed; the task's own wait lets it raise).
     :param app: ``(app_id, ui_url)`` from the staging directory
-        (:meth:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook.app_started`), ``(None, None)``
+        (:func:`read_app`), ``(None, None)``
         before the driver wrote ``status.json``; once known, the previous poll's stands.
     :param last: the previous poll, ``None`` on the first.
     :return: the poll: :attr:`DriverPoll.done` once the driver is

@@ -11,7 +11,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_horovod.clients import (
     AsyncSparkRestClient, DriverStatus, RetryPolicy, SparkRestAccess, SparkRestError,
 )
-from airflow_provider_horovod.standalone.poll import ProgressLog, read_poll, read_progress
+from airflow_provider_horovod.standalone.poll import ProgressLog, read_app, read_poll, read_progress
 
 
 class HorovodSparkJobTrigger(BaseTrigger):
@@ -130,7 +130,6 @@ class HorovodSparkJobTrigger(BaseTrigger):
         """``(app_id, ui_url)`` from the driver's ``status.json`` (read off the event loop), else ``(None, None)``."""
         from asgiref.sync import sync_to_async
 
-        from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
         from airflow_provider_horovod.utils.staging import Staging
 
         try:
@@ -138,7 +137,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
                 staging = Staging(self.staging)
                 await sync_to_async(lambda: staging.credentials)()  # the connection, through the triggerer's API
                 self._staging = staging
-            return await asyncio.to_thread(HorovodStandaloneHook.app_started, self._staging)
+            return await asyncio.to_thread(read_app, self._staging)
         except Exception as err:  # noqa: BLE001 - e.g. the connection cannot be read now: try again next poll
             self.log.warning("Cannot read %s/status.json yet: %s", self.staging, err)
             return None, None

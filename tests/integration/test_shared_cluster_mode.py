@@ -42,6 +42,7 @@ def _terminal(hook, submission_id: str) -> object:
 def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
     from airflow_provider_horovod.runtime.settings import JobSettings
     from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
+    from airflow_provider_horovod.standalone.poll import read_app
     from airflow_provider_horovod.standalone.slots import ClusterSlotsWatcher
 
     gate = tmp_path / "gate"
@@ -62,7 +63,7 @@ def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
     assert not _terminal(hook, first), context()
     second = submit("second", with_gate=False)
     watcher = ClusterSlotsWatcher(master_ui_url=hook.endpoints.master_ui_url, submission_id=second,
-                                  app_id=lambda: HorovodStandaloneHook.app_started(staging["second"])[0], np=4,
+                                  app_id=lambda: read_app(staging["second"])[0], np=4,
                                   conf=CONF, log=lines.append, poll_interval_s=0.5).start()
     try:
         wait_until(lambda: any("has no executors: other applications hold every core" in ln for ln in lines),

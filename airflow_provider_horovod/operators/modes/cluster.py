@@ -24,6 +24,7 @@ from airflow_provider_horovod.standalone.poll import (
     SUCCESS,
     ProgressLog,
     driver_failure,
+    read_app,
     read_poll,
     read_progress,
     validate_event,
@@ -187,12 +188,12 @@ class ClusterMode(DurableClusterJob, DeployMode):
         poll, watcher, tick, progress = None, None, threading.Event(), ProgressLog()
         slots = None if not interval else ClusterSlotsWatcher(  # what the job waits for, from the master
             master_ui_url=self.hook.endpoints.master_ui_url, submission_id=submission_id,
-            app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=self.hook.np,
+            app_id=lambda: read_app(staging)[0], np=self.hook.np,
             conf=self.options.conf, log=self.log.info, poll_interval_s=interval, access=self.hook.access).start()
         try:
             while True:
                 status = self.hook.status(submission_id)
-                app = poll.app if poll is not None and poll.app_id else HorovodStandaloneHook.app_started(staging)
+                app = poll.app if poll is not None and poll.app_id else read_app(staging)
                 poll = read_poll(submission_id, status, app, poll)
                 if poll.state_changed:
                     self.log.info("Driver %s is %s", submission_id, poll.driver_state)
@@ -225,7 +226,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         self.log.info("Driver %s of an earlier try already finished: reading its result", job["submission_id"])
         status = self.hook.status(job["submission_id"])
         killed = self._kill(job["submission_id"], status.driver_state,
-                            HorovodStandaloneHook.app_started(Staging(job["staging"]))[0])
+                            read_app(Staging(job["staging"]))[0])
         return self.reporter.finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status,
                                                                                 killed=killed))
 

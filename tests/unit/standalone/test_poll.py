@@ -20,7 +20,9 @@ from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, 
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
-from airflow_provider_horovod.standalone.poll import EVENT_KEYS, DriverPoll, driver_failure, read_poll, validate_event
+from airflow_provider_horovod.standalone.poll import (
+    EVENT_KEYS, DriverPoll, driver_failure, read_app, read_poll, validate_event,
+)
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.utils.staging import Staging
 
@@ -77,7 +79,7 @@ def _poll(hook: HorovodStandaloneHook, staging: Path, last: DriverPoll | None) -
         status: Any = hook.status("driver-1")
     except SparkRestError as err:
         status = err
-    app = last.app if last is not None and last.app_id else HorovodStandaloneHook.app_started(Staging(str(staging)))
+    app = last.app if last is not None and last.app_id else read_app(Staging(str(staging)))
     return read_poll("driver-1", status, app, last)
 
 
