@@ -38,7 +38,7 @@ from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, driver
 from airflow_provider_horovod.utils.job_result import JobResult, Kill, read_job_result
 from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, connection_auth_secret
 from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
-from airflow_provider_horovod.utils.spark_connection import connection_extras, probe_rest_access, rest_access
+from airflow_provider_horovod.utils.spark_connection import probe_rest_access, rest_access
 from airflow_provider_horovod.utils.staging import Staging
 
 SUBMISSION_FILE = "submission.json"
@@ -79,17 +79,8 @@ class HorovodStandaloneHook(BaseHook):
 
     @cached_property
     def endpoints(self) -> StandaloneEndpoints:
-        """The master's endpoints, from the connection."""
-        conn = self.get_connection(self.conn_id)
-        host = (conn.host or "").removeprefix("spark://").strip("/")
-        if not host:
-            raise HorovodJobError(f"conn_id={self.conn_id!r}: cluster deploy mode needs a spark://host:port master")
-        extra = connection_extras(conn)
-        return StandaloneEndpoints(
-            master_url=f"spark://{host}:{conn.port or 7077}",
-            rest_url=f"{extra.rest_scheme}://{host}:{extra.rest_port}",
-            master_ui_url=f"{extra.ui_scheme}://{host}:{extra.ui_port}",
-        )
+        """The master's endpoints, from the connection (:meth:`StandaloneEndpoints.of`)."""
+        return StandaloneEndpoints.of(self.get_connection(self.conn_id))
 
     @cached_property
     def _rpc_secret(self) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.utils.spark_connection import connection_extras
 
 
@@ -20,6 +21,24 @@ class StandaloneEndpoints:
     master_url: str
     rest_url: str
     master_ui_url: str
+
+    @classmethod
+    def of(cls, conn: Any) -> StandaloneEndpoints:
+        """
+        The endpoints of a connection to a standalone master: its host (``spark://`` optional) and port (default
+        7077); the REST server and web UI on that host at the ``spark.airflowProviderHorovod.restPort`` / ``.uiPort``
+        extras and their schemes (:func:`~airflow_provider_horovod.utils.spark_connection.connection_extras`).
+
+        :param conn: the Airflow connection.
+        :raises HorovodJobError: the connection has no host.
+        """
+        host = (conn.host or "").removeprefix("spark://").strip("/")
+        if not host:
+            raise HorovodJobError(f"conn_id={conn.conn_id!r}: cluster deploy mode needs a spark://host:port master")
+        extra = connection_extras(conn)
+        return cls(master_url=f"spark://{host}:{conn.port or 7077}",
+                   rest_url=f"{extra.rest_scheme}://{host}:{extra.rest_port}",
+                   master_ui_url=f"{extra.ui_scheme}://{host}:{extra.ui_port}")
 
 
 def standalone_master(conn: Any) -> tuple[str, str] | None:
