@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from typing import Any
-from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
 
@@ -31,13 +30,11 @@ from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRes
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.standalone.gateway import submit_through_gateway
-from airflow_provider_horovod.standalone.master import StandaloneEndpoints
-from airflow_provider_horovod.standalone.poll import driver_failure, outside_kill
+from airflow_provider_horovod.standalone.master import StandaloneEndpoints, check_master_reachable
+from airflow_provider_horovod.standalone.poll import outside_kill
 from airflow_provider_horovod.standalone.slots import check_standalone_fits
 from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, driver_submission, stage_job
-from airflow_provider_horovod.utils.job_result import JobResult, Kill, read_job_result
 from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, connection_auth_secret
-from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from airflow_provider_horovod.utils.spark_connection import probe_rest_access, rest_access
 from airflow_provider_horovod.utils.staging import Staging
 
@@ -166,23 +163,12 @@ class HorovodStandaloneHook(BaseHook):
     def check_master_reachable(self) -> None:
         """
         Fail at once, naming the address, when the master or its REST submission server does not accept a TCP
-        connection (the driver would otherwise fail on a worker, or the submission after the REST retries).
+        connection (:func:`~airflow_provider_horovod.standalone.master.check_master_reachable`).
 
         :raises HorovodJobError: ``cannot reach Spark master spark://host:port (...)`` or ``cannot reach the
             Spark master's REST submission server http://host:port (...)``.
         """
-        e = self.endpoints
-        hint = f"Check the host and port of the Airflow connection {self.conn_id!r} and that the master is running"
-        check_reachable(e.master_url, master_addresses(e.master_url), hint=hint)
-        if self.uses_gateway:  # spark-submit's gateway talks to the master itself, which runs no REST server
-            return
-        rest = urlparse(e.rest_url)
-        check_reachable(e.rest_url, [(rest.hostname or "", rest.port or 6066)],
-                        what="the Spark master's REST submission server",
-                        hint=f"{hint}, with spark.master.rest.enabled=true (the default from Spark 4.1) and its "
-                             "spark.master.rest.port in the connection's spark.airflowProviderHorovod.restPort extra "
-                             "(default 6066); a master with Spark RPC authentication runs none: give the connection "
-                             "the spark.authenticate.secret extra to submit through spark-submit's gateway")
+        check_master_reachable(self.endpoints, conn_id=self.conn_id, gateway=self.uses_gateway)
 
     def status(self, submission_id: str) -> DriverStatus:
         """
@@ -247,23 +233,6 @@ class HorovodStandaloneHook(BaseHook):
             except Exception as err:  # noqa: BLE001 - the master cannot tell now: the driver's own account stands
                 self.log.debug("Cannot read the master's state for %s: %s", app_id, err)
         return outside_kill(submission_id, driver_state, app_id, app_state)
-
-    @staticmethod
-    def result(staging: Any, status: DriverStatus | None = None, *, killed: Kill | None = None) -> JobResult:
-        """
-        The job's result from the staging directory; the driver's state explains a missing result.
-
-        :param staging: the try's staging directory (a :class:`~.utils.staging.Staging`, a path or a URI).
-        :param status: the driver's final state, when known.
-        :param killed: a :class:`~airflow_provider_horovod.utils.job_result.Kill` when the job was killed (its
-            headline from :meth:`killed_from_outside`, or this task's own kill): said first, the driver's own account
-            follows, and the error is a ``HorovodJobKilledError``.
-        :raises HorovodJobError: the job failed, or left no result (``HorovodJobKilledError`` when it was killed).
-        """
-        cause = None
-        if status is not None and not status.is_successful:
-            cause = driver_failure(status.driver_state, status.message)
-        return read_job_result(staging, submit_error=cause, killed=killed)
 
     def get_conn(self) -> Any:
         """Not used: see :meth:`client`."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from airflow_provider_horovod.utils.spark_connection import connection_extras
 
 
@@ -39,6 +41,32 @@ class StandaloneEndpoints:
         return cls(master_url=f"spark://{host}:{conn.port or 7077}",
                    rest_url=f"{extra.rest_scheme}://{host}:{extra.rest_port}",
                    master_ui_url=f"{extra.ui_scheme}://{host}:{extra.ui_port}")
+
+
+def check_master_reachable(endpoints: StandaloneEndpoints, *, conn_id: str | None, gateway: bool) -> None:
+    """
+    Fail at once, naming the address, when the master or its REST submission server does not accept a TCP
+    connection (the driver would otherwise fail on a worker, or the submission after the REST retries).
+
+    :param endpoints: the master's endpoints.
+    :param conn_id: the connection they come from, for the hint.
+    :param gateway: the driver goes through spark-submit's gateway (a master with Spark RPC authentication, which
+        runs no REST server): only the master is checked.
+    :raises HorovodJobError: ``cannot reach Spark master spark://host:port (...)`` or ``cannot reach the
+        Spark master's REST submission server http://host:port (...)``.
+    """
+    e = endpoints
+    hint = f"Check the host and port of the Airflow connection {conn_id!r} and that the master is running"
+    check_reachable(e.master_url, master_addresses(e.master_url), hint=hint)
+    if gateway:  # spark-submit's gateway talks to the master itself, which runs no REST server
+        return
+    rest = urlparse(e.rest_url)
+    check_reachable(e.rest_url, [(rest.hostname or "", rest.port or 6066)],
+                    what="the Spark master's REST submission server",
+                    hint=f"{hint}, with spark.master.rest.enabled=true (the default from Spark 4.1) and its "
+                         "spark.master.rest.port in the connection's spark.airflowProviderHorovod.restPort extra "
+                         "(default 6066); a master with Spark RPC authentication runs none: give the connection "
+                         "the spark.authenticate.secret extra to submit through spark-submit's gateway")
 
 
 def standalone_master(conn: Any) -> tuple[str, str] | None:

@@ -6,7 +6,8 @@ One poll of a cluster-mode driver, as both waits for it read it: the task's own 
 the master's answer and what the staging directory holds; the loops only read, log, sleep.
 
 The trigger's event is :meth:`DriverPoll.event`; the operator checks it with :func:`validate_event` when it resumes.
-Its keys (:data:`EVENT_KEYS`) are persisted with a deferred task: they never change.
+Its keys (:data:`EVENT_KEYS`) are persisted with a deferred task: they never change. Once the wait is over,
+:func:`read_result` reads the job's result.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any
 from airflow_provider_horovod.clients import DriverStatus, SparkRestError
 from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.wire.progress import PROGRESS_FILE, progress_line, resume_line
+from airflow_provider_horovod.utils.job_result import JobResult, Kill, read_job_result
 
 __all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "ProgressLog", "driver_failure",
-           "outside_kill", "read_app", "read_poll", "read_progress", "validate_event"]
+           "outside_kill", "read_app", "read_poll", "read_progress", "read_result", "validate_event"]
 
 RUNNING, SUCCESS, FAILED = "running", "success", "failed"
 """A poll's outcome: the driver goes on, ended FINISHED, or ended otherwise (or its state could not be read)."""
@@ -114,6 +116,24 @@ def outside_kill(submission_id: str, driver_state: str | None, app_id: str | Non
     return (f"Spark application {app_id} of driver {submission_id} was KILLED from outside this task, through "
             f"the standalone master (the master UI's kill link or its REST API); application state KILLED, "
             f"driver state {driver_state}")
+
+
+def read_result(staging: Any, status: DriverStatus | None = None, *, killed: Kill | None = None) -> JobResult:
+    """
+    The job's result from the staging directory once the wait is over; the driver's state explains a missing result.
+
+    :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging`, a path
+        or a URI).
+    :param status: the driver's final state, when known.
+    :param killed: a :class:`~airflow_provider_horovod.utils.job_result.Kill` when the job was killed (its headline
+        from :meth:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook.killed_from_outside`, or this
+        task's own kill): said first, the driver's own account follows, and the error is a ``HorovodJobKilledError``.
+    :raises HorovodJobError: the job failed, or left no result (``HorovodJobKilledError`` when it was killed).
+    """
+    cause = None
+    if status is not None and not status.is_successful:
+        cause = driver_failure(status.driver_state, status.message)
+    return read_job_result(staging, submit_error=cause, killed=killed)
 
 
 def validate_event(event: Any) -> dict[str, Any]:

@@ -42,7 +42,7 @@ def _terminal(hook, submission_id: str) -> object:
 def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
     from airflow_provider_horovod.runtime.settings import JobSettings
     from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
-    from airflow_provider_horovod.standalone.poll import read_app
+    from airflow_provider_horovod.standalone.poll import read_app, read_result
     from airflow_provider_horovod.standalone.slots import ClusterSlotsWatcher
 
     gate = tmp_path / "gate"
@@ -76,7 +76,7 @@ def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
     finally:
         watcher.stop()
 
-    results = {tag: HorovodStandaloneHook.result(staging[tag], ends[sub])
+    results = {tag: read_result(staging[tag], ends[sub])
                for tag, sub in (("first", first), ("second", second))}
     import cloudpickle
 

@@ -27,6 +27,7 @@ from airflow_provider_horovod.standalone.poll import (
     read_app,
     read_poll,
     read_progress,
+    read_result,
     validate_event,
 )
 from airflow_provider_horovod.standalone.slots import ClusterSlotsWatcher
@@ -173,8 +174,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         staging = Staging(job["staging"])
         status = self._wait_for_driver(context["ti"], job["submission_id"], staging)
         killed = self._kill(job["submission_id"], status.driver_state, self.reporter.spark_app_id)
-        self._job_value = self.reporter.finish(context["ti"], HorovodStandaloneHook.result(staging, status,
-                                                                                           killed=killed))
+        self._job_value = self.reporter.finish(context["ti"], read_result(staging, status, killed=killed))
         self._has_value = True
         return self._job_value
 
@@ -227,8 +227,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         status = self.hook.status(job["submission_id"])
         killed = self._kill(job["submission_id"], status.driver_state,
                             read_app(Staging(job["staging"]))[0])
-        return self.reporter.finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status,
-                                                                                killed=killed))
+        return self.reporter.finish(context["ti"], read_result(Staging(job["staging"]), status, killed=killed))
 
     def complete(self, context: Context, event: dict[str, Any]) -> Any:
         """

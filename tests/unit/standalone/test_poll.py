@@ -21,7 +21,7 @@ from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.standalone.poll import (
-    EVENT_KEYS, DriverPoll, driver_failure, read_app, read_poll, validate_event,
+    EVENT_KEYS, DriverPoll, driver_failure, read_app, read_poll, read_result, validate_event,
 )
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.utils.staging import Staging
@@ -133,7 +133,7 @@ def test_a_failed_driver_s_event_carries_the_master_s_message_and_the_same_cause
     from airflow_provider_horovod.exceptions import HorovodJobError
 
     with pytest.raises(HorovodJobError) as raised:  # no result.json: the driver never ran the job
-        HorovodStandaloneHook.result(Staging(str(tmp_path)), hook.status("driver-1"))
+        read_result(Staging(str(tmp_path)), hook.status("driver-1"))
     assert str(raised.value.__cause__) == str(driver_failure(event["driver_state"], event["message"]))
 
 
