@@ -26,11 +26,13 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient
+from airflow_provider_horovod.clients import (
+    AsyncSparkRestClient, DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient,
+)
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.standalone.gateway import submit_through_gateway
-from airflow_provider_horovod.standalone.master import StandaloneEndpoints, check_master_reachable
+from airflow_provider_horovod.standalone.master import DriverRoute, StandaloneEndpoints, check_master_reachable
 from airflow_provider_horovod.standalone.poll import outside_kill
 from airflow_provider_horovod.standalone.slots import check_standalone_fits
 from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, driver_submission, stage_job
@@ -45,15 +47,22 @@ class HorovodStandaloneHook(BaseHook):
     """
     Submit, follow and kill a Horovod job in cluster deploy mode on a Spark standalone cluster.
 
-    Construction does no I/O; the connection is read on first use.
+    Construction does no I/O; the connection is read on first use. The ``a_`` methods are the async twins of the
+    calls the deferral trigger makes (as the Databricks trigger awaits ``DatabricksHook.a_get_run_state``): the same
+    requests on the same :attr:`route`, the connection read off the event loop.
 
-    :param conn_id: a Spark provider ``spark`` connection to a standalone master (see the module docstring).
-    :param np: number of Horovod processes.
+    :param conn_id: a Spark provider ``spark`` connection to a standalone master (see the module docstring); ``None``
+        only with ``route``: no token, the system's CAs.
+    :param np: number of Horovod processes of the job :meth:`submit` sends; ``None``: a hook that only follows and
+        kills drivers (``route``).
     :param conf: Spark properties for the application (override the provider's defaults).
     :param env_vars: environment variables for the driver and every rank.
     :param name: the Spark application name.
     :param timeout_s: timeout of each REST call, seconds.
-    :param transport: an httpx transport for the REST calls instead of the network (tests: ``httpx.MockTransport``).
+    :param transport: an httpx transport for the REST calls instead of the network (tests: ``httpx.MockTransport``,
+        which serves the sync and the async calls).
+    :param route: the route of a driver submitted earlier, as a deferral trigger persisted it: its state and kill go
+        there, whatever the connection says now; ``None``: the connection's (:attr:`route`).
     :raises ValueError: ``conf`` or ``env_vars`` holds the Spark RPC secret (``docs/security.md``).
     """
 
@@ -61,9 +70,9 @@ class HorovodStandaloneHook(BaseHook):
     default_conn_name = "spark_default"
     hook_name = "Horovod on Spark standalone (cluster mode)"
 
-    def __init__(self, *, conn_id: str, np: int, conf: dict[str, Any] | None = None,
+    def __init__(self, *, conn_id: str | None, np: int | None = None, conf: dict[str, Any] | None = None,
                  env_vars: dict[str, str] | None = None, name: str = "airflow-horovod",
-                 timeout_s: float = 30.0, transport: Any = None) -> None:
+                 timeout_s: float = 30.0, transport: Any = None, route: DriverRoute | None = None) -> None:
         super().__init__()
         self.conn_id = conn_id
         self.np = np
@@ -73,23 +82,46 @@ class HorovodStandaloneHook(BaseHook):
         self.name = name
         self.timeout_s = timeout_s
         self.transport = transport
+        if route is not None:
+            self.route = route
 
     @cached_property
     def endpoints(self) -> StandaloneEndpoints:
         """The master's endpoints, from the connection (:meth:`StandaloneEndpoints.of`)."""
+        if self.conn_id is None:
+            raise HorovodJobError("cluster deploy mode needs a connection to a spark://host:port master")
         return StandaloneEndpoints.of(self.get_connection(self.conn_id))
 
     @cached_property
     def _rpc_secret(self) -> str | None:
-        return connection_auth_secret(self.get_connection(self.conn_id))
+        return None if self.conn_id is None else connection_auth_secret(self.get_connection(self.conn_id))
 
     uses_gateway = property(lambda self: self._rpc_secret is not None,
                             doc="Whether the connection has the RPC secret: spark-submit's gateway, not REST.")
 
     @cached_property
+    def route(self) -> DriverRoute:
+        """Where this hook reads a driver's state and sends its kill: the REST submission server, or the master's
+        web UI for a driver submitted through the gateway (:attr:`uses_gateway`)."""
+        e = self.endpoints
+        return DriverRoute(e.rest_url, e.master_ui_url if self.uses_gateway else None)
+
+    @cached_property
     def access(self) -> SparkRestAccess:
         """The bearer token (the connection's password) and CA bundle of every REST call (never logged)."""
-        return rest_access(self.get_connection(self.conn_id))
+        return SparkRestAccess() if self.conn_id is None else rest_access(self.get_connection(self.conn_id))
+
+    async def a_access(self) -> SparkRestAccess:
+        """:attr:`access`, the connection read off the event loop (through the triggerer's API) the first time."""
+        return await self._off_the_loop("access")
+
+    async def _off_the_loop(self, name: str) -> Any:
+        """A cached property, computed in a thread the first time: reading the connection is synchronous I/O."""
+        if name not in vars(self):
+            from asgiref.sync import sync_to_async
+
+            await sync_to_async(getattr)(self, name)
+        return getattr(self, name)
 
     def client(self, retry: RetryPolicy | None = None) -> SparkRestClient:
         """
@@ -124,6 +156,7 @@ class HorovodStandaloneHook(BaseHook):
         :param artifact_dir: path/URI the ranks write model files under.
         :param settings: the job's knobs, sent to the driver program as its flags; default ``JobSettings(np=np)``.
         :return: the submission (driver) id, ``driver-...``.
+        :raises ValueError: the hook was made without ``np`` (it only follows and kills drivers).
         :raises HorovodAccessError: the REST server refused the connection's token, or its certificate (probed
             first: nothing is staged or submitted).
         :raises HorovodJobError: the master refused the submission (or spark-submit reported no driver,
@@ -131,6 +164,8 @@ class HorovodStandaloneHook(BaseHook):
             can never be had at the same time on this cluster next to the driver's own cores (checked before
             creating the driver), or an object-store staging location cannot be written or presigned.
         """
+        if self.np is None:
+            raise ValueError("this HorovodStandaloneHook was made without np: it follows and kills drivers only")
         settings = JobSettings.for_np(settings, self.np)
         self.check_master_reachable()
         if not self.uses_gateway:
@@ -170,28 +205,68 @@ class HorovodStandaloneHook(BaseHook):
         """
         check_master_reachable(self.endpoints, conn_id=self.conn_id, gateway=self.uses_gateway)
 
+    def _route_client(self, retry: RetryPolicy | None = None) -> SparkRestClient:
+        route = self.route
+        return SparkRestClient(rest_url=route.rest_url, master_ui_url=route.master_ui_url, timeout_s=self.timeout_s,
+                               retry=retry or RetryPolicy(), transport=self.transport, access=self.access)
+
+    async def _a_route_client(self, retry: RetryPolicy | None = None) -> AsyncSparkRestClient:
+        route = await self._off_the_loop("route")
+        return AsyncSparkRestClient(rest_url=route.rest_url, master_ui_url=route.master_ui_url,
+                                    timeout_s=self.timeout_s, retry=retry or RetryPolicy(), transport=self.transport,
+                                    access=await self.a_access())
+
     def status(self, submission_id: str) -> DriverStatus:
         """
-        The driver's state from the REST submission server, or the master's ``/json/`` (:attr:`uses_gateway`).
+        The driver's state from the REST submission server, or the master's ``/json/`` (:attr:`route`).
 
         :param submission_id: the driver id (``driver-...``).
-        :raises SparkSubmissionError: the master does not know the driver.
+        :raises SparkRestError: the master did not answer with it (``SparkSubmissionError``: it does not know the
+            driver).
         """
-        with self.client() as client:
-            if self.uses_gateway:
+        with self._route_client() as client:
+            if self.route.master_ui_url:
                 return client.master_state().driver_status(submission_id)
             return client.driver_status(submission_id)
 
-    def kill(self, submission_id: str) -> None:
+    async def a_status(self, submission_id: str) -> DriverStatus:
         """
-        Ask the master to kill the driver (its executors and ranks go with the application).
+        The async twin of :meth:`status`, for the deferral trigger.
 
         :param submission_id: the driver id (``driver-...``).
+        :raises SparkRestError: the master did not answer with it (``SparkSubmissionError``: it does not know the
+            driver).
         """
-        with self.client(RetryPolicy(max_attempts=3)) as client:
-            if self.uses_gateway:  # the master UI's kill link (spark.ui.killEnabled): it answers with a redirect
+        async with await self._a_route_client() as client:
+            if self.route.master_ui_url:
+                return (await client.master_state()).driver_status(submission_id)
+            return await client.driver_status(submission_id)
+
+    def kill(self, submission_id: str) -> None:
+        """
+        Ask the master to kill the driver (its executors and ranks go with the application), on :attr:`route`.
+
+        :param submission_id: the driver id (``driver-...``).
+        :raises SparkRestError: the master did not take the kill in 3 attempts.
+        """
+        with self._route_client(RetryPolicy(max_attempts=3)) as client:
+            if self.route.master_ui_url:  # the master UI's kill link (spark.ui.killEnabled): it answers a redirect
                 return client.kill_driver_ui(submission_id)
             response = client.kill_submission(submission_id)
+        self.log.info("Kill of driver %s: %s", submission_id, response.message or response.success)
+
+    async def a_kill(self, submission_id: str) -> None:
+        """
+        The async twin of :meth:`kill`, for the deferral trigger's ``on_kill``, with :class:`RetryPolicy`'s default
+        attempts: the task does not come back to kill the driver after it.
+
+        :param submission_id: the driver id (``driver-...``).
+        :raises SparkRestError: the master did not take the kill.
+        """
+        async with await self._a_route_client() as client:
+            if self.route.master_ui_url:
+                return await client.kill_driver_ui(submission_id)
+            response = await client.kill_submission(submission_id)
         self.log.info("Kill of driver %s: %s", submission_id, response.message or response.success)
 
     def kill_earlier_tries(self, staging: Any) -> list[str]:

@@ -2,7 +2,8 @@
 Where a Spark standalone master answers, read from a Spark provider ``spark`` connection: its ``spark://`` URL, its
 REST submission server and its web UI. Client deploy mode reads the master URL as ``SparkSubmitHook`` builds it
 (:func:`standalone_master`); cluster deploy mode reads all three (:class:`StandaloneEndpoints`,
-:attr:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook.endpoints`).
+:attr:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook.endpoints`), and follows a driver on a
+:class:`DriverRoute`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,22 @@ class StandaloneEndpoints:
         return cls(master_url=f"spark://{host}:{conn.port or 7077}",
                    rest_url=f"{extra.rest_scheme}://{host}:{extra.rest_port}",
                    master_ui_url=f"{extra.ui_scheme}://{host}:{extra.ui_port}")
+
+
+@dataclass(frozen=True)
+class DriverRoute:
+    """
+    Where a submitted driver's state is read and its kill is sent: the master's REST submission server, or, for a
+    driver submitted through spark-submit's legacy gateway (a master with Spark RPC authentication runs no REST
+    server), the master web UI's ``/json/`` and kill link. A deferral trigger persists it as its ``rest_url`` and
+    ``master_ui_url``.
+
+    :param rest_url: the REST submission server, e.g. ``http://master:6066``.
+    :param master_ui_url: the master's web UI, for a driver submitted through the gateway; ``None``: the REST server.
+    """
+
+    rest_url: str
+    master_ui_url: str | None = None
 
 
 def check_master_reachable(endpoints: StandaloneEndpoints, *, conn_id: str | None, gateway: bool) -> None:

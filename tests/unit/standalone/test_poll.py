@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestError
+from airflow_provider_horovod.clients import SparkRestError
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
@@ -27,7 +27,6 @@ from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.utils.staging import Staging
 
 LOG = logging.getLogger("test_poll")
-FAST = RetryPolicy(max_attempts=2, initial_backoff_s=0.01, max_backoff_s=0.02)
 
 
 def _master(states: list[str | int], message: str | None = None) -> tuple[Callable[[httpx.Request], httpx.Response],
@@ -180,8 +179,7 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
     trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://127.0.0.1:6066",
                                      staging=str(tmp_path), poll_interval_s=0.01, timeout_s=5)
     trigger._log = logging.getLogger("test_poll.trigger")  # a stdlib logger, for caplog
-    trigger._client = lambda access: AsyncSparkRestClient(rest_url=trigger.rest_url, timeout_s=5, retry=FAST,
-                                                   transport=httpx.MockTransport(handler))
+    trigger.hook.transport = httpx.MockTransport(handler)  # the same answers, through the trigger's own hook
 
     async def first_event():
         return await trigger.run().__anext__()
