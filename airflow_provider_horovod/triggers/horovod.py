@@ -21,12 +21,11 @@ class HorovodSparkJobTrigger(BaseTrigger):
 
     The driver's state and its kill go through the standalone hook's async calls
     (:meth:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook.a_status`, ``a_kill``: httpx, so the
-    triggerer's event loop is never blocked) on the route this trigger was persisted with
-    (:class:`~airflow_provider_horovod.standalone.master.DriverRoute`: ``rest_url``, and ``master_ui_url`` for a driver
-    submitted through spark-submit's gateway), as the Databricks trigger awaits ``a_get_run_state``. Each poll is read
-    by
-    :func:`~airflow_provider_horovod.standalone.poll.read_poll`, as the task's own wait reads
-    it; the event is its :meth:`~airflow_provider_horovod.standalone.poll.DriverPoll.event` (the keys of
+    triggerer's event loop is never blocked), as the Databricks trigger awaits ``a_get_run_state``, on the route this
+    trigger was persisted with (:class:`~airflow_provider_horovod.standalone.master.DriverRoute`: ``rest_url``, and
+    ``master_ui_url`` for a driver submitted through spark-submit's gateway). Each poll is read by
+    :func:`~airflow_provider_horovod.standalone.poll.read_poll`, as the task's own wait reads it; the event is its
+    :meth:`~airflow_provider_horovod.standalone.poll.DriverPoll.event` (the keys of
     :data:`~airflow_provider_horovod.standalone.poll.EVENT_KEYS`). Progress (driver state changes, the application
     id once the driver wrote it) is logged as it happens.
 
