@@ -21,6 +21,8 @@ master web UI, default 8080), ``.uiScheme``, ``.caBundle`` (read by
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import cached_property
 from typing import Any
 
@@ -84,6 +86,7 @@ class HorovodStandaloneHook(BaseHook):
         self.transport = transport
         if route is not None:
             self.route = route
+        self._wait_client: AsyncSparkRestClient | None = None
 
     @cached_property
     def endpoints(self) -> StandaloneEndpoints:
@@ -229,15 +232,40 @@ class HorovodStandaloneHook(BaseHook):
                 return client.master_state().driver_status(submission_id)
             return client.driver_status(submission_id)
 
+    async def __aenter__(self) -> HorovodStandaloneHook:
+        """
+        Open one async client on :attr:`route` for the :meth:`a_status` calls of a wait (the trigger's ``async with
+        self.hook``, as the Databricks trigger opens its hook's session), the connection read first.
+
+        :raises SparkRestTLSError: the connection's CA bundle cannot be loaded.
+        :raises ValueError: the connection's password is not a JWS.
+        """
+        self._wait_client = await self._a_route_client()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        client, self._wait_client = self._wait_client, None
+        if client is not None:
+            await client.aclose()
+
+    @asynccontextmanager
+    async def _a_wait_client(self) -> AsyncIterator[AsyncSparkRestClient]:
+        """The client of the wait this hook was entered for, else one for this call."""
+        if self._wait_client is not None:
+            yield self._wait_client
+            return
+        async with await self._a_route_client() as client:
+            yield client
+
     async def a_status(self, submission_id: str) -> DriverStatus:
         """
-        The async twin of :meth:`status`, for the deferral trigger.
+        The async twin of :meth:`status`, for the deferral trigger (on the client of its wait: ``async with hook``).
 
         :param submission_id: the driver id (``driver-...``).
         :raises SparkRestError: the master did not answer with it (``SparkSubmissionError``: it does not know the
             driver).
         """
-        async with await self._a_route_client() as client:
+        async with self._a_wait_client() as client:
             if self.route.master_ui_url:
                 return (await client.master_state()).driver_status(submission_id)
             return await client.driver_status(submission_id)
@@ -258,7 +286,8 @@ class HorovodStandaloneHook(BaseHook):
     async def a_kill(self, submission_id: str) -> None:
         """
         The async twin of :meth:`kill`, for the deferral trigger's ``on_kill``, with :class:`RetryPolicy`'s default
-        attempts: the task does not come back to kill the driver after it.
+        attempts (the task does not come back to kill the driver after it), on a client of its own (``on_kill`` runs
+        while the wait is cancelled).
 
         :param submission_id: the driver id (``driver-...``).
         :raises SparkRestError: the master did not take the kill.

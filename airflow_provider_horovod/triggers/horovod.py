@@ -152,26 +152,27 @@ class HorovodSparkJobTrigger(BaseTrigger):
         poll, progress = None, ProgressLog()
         facts: dict[str, str] = {}
         await self._read_mlflow_connection()
-        while True:
-            try:
-                status = await self.hook.a_status(self.submission_id)
-            except SparkRestError as err:
-                status = err
-            app = poll.app if poll is not None and poll.app_id else await self._app()
-            poll = read_poll(self.submission_id, status, app, poll)
-            if poll.state_changed:
-                self.log.info("Driver %s is %s", self.submission_id, poll.driver_state)
-            if poll.app_started:
-                self.log.info("Spark application %s started; Spark UI: %s", poll.app_id, poll.ui_url)
-            if poll.done:
-                yield TriggerEvent(poll.event(self.staging))
-                return
-            if poll.app_id and poll.ui_url:
-                await self._progress(poll.ui_url, poll.app_id, facts)
-            if self._staging is not None and (line := progress.line(
-                    await asyncio.to_thread(read_progress, self._staging))):
-                self.log.info("Training: %s", line)
-            await asyncio.sleep(self.poll_interval_s)
+        async with self.hook:  # one client for the wait; a connection it cannot use fails the trigger
+            while True:
+                try:
+                    status = await self.hook.a_status(self.submission_id)
+                except SparkRestError as err:
+                    status = err
+                app = poll.app if poll is not None and poll.app_id else await self._app()
+                poll = read_poll(self.submission_id, status, app, poll)
+                if poll.state_changed:
+                    self.log.info("Driver %s is %s", self.submission_id, poll.driver_state)
+                if poll.app_started:
+                    self.log.info("Spark application %s started; Spark UI: %s", poll.app_id, poll.ui_url)
+                if poll.done:
+                    yield TriggerEvent(poll.event(self.staging))
+                    return
+                if poll.app_id and poll.ui_url:
+                    await self._progress(poll.ui_url, poll.app_id, facts)
+                if self._staging is not None and (line := progress.line(
+                        await asyncio.to_thread(read_progress, self._staging))):
+                    self.log.info("Training: %s", line)
+                await asyncio.sleep(self.poll_interval_s)
 
     async def on_kill(self) -> None:
         """

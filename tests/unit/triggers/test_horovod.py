@@ -226,3 +226,22 @@ def test_a_trigger_persisted_by_an_earlier_release_loads_runs_and_kills(release,
             ("POST", "/v1/submissions/kill/driver-1")]
     token = f"Bearer {TOKEN}" if kwargs.get("conn_id") else None
     assert master.authorization == [token] * len(master.requests)
+
+
+def test_a_connection_the_triggerer_cannot_use_fails_the_trigger(tmp_path, monkeypatch):
+    """
+    A CA bundle the triggerer cannot load fails the trigger (Airflow fails the task, whose ``resume_execution`` kills
+    the driver) rather than ending the wait as a driver whose state could not be read.
+    """
+    import asyncio
+    import json
+
+    from airflow_provider_horovod.clients import SparkRestTLSError
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_SECURE", json.dumps({
+        "conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "password": TOKEN,
+        "extra": {"spark.airflowProviderHorovod.caBundle": str(tmp_path / "missing.pem")}}))
+    trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url="https://127.0.0.1:1", staging=str(tmp_path),
+                                     conn_id="spark_secure")
+    with pytest.raises(SparkRestTLSError, match="cannot load the CA bundle"):
+        asyncio.run(asyncio.wait_for(trigger.run().__anext__(), timeout=30))
