@@ -29,7 +29,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Horovod",
                 "python-modules": [
                     "airflow_provider_horovod.hooks.horovod",
-                    "airflow_provider_horovod.hooks.standalone",
+                    "airflow_provider_horovod.standalone.hook",
                     "airflow_provider_horovod.hooks.connect",
                     "airflow_provider_horovod.hooks.mlflow",
                 ],

@@ -20,13 +20,14 @@ from airflow.providers.common.compat.sdk import BaseOperator, ResumableJobMixin
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.connect import HorovodConnectHook
 from airflow_provider_horovod.hooks.horovod import HorovodHook
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.links import MlflowRunLink, SparkUILink
 from airflow_provider_horovod.operators._arguments import (
     SETTING_NAMES, checked_settings, rendered_slot_wait_timeout, signed_payload,
 )
-from airflow_provider_horovod.operators._durable import DurableClusterJob
+from airflow_provider_horovod.standalone.durable import DurableClusterJob
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.common import (
     DEFAULT_MAX_RETURN_BYTES, _default_deferrable, validate_deploy_mode,
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["DistributedTrainingOperator"]
-
 
 class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
     """

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.hooks.mlflow import MlflowHook
-from airflow_provider_horovod.operators._durable import ABANDONED
+from airflow_provider_horovod.standalone.durable import ABANDONED
 from airflow_provider_horovod.operators.observers import FinishedTry, JobObserver
 from airflow_provider_horovod.runtime.mlflow_sink import ENV_EXPERIMENT_ID, ENV_RUN_ID, check_mlflow_installed
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger

@@ -8,10 +8,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_horovod.clients import (
-    AsyncSparkRestClient, DriverStatus, RetryPolicy, SparkRestAccess, SparkRestError,
-)
-from airflow_provider_horovod.utils.driver_poll import ProgressLog, read_poll, read_progress
+from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestError
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
+from airflow_provider_horovod.standalone.master import DriverRoute
+from airflow_provider_horovod.standalone.poll import ProgressLog, read_app, read_poll, read_progress
 
 
 class HorovodSparkJobTrigger(BaseTrigger):
@@ -19,10 +19,14 @@ class HorovodSparkJobTrigger(BaseTrigger):
     Poll the standalone master's REST submission server (or, with ``master_ui_url``, its web UI's ``/json/``) until
     the driver ends, then yield one event.
 
-    Uses the async REST client (httpx), so the triggerer's event loop is never blocked. Each poll is read by
-    :func:`~airflow_provider_horovod.utils.driver_poll.read_poll`, as the task's own wait reads
-    it; the event is its :meth:`~airflow_provider_horovod.utils.driver_poll.DriverPoll.event` (the keys of
-    :data:`~airflow_provider_horovod.utils.driver_poll.EVENT_KEYS`). Progress (driver state changes, the application
+    The driver's state and its kill go through the standalone hook's async calls
+    (:meth:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook.a_status`, ``a_kill``: httpx, so the
+    triggerer's event loop is never blocked), as the Databricks trigger awaits ``a_get_run_state``, on the route this
+    trigger was persisted with (:class:`~airflow_provider_horovod.standalone.master.DriverRoute`: ``rest_url``, and
+    ``master_ui_url`` for a driver submitted through spark-submit's gateway). Each poll is read by
+    :func:`~airflow_provider_horovod.standalone.poll.read_poll`, as the task's own wait reads it; the event is its
+    :meth:`~airflow_provider_horovod.standalone.poll.DriverPoll.event` (the keys of
+    :data:`~airflow_provider_horovod.standalone.poll.EVENT_KEYS`). Progress (driver state changes, the application
     id once the driver wrote it) is logged as it happens.
 
     :param submission_id: the driver id (``driver-...``).
@@ -61,7 +65,9 @@ class HorovodSparkJobTrigger(BaseTrigger):
         self.timeout_s = timeout_s
         self.conn_id = conn_id
         self.master_ui_url = master_ui_url
-        self._access: SparkRestAccess | None = None  # from the connection, on first use
+        self.hook = HorovodStandaloneHook(conn_id=conn_id, timeout_s=timeout_s,
+                                          route=DriverRoute(rest_url, master_ui_url))
+        """Follows and kills the driver; reads the connection (the token, the CA bundle) in the triggerer."""
         self.mlflow_conn_id = mlflow_conn_id
         self.mlflow_run_id = mlflow_run_id
         self._mlflow_hook: Any = None  # an MlflowHook with the connection read, once run() starts
@@ -101,36 +107,10 @@ class HorovodSparkJobTrigger(BaseTrigger):
             return
         self._mlflow_hook = hook
 
-    async def access(self) -> SparkRestAccess:
-        """The bearer token and CA bundle of the connection (read once, through the triggerer's API)."""
-        if self._access is None:
-            if self.conn_id is None:
-                self._access = SparkRestAccess()
-            else:
-                from airflow.sdk import BaseHook
-                from asgiref.sync import sync_to_async
-
-                from airflow_provider_horovod.utils.spark_connection import rest_access
-
-                conn = await sync_to_async(BaseHook.get_connection)(self.conn_id)
-                self._access = rest_access(conn)
-        return self._access
-
-    def _client(self, access: SparkRestAccess) -> AsyncSparkRestClient:
-        return AsyncSparkRestClient(rest_url=self.rest_url, master_ui_url=self.master_ui_url, timeout_s=self.timeout_s,
-                                    retry=RetryPolicy(), access=access)
-
-    async def _status(self, client: AsyncSparkRestClient) -> DriverStatus:
-        """The driver's state: the REST status call, or the master's ``/json/`` (as the hook's ``status``)."""
-        if self.master_ui_url:
-            return (await client.master_state()).driver_status(self.submission_id)
-        return await client.driver_status(self.submission_id)
-
     async def _app(self) -> tuple[str | None, str | None]:
         """``(app_id, ui_url)`` from the driver's ``status.json`` (read off the event loop), else ``(None, None)``."""
         from asgiref.sync import sync_to_async
 
-        from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
         from airflow_provider_horovod.utils.staging import Staging
 
         try:
@@ -138,7 +118,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
                 staging = Staging(self.staging)
                 await sync_to_async(lambda: staging.credentials)()  # the connection, through the triggerer's API
                 self._staging = staging
-            return await asyncio.to_thread(HorovodStandaloneHook.app_started, self._staging)
+            return await asyncio.to_thread(read_app, self._staging)
         except Exception as err:  # noqa: BLE001 - e.g. the connection cannot be read now: try again next poll
             self.log.warning("Cannot read %s/status.json yet: %s", self.staging, err)
             return None, None
@@ -151,7 +131,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         from airflow_provider_horovod.utils.stage_progress import Snapshot, describe
 
         try:
-            async with AsyncSparkRestClient(ui_url=ui_url, timeout_s=self.timeout_s, access=await self.access(),
+            async with AsyncSparkRestClient(ui_url=ui_url, timeout_s=self.timeout_s, access=await self.hook.a_access(),
                                             retry=RetryPolicy(max_attempts=1)) as api:
                 snapshot = Snapshot(jobs=await api.jobs(app_id), stages=await api.stages(app_id),
                                     executors=await api.executors(app_id))
@@ -172,10 +152,10 @@ class HorovodSparkJobTrigger(BaseTrigger):
         poll, progress = None, ProgressLog()
         facts: dict[str, str] = {}
         await self._read_mlflow_connection()
-        async with self._client(await self.access()) as client:
+        async with self.hook:  # one client for the wait; a connection it cannot use fails the trigger
             while True:
                 try:
-                    status = await self._status(client)
+                    status = await self.hook.a_status(self.submission_id)
                 except SparkRestError as err:
                     status = err
                 app = poll.app if poll is not None and poll.app_id else await self._app()
@@ -235,10 +215,5 @@ class HorovodSparkJobTrigger(BaseTrigger):
 
     async def _kill_driver(self) -> None:
         self.log.info("Task killed while deferred: killing driver %s", self.submission_id)
-        async with self._client(await self.access()) as client:
-            if self.master_ui_url:  # the master UI's kill link: it answers with a redirect
-                await client.kill_driver_ui(self.submission_id)
-                return
-            response = await client.kill_submission(self.submission_id)
-        self.log.info("Kill of driver %s: %s", self.submission_id, response.message or response.success)
+        await self.hook.a_kill(self.submission_id)
 

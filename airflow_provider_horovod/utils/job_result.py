@@ -3,7 +3,7 @@ Reading back what the runtime's driver program wrote: the :class:`JobResult` eve
 
 The driver writes ``result.json`` (status, application id, UI URL, artifact paths, or the failing rank's error)
 and ``result.pkl`` (rank 0's cloudpickled return value) into the staging directory it was given; client mode
-(:mod:`airflow_provider_horovod.hooks.horovod`), cluster mode (:mod:`airflow_provider_horovod.hooks.standalone`)
+(:mod:`airflow_provider_horovod.hooks.horovod`), cluster mode (:mod:`airflow_provider_horovod.standalone.hook`)
 and the operator resuming after the trigger read them with :func:`read_job_result`.
 """
 

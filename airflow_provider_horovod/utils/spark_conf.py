@@ -4,7 +4,7 @@ What every submission path shares about the Spark master and the Spark propertie
 The reachability check of a ``spark://`` master (fail in seconds, not after Spark's retries), the embedded
 ``local[np]`` master's properties, the properties set on every submission, and the Spark driver's log4j2 file.
 Used by the client-mode hook (:mod:`airflow_provider_horovod.hooks.horovod`) and the standalone cluster-mode hook
-(:mod:`airflow_provider_horovod.hooks.standalone`). No I/O at import.
+(:mod:`airflow_provider_horovod.standalone.hook`). No I/O at import.
 """
 
 from __future__ import annotations

@@ -104,8 +104,8 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
     import asyncio
     import secrets
 
-    from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
     from airflow_provider_horovod.runtime.wire.payload import dumps_payload
+    from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
     from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
     from tests.e2e.dags.horovod_cluster import CONF, long_training
 

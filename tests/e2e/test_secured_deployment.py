@@ -58,8 +58,8 @@ import pytest
 
 from airflow_provider_horovod.clients import SparkRestClient, SparkRestTLSError
 from airflow_provider_horovod.exceptions import HorovodAccessError, HorovodJobError
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.runtime.driver.program import KEY_ENV
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.utils.spark_auth import CONNECTION_SECRET_EXTRA
 from airflow_provider_horovod.utils.spark_connection import PREFIX, rest_access

@@ -113,7 +113,7 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
 
 
 def test_jobs_that_can_never_fit_fail_before_submission(cluster, tmp_path):
-    from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+    from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
     from tests.integration.shared_cluster_jobs import payload_file
 
     before = cluster.master_json()

@@ -8,7 +8,7 @@ next to a driver; ``test_shared_cluster.py`` checks that this is refused before 
 core each, since drivers leave single cores free on their workers.
 
 The jobs go through ``HorovodStandaloneHook`` (the REST submission server) as the operator submits them; the task
-log's account of the wait comes from :class:`~airflow_provider_horovod.utils.standalone_slots.ClusterSlotsWatcher` (the
+log's account of the wait comes from :class:`~airflow_provider_horovod.standalone.slots.ClusterSlotsWatcher` (the
 operator's, reading the master), the driver's own from its stdout on the worker.
 """
 
@@ -40,9 +40,10 @@ def _terminal(hook, submission_id: str) -> object:
 
 
 def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
-    from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
-    from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
     from airflow_provider_horovod.runtime.settings import JobSettings
+    from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
+    from airflow_provider_horovod.standalone.poll import read_app, read_result
+    from airflow_provider_horovod.standalone.slots import ClusterSlotsWatcher
 
     gate = tmp_path / "gate"
     hook = HorovodStandaloneHook(conn_id=CONN_ID, np=4, conf=CONF, name="shared-cluster-mode")
@@ -62,7 +63,7 @@ def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
     assert not _terminal(hook, first), context()
     second = submit("second", with_gate=False)
     watcher = ClusterSlotsWatcher(master_ui_url=hook.endpoints.master_ui_url, submission_id=second,
-                                  app_id=lambda: HorovodStandaloneHook.app_started(staging["second"])[0], np=4,
+                                  app_id=lambda: read_app(staging["second"])[0], np=4,
                                   conf=CONF, log=lines.append, poll_interval_s=0.5).start()
     try:
         wait_until(lambda: any("has no executors: other applications hold every core" in ln for ln in lines),
@@ -75,7 +76,7 @@ def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
     finally:
         watcher.stop()
 
-    results = {tag: HorovodStandaloneHook.result(staging[tag], ends[sub])
+    results = {tag: read_result(staging[tag], ends[sub])
                for tag, sub in (("first", first), ("second", second))}
     import cloudpickle
 

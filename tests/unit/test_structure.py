@@ -1,10 +1,12 @@
 """
 The package's shape, read from its source: no import circles, every name imported from the module that defines it,
-``hooks/`` holds hooks only. (That the runtime never imports Airflow: test_isolation.py.)
+the hooks in ``hooks/`` and in each cluster manager's ``hook.py``. (That the runtime never imports Airflow:
+test_isolation.py.)
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import textwrap
@@ -86,16 +88,30 @@ def test_names_are_imported_from_the_module_that_defines_them():
     assert not passed_through, "imported from a module that does not define them:\n" + "\n".join(passed_through)
 
 
+def _defines_a_hook(path: Path) -> bool:
+    """Whether the module's source defines a class with ``BaseHook`` among its bases (read, not imported)."""
+    return any(isinstance(node, ast.ClassDef) and any(ast.unparse(base).endswith("BaseHook") for base in node.bases)
+               for node in ast.walk(ast.parse(path.read_text(), str(path))))
+
+
 def test_hooks_hold_only_hooks_and_the_provider_lists_them_all():
-    names = sorted(name for name in modules() if name.startswith("airflow_provider_horovod.hooks."))
-    assert names
-    for name in names:
+    """
+    Every module of ``hooks/`` defines a hook, and a cluster manager's package keeps its hook in its ``hook.py``
+    (``standalone/hook.py``: the hook lives with the submission, polls and states it uses, the home a second cluster
+    manager copies); no other module defines one, and ``get_provider_info`` lists exactly these.
+    """
+    hook_homes = sorted(name for name in modules() if name.startswith("airflow_provider_horovod.hooks.")
+                        or name.endswith(".hook"))
+    assert "airflow_provider_horovod.standalone.hook" in hook_homes
+    for name in hook_homes:
         module = importlib.import_module(name)
         hooks = [cls for _, cls in inspect.getmembers(module, inspect.isclass)
                  if cls.__module__ == name and issubclass(cls, BaseHook)]
         assert hooks, f"{name} defines no BaseHook subclass: its helpers belong in airflow_provider_horovod.utils"
+    elsewhere = sorted(name for name, path in modules().items() if name not in hook_homes and _defines_a_hook(path))
+    assert elsewhere == [], "hooks outside hooks/ and the cluster managers' hook.py"
     listed = sorted(m for entry in get_provider_info()["hooks"] for m in entry["python-modules"])
-    assert listed == names
+    assert listed == hook_homes
 
 
 TASK_OR_RANK_ONLY = ("airflow_provider_horovod.runtime.task", "airflow_provider_horovod.runtime.rank",

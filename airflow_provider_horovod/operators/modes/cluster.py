@@ -2,7 +2,7 @@
 Standalone cluster deploy mode: the Spark driver runs on a Spark standalone worker, submitted through the master's
 REST submission server or spark-submit's legacy gateway (``HorovodStandaloneHook``). The task waits for it in-process
 or defers to ``HorovodSparkJobTrigger``; with ``durable=True`` a retry reattaches to it
-(:mod:`airflow_provider_horovod.operators._durable` says which driver state means what).
+(:mod:`airflow_provider_horovod.standalone.durable` says which driver state means what).
 """
 
 from __future__ import annotations
@@ -14,24 +14,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+from airflow_provider_horovod.operators.modes.base import DeployMode
 from airflow_provider_horovod.paths import default_staging_dir
-from airflow_provider_horovod.operators._durable import (
+from airflow_provider_horovod.standalone.durable import (
     ABANDONED, KILL_MARKER, NOT_FOUND, REATTACHABLE_STATES, DurableClusterJob, abandoned_by, cluster_job, job_record,
 )
-from airflow_provider_horovod.operators.modes.base import DeployMode
-from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
-from airflow_provider_horovod.utils.driver_poll import (
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
+from airflow_provider_horovod.standalone.poll import (
     SUCCESS,
     ProgressLog,
     driver_failure,
+    read_app,
     read_poll,
     read_progress,
+    read_result,
     validate_event,
 )
+from airflow_provider_horovod.standalone.slots import ClusterSlotsWatcher
+from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.utils.job_result import Kill, read_job_result
 from airflow_provider_horovod.utils.staging import Staging
-from airflow_provider_horovod.utils.standalone_slots import ClusterSlotsWatcher
 from airflow_provider_horovod.xcom_keys import (
     XCOM_ARTIFACT_DIR,
     XCOM_SPARK_APP_ID,
@@ -76,10 +78,10 @@ class ClusterMode(DurableClusterJob, DeployMode):
     Submit the driver to the standalone master, wait for it (or defer), read its result from the staging directory.
 
     The job's id, persisted by ``ResumableJobMixin``, is the record of
-    :func:`~airflow_provider_horovod.operators._durable.job_record`.
+    :func:`~airflow_provider_horovod.standalone.durable.job_record`.
 
     :param request: the try's job (``None`` when the mode only resumes after the trigger).
-    :param hook: the standalone hook (:class:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook`).
+    :param hook: the standalone hook (:class:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook`).
     :param reporter: the try's reporting steps.
     :param options: how it waits.
     """
@@ -122,7 +124,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         """
         The driver's standalone state (``NOT_FOUND`` when the master does not know it), or ``ABANDONED`` for an
         active driver that an earlier try gave up (its kill is under way:
-        :func:`~airflow_provider_horovod.operators._durable.abandoned_by`).
+        :func:`~airflow_provider_horovod.standalone.durable.abandoned_by`).
 
         :param external_id: the record from :meth:`submit_job`.
         :param context: the task's Airflow context.
@@ -174,27 +176,26 @@ class ClusterMode(DurableClusterJob, DeployMode):
         staging = Staging(job["staging"])
         status = self._wait_for_driver(context["ti"], job["submission_id"], staging)
         killed = self._kill(job["submission_id"], status.driver_state, self.reporter.spark_app_id)
-        self._job_value = self.reporter.finish(context["ti"], HorovodStandaloneHook.result(staging, status,
-                                                                                           killed=killed))
+        self._job_value = self.reporter.finish(context["ti"], read_result(staging, status, killed=killed))
         self._has_value = True
         return self._job_value
 
     def _wait_for_driver(self, ti: Any, submission_id: str, staging: Staging) -> DriverStatus:
         """
         Poll the driver's state every ``poll_interval_s`` until it ends (the decision:
-        :func:`~airflow_provider_horovod.utils.driver_poll.read_poll`, as the trigger's), logging
+        :func:`~airflow_provider_horovod.standalone.poll.read_poll`, as the trigger's), logging
         its state changes and reporting the application once it started.
         """
         interval = self.options.poll_interval_s
         poll, watcher, tick, progress = None, None, threading.Event(), ProgressLog()
         slots = None if not interval else ClusterSlotsWatcher(  # what the job waits for, from the master
             master_ui_url=self.hook.endpoints.master_ui_url, submission_id=submission_id,
-            app_id=lambda: HorovodStandaloneHook.app_started(staging)[0], np=self.hook.np,
+            app_id=lambda: read_app(staging)[0], np=self.hook.np,
             conf=self.options.conf, log=self.log.info, poll_interval_s=interval, access=self.hook.access).start()
         try:
             while True:
                 status = self.hook.status(submission_id)
-                app = poll.app if poll is not None and poll.app_id else HorovodStandaloneHook.app_started(staging)
+                app = poll.app if poll is not None and poll.app_id else read_app(staging)
                 poll = read_poll(submission_id, status, app, poll)
                 if poll.state_changed:
                     self.log.info("Driver %s is %s", submission_id, poll.driver_state)
@@ -227,9 +228,8 @@ class ClusterMode(DurableClusterJob, DeployMode):
         self.log.info("Driver %s of an earlier try already finished: reading its result", job["submission_id"])
         status = self.hook.status(job["submission_id"])
         killed = self._kill(job["submission_id"], status.driver_state,
-                            HorovodStandaloneHook.app_started(Staging(job["staging"]))[0])
-        return self.reporter.finish(context["ti"], HorovodStandaloneHook.result(Staging(job["staging"]), status,
-                                                                                killed=killed))
+                            read_app(Staging(job["staging"]))[0])
+        return self.reporter.finish(context["ti"], read_result(Staging(job["staging"]), status, killed=killed))
 
     def complete(self, context: Context, event: dict[str, Any]) -> Any:
         """
@@ -290,7 +290,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
     def on_kill(self) -> None:
         """
         Kill the driver this try submitted or adopted, if any, after recording the kill in its staging directory
-        (:data:`~airflow_provider_horovod.operators._durable.KILL_MARKER`): the next try then submits a fresh job
+        (:data:`~airflow_provider_horovod.standalone.durable.KILL_MARKER`): the next try then submits a fresh job
         instead of reconnecting to the driver this kill takes down.
         """
         if self.submission_id is None:

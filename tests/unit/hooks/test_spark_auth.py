@@ -1,8 +1,8 @@
 """
 The Spark RPC secret on its way to a client-mode job (utils/spark_auth.py, hooks/horovod.py): refused in DAG code,
 read from the connection's extra (which Airflow's secrets masker hides), written to an owner-only properties file
-that the spark-submit command names instead of the secret (cluster mode: tests/unit/utils/
-test_standalone_gateway.py).
+that the spark-submit command names instead of the secret (cluster mode: tests/unit/standalone/
+test_gateway.py).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 from airflow.sdk import Connection
 
 from airflow_provider_horovod.hooks.horovod import _SparkSubmit
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.operators.common import check_spark_arguments
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.utils.spark_auth import (
     AUTH_PROPERTIES_FILE, CONNECTION_SECRET_EXTRA, auth_submit_kwargs, connection_auth_secret,
 )

@@ -25,7 +25,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow_provider_horovod.hooks.horovod import _SparkSubmit
 from airflow_provider_horovod.operators.common import RESERVED_SPARK_SUBMIT_KWARGS
 from airflow_provider_horovod.runtime.driver import program as driver_program
-from airflow_provider_horovod.utils.standalone_slots import SUBMIT_KWARGS_CONF
+from airflow_provider_horovod.standalone.slots import SUBMIT_KWARGS_CONF
 
 P = inspect.Parameter
 

@@ -134,8 +134,8 @@ def test_client_mode_s_spark_submit_command_carries_the_launcher(tmp_path, monke
 
 
 def test_cluster_mode_s_rest_submission_carries_the_launcher(tmp_path):
+    from airflow_provider_horovod.standalone.submission import driver_submission
     from airflow_provider_horovod.utils.staging import Staging
-    from airflow_provider_horovod.utils.standalone_submission import driver_submission
 
     op = TorchDistributedOperator(task_id="t", python_callable=train, np=2, deploy_mode="cluster", deferrable=True,
                                   use_gpu=True, gpu_visibility="rank")  # GPU scheduling travels alike

@@ -10,9 +10,9 @@ import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.horovod import HorovodHook
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
 from tests.standalone import free_port
 

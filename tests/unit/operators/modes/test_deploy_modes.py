@@ -16,15 +16,16 @@ import pytest
 
 from airflow_provider_horovod.clients import DriverStatus, SparkRestAccess
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.utils.job_result import JobResult
-from airflow_provider_horovod.hooks.standalone import StandaloneEndpoints
-from airflow_provider_horovod.operators._durable import ABANDONED, KILL_MARKER
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.job import TrainingJob
+from airflow_provider_horovod.operators.modes import cluster_manager, resolve_deploy_mode
 from airflow_provider_horovod.operators.modes.client import ClientMode
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.operators.modes.connect import ConnectMode
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.standalone.durable import ABANDONED, KILL_MARKER
+from airflow_provider_horovod.standalone.master import StandaloneEndpoints
+from airflow_provider_horovod.utils.job_result import JobResult
 
 LOG = logging.getLogger("test_deploy_modes")
 
@@ -261,3 +262,23 @@ def test_a_failed_trigger_kills_the_driver_named_in_xcom(tmp_path):
     ti.xcom_push("spark_submission_id", "driver-7")
     ClusterMode(None, hook, _reporter([])).kill_after_trigger_failure({"ti": ti})
     assert hook.killed == ["driver-7"]
+
+
+@pytest.mark.parametrize("master", ["spark://m:7077", "spark://m1:7077,m2:7077", "m", "localhost",
+                                    "yarn-rm.example.com"])
+def test_cluster_mode_runs_on_a_standalone_master_a_bare_host_included(master):
+    assert cluster_manager(master, conn_id="c") == "standalone"
+
+
+@pytest.mark.parametrize(("master", "name"), [("yarn", "YARN"), ("k8s://https://k:443", "Kubernetes"),
+                                              ("mesos://m:5050", "Mesos"), ("local[4]", "a local master")])
+def test_cluster_mode_on_another_cluster_manager_s_master_is_refused_naming_it(monkeypatch, master, name):
+    """Picked by deploy mode and master URL: client mode stays open on those masters."""
+    monkeypatch.setenv("AIRFLOW_CONN_OTHER_MASTER", json.dumps({"conn_type": "spark", "host": master,
+                                                                "extra": {"deploy-mode": "cluster"}}))
+    refused = rf"^connection 'other_master': cluster deploy mode submits to a Spark standalone master .* is {name};"
+    with pytest.raises(HorovodJobError, match=refused):
+        resolve_deploy_mode(conn_id="other_master", deploy_mode=None, np=2)
+    with pytest.raises(HorovodJobError, match=refused):
+        resolve_deploy_mode(conn_id="other_master", deploy_mode="cluster", np=2)
+    assert resolve_deploy_mode(conn_id="other_master", deploy_mode="client", np=2) == "client"

@@ -192,7 +192,7 @@ def test_read_master_state_accepts_only_this_masters_page():
 
 
 def test_cluster_mode_watcher_lines():
-    from airflow_provider_horovod.utils.standalone_slots import cluster_wait_message
+    from airflow_provider_horovod.standalone.slots import cluster_wait_message
 
     r = AppResources.from_conf({"spark.master": MASTER, "spark.executor.cores": "1", "spark.cores.max": "4",
                                 "spark.driver.memory": "512m"}, assume_defaults=False, cluster_mode=True)
@@ -216,21 +216,6 @@ def test_cluster_mode_watcher_lines():
     running = master_state([worker(0, cores=4, used=4), worker(1, used=1)], apps=[app("app-2", 4, "second")],
                            drivers=drivers)
     assert cluster_wait_message(running, r, 4, submission_id="driver-2", app_id="app-2") is None
-
-
-def test_standalone_master_of_a_connection():
-    from airflow.models.connection import Connection
-
-    from airflow_provider_horovod.utils.standalone_slots import standalone_master, submit_kwargs_conf
-
-    conn = Connection(conn_id="c", conn_type="spark", host="spark://m1", port=7077,
-                      extra=json.dumps({"spark.airflowProviderHorovod.uiPort": 8090}))
-    assert standalone_master(conn) == ("spark://m1:7077", "http://m1:8090")
-    ha = Connection(conn_id="c", conn_type="spark", host="spark://m1:7077,m2:7077")
-    assert standalone_master(ha) == ("spark://m1:7077,m2:7077", "http://m1:8080")
-    assert standalone_master(Connection(conn_id="c", conn_type="spark", host="yarn")) is None
-    assert submit_kwargs_conf({"executor_cores": 2, "total_executor_cores": 4, "jars": "x.jar"}) == {
-        "spark.executor.cores": "2", "spark.cores.max": "4"}
 
 
 def test_slot_wait_timeout_arguments():
@@ -259,28 +244,3 @@ def test_slot_wait_timeout_arguments():
     assert _settings(_parse(base)[1]).slot_wait_timeout_s == 3600.0  # the runtime's default then
     assert _settings(_parse([*base, "--slot-wait-timeout-s", "none"])[1]).slot_wait_timeout_s is None
     assert _settings(_parse([*base, "--slot-wait-timeout-s", "90"])[1]).slot_wait_timeout_s == 90.0
-
-
-def test_standalone_defaults_size_the_application_to_the_job():
-    from airflow_provider_horovod.utils.standalone_slots import standalone_defaults
-
-    ui = "http://m1:8090"
-    assert standalone_defaults(4, ui, {}) == {"spark.cores.max": "4", "spark.master.ui.port": "8090",
-                                              "spark.airflowProviderHorovod.defaults": "spark.cores.max"}
-    assert standalone_defaults(3, ui, {"spark.executor.cores": "2"})["spark.cores.max"] == "4"  # whole executors
-    assert standalone_defaults(2, ui, {"spark.task.cpus": "2"})["spark.cores.max"] == "4"
-    assert standalone_defaults(4, ui, {"spark.cores.max": "8", "spark.master.ui.port": "1"}) == {}  # conf wins
-
-
-def test_a_cap_the_provider_set_is_not_quoted_as_the_users():
-    from airflow_provider_horovod.runtime.cluster.resources import AppResources
-    from airflow_provider_horovod.utils.standalone_slots import standalone_defaults
-
-    ours = AppResources.from_conf({"spark.master": "spark://m:7077",
-                                   **standalone_defaults(2, "http://m:8080", {"spark.executor.cores": "1"}),
-                                   "spark.executor.cores": "1"})
-    assert ours.cap()[1].startswith("spark.cores.max=2 (the provider's default: the cores np task slots need)")
-    assert "provider's default" in ours.settings
-    theirs = AppResources.from_conf({"spark.master": "spark://m:7077", "spark.cores.max": "2",
-                                     "spark.executor.cores": "1"})
-    assert theirs.cap()[1].startswith("spark.cores.max=2 (spark.executor.cores=1")

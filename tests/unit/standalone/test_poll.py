@@ -16,16 +16,17 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, SparkRestError
-from airflow_provider_horovod.hooks.standalone import HorovodStandaloneHook
+from airflow_provider_horovod.clients import SparkRestError
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
+from airflow_provider_horovod.standalone.poll import (
+    EVENT_KEYS, DriverPoll, driver_failure, read_app, read_poll, read_result, validate_event,
+)
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
-from airflow_provider_horovod.utils.driver_poll import EVENT_KEYS, DriverPoll, driver_failure, read_poll, validate_event
 from airflow_provider_horovod.utils.staging import Staging
 
-LOG = logging.getLogger("test_driver_poll")
-FAST = RetryPolicy(max_attempts=2, initial_backoff_s=0.01, max_backoff_s=0.02)
+LOG = logging.getLogger("test_poll")
 
 
 def _master(states: list[str | int], message: str | None = None) -> tuple[Callable[[httpx.Request], httpx.Response],
@@ -77,7 +78,7 @@ def _poll(hook: HorovodStandaloneHook, staging: Path, last: DriverPoll | None) -
         status: Any = hook.status("driver-1")
     except SparkRestError as err:
         status = err
-    app = last.app if last is not None and last.app_id else HorovodStandaloneHook.app_started(Staging(str(staging)))
+    app = last.app if last is not None and last.app_id else read_app(Staging(str(staging)))
     return read_poll("driver-1", status, app, last)
 
 
@@ -131,7 +132,7 @@ def test_a_failed_driver_s_event_carries_the_master_s_message_and_the_same_cause
     from airflow_provider_horovod.exceptions import HorovodJobError
 
     with pytest.raises(HorovodJobError) as raised:  # no result.json: the driver never ran the job
-        HorovodStandaloneHook.result(Staging(str(tmp_path)), hook.status("driver-1"))
+        read_result(Staging(str(tmp_path)), hook.status("driver-1"))
     assert str(raised.value.__cause__) == str(driver_failure(event["driver_state"], event["message"]))
 
 
@@ -177,9 +178,8 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
     handler, asked = _master(list(states))
     trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://127.0.0.1:6066",
                                      staging=str(tmp_path), poll_interval_s=0.01, timeout_s=5)
-    trigger._log = logging.getLogger("test_driver_poll.trigger")  # a stdlib logger, for caplog
-    trigger._client = lambda access: AsyncSparkRestClient(rest_url=trigger.rest_url, timeout_s=5, retry=FAST,
-                                                   transport=httpx.MockTransport(handler))
+    trigger._log = logging.getLogger("test_poll.trigger")  # a stdlib logger, for caplog
+    trigger.hook.transport = httpx.MockTransport(handler)  # the same answers, through the trigger's own hook
 
     async def first_event():
         return await trigger.run().__anext__()
@@ -198,7 +198,7 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
 def test_the_progress_log_logs_new_snapshots_at_most_every_interval():
     import json
 
-    from airflow_provider_horovod.utils.driver_poll import ProgressLog
+    from airflow_provider_horovod.standalone.poll import ProgressLog
 
     now = [0.0]
     log = ProgressLog(interval_s=5.0, clock=lambda: now[0])
@@ -220,7 +220,7 @@ def test_the_progress_log_logs_new_snapshots_at_most_every_interval():
 def test_the_progress_log_says_once_and_at_once_that_the_try_resumed_from_a_checkpoint():
     import json
 
-    from airflow_provider_horovod.utils.driver_poll import ProgressLog
+    from airflow_provider_horovod.standalone.poll import ProgressLog
 
     log = ProgressLog(interval_s=5.0, clock=lambda: 0.0)
     resumed = {"step": 10, "try_number": 2, "saved_by": 1, "location": "/ckpt/step-000000000010.json"}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.operators._durable import NOT_FOUND, DurableClusterJob, abandoned_by, cluster_job, job_record
+from airflow_provider_horovod.standalone.durable import (
+    NOT_FOUND, DurableClusterJob, abandoned_by, cluster_job, job_record,
+)
 
 JOB = DurableClusterJob()
 
@@ -57,3 +59,12 @@ def test_a_crashed_try_s_driver_is_adopted(record):
 
 def test_the_same_try_reading_its_own_record_adopts_it():
     assert abandoned_by(RECORD, current_try=1, kill_recorded=False) is None
+
+
+def test_the_record_s_key_and_fields_are_those_earlier_releases_persisted():
+    """Users' task state stores hold records under this key with these fields: a retry in flight reads them."""
+    from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+
+    assert HorovodRunnerOperator.external_id_key == DurableClusterJob.external_id_key == "horovod_cluster_job"
+    assert RECORD == {"submission_id": "driver-1", "staging": "/shared/s/try-1", "artifact_dir": "/shared/a/try-1",
+                      "try_number": 1, "deferred": True, "cancel_on_kill": True}

@@ -1,7 +1,7 @@
 """
 What a cluster-mode job is on a Spark standalone master's REST submission server: the files staged for it (payload,
 runtime zip, driver program) and the ``create`` request that starts its driver on a worker (application resource,
-arguments, Spark properties, environment). :class:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook`
+arguments, Spark properties, environment). :class:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook`
 stages, then submits what :func:`driver_submission` returns.
 """
 
@@ -15,11 +15,11 @@ from airflow_provider_horovod.runtime.driver import program as driver_program
 from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
+from airflow_provider_horovod.standalone.slots import standalone_defaults
 from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, executor_jvm_conf, python_daemon_conf,
 )
 from airflow_provider_horovod.utils.staging import Staging
-from airflow_provider_horovod.utils.standalone_slots import standalone_defaults
 
 __all__ = ["DRIVER_FILE", "PYTHON_RUNNER", "DriverSubmission", "driver_submission", "stage_job"]
 
@@ -80,8 +80,8 @@ def driver_submission(staging: Staging, *, master_url: str, master_ui_url: str, 
     :return: the request.
     :raises HorovodJobError: an object-store staging location cannot presign the driver program's URL.
     """
-    args = ["--payload", staging.path(driver_program.PAYLOAD_FILE), "--result-dir", staging.uri, "--artifact-dir", artifact_dir,
-            *settings.to_args()]
+    args = ["--payload", staging.path(driver_program.PAYLOAD_FILE), "--result-dir", staging.uri,
+            "--artifact-dir", artifact_dir, *settings.to_args()]
     properties = {
         **BASE_SPARK_CONF,
         "spark.master": master_url,

@@ -6,7 +6,7 @@ authentication (``spark.authenticate`` and a shared secret), which runs no REST 
 ``org.apache.spark.deploy.ClientApp``, which sends the driver to the master over Spark's authenticated (and, with
 ``spark.network.crypto.enabled``, encrypted) RPC, logs ``Driver successfully submitted as driver-...`` and exits after
 its first look at the driver's state. What it sends is the REST path's driver
-(:func:`~airflow_provider_horovod.utils.standalone_submission.driver_submission`: the same program, arguments,
+(:func:`~airflow_provider_horovod.standalone.submission.driver_submission`: the same program, arguments,
 properties and staging), with three differences Spark imposes:
 
 - the secret and every property go in one owner-only properties file in a private temporary directory
@@ -21,7 +21,7 @@ properties and staging), with three differences Spark imposes:
   ``PythonRunner``, as over REST; from object storage the worker downloads it and Python runs it as a zip).
 
 Status and kill go through the master's web UI (``/json/``, ``/driver/kill/``); see
-:class:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook`. No I/O at import.
+:class:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook`. No I/O at import.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from pathlib import Path
 
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.driver import program as driver_program
+from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, DriverSubmission
 from airflow_provider_horovod.utils.process_tree import die_with_parent
 from airflow_provider_horovod.utils.spark_auth import AUTH_PROPERTIES_FILE, write_auth_properties
 from airflow_provider_horovod.utils.staging import Staging
-from airflow_provider_horovod.utils.standalone_submission import PYTHON_RUNNER, DriverSubmission
 
 __all__ = ["GATEWAY_JAR", "SUBMITTED", "gateway_command", "gateway_env", "parse_driver_id", "stage_gateway_jar",
            "submit_through_gateway"]
@@ -57,7 +57,7 @@ PASSED_ENV = ("PATH", "JAVA_HOME", "SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_
 def stage_gateway_jar(staging: Staging) -> str:
     """
     Write :data:`GATEWAY_JAR` into the staging directory (after
-    :func:`~airflow_provider_horovod.utils.standalone_submission.stage_job`).
+    :func:`~airflow_provider_horovod.standalone.submission.stage_job`).
 
     :param staging: the try's staging directory.
     :return: the jar's URL for the worker: a ``file:`` URI, or a presigned URL on object storage.
@@ -116,8 +116,8 @@ def submit_through_gateway(staging: Staging, submission: DriverSubmission, *, ma
     """
     Send the driver to the master through spark-submit's legacy gateway (the module docstring says how).
 
-    :param staging: the try's staging directory (staged: :func:`~.standalone_submission.stage_job`).
-    :param submission: the driver (:func:`~airflow_provider_horovod.utils.standalone_submission.driver_submission`).
+    :param staging: the try's staging directory (staged: :func:`~.submission.stage_job`).
+    :param submission: the driver (:func:`~airflow_provider_horovod.standalone.submission.driver_submission`).
     :param master_url: ``spark://host:port``.
     :param secret: the RPC secret.
     :param timeout_s: how long spark-submit may take, seconds (it exits a few seconds after the submission).

@@ -8,7 +8,7 @@ program, and the files the driver writes back (``status.json`` as soon as the ap
 ``result.json`` / ``result.pkl``).
 Submission and tracking use the standalone master's REST API (``/v1/submissions/create|status|kill``) and
 ``/json``, through :mod:`airflow_provider_horovod.clients`; with the Spark RPC secret in the connection (no REST
-server then) spark-submit's legacy gateway submits (:mod:`~airflow_provider_horovod.utils.standalone_gateway`), the
+server then) spark-submit's legacy gateway submits (:mod:`~airflow_provider_horovod.standalone.gateway`), the
 master web UI's ``/json/`` and ``/driver/kill/`` follow and kill.
 
 Connection (the Spark provider's ``spark`` type): host ``spark://master`` and port 7077; the password, when the
@@ -21,52 +21,50 @@ master web UI, default 8080), ``.uiScheme``, ``.caBundle`` (read by
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import cached_property
 from typing import Any
-from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_horovod.clients import DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient
+from airflow_provider_horovod.clients import (
+    AsyncSparkRestClient, DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient,
+)
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.utils.driver_poll import driver_failure, outside_kill
-from airflow_provider_horovod.utils.job_result import JobResult, Kill, read_job_result
+from airflow_provider_horovod.standalone.gateway import submit_through_gateway
+from airflow_provider_horovod.standalone.master import DriverRoute, StandaloneEndpoints, check_master_reachable
+from airflow_provider_horovod.standalone.poll import outside_kill
+from airflow_provider_horovod.standalone.slots import check_standalone_fits
+from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, driver_submission, stage_job
 from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, connection_auth_secret
-from airflow_provider_horovod.utils.spark_conf import check_reachable, master_addresses
-from airflow_provider_horovod.utils.spark_connection import connection_extras, probe_rest_access, rest_access
+from airflow_provider_horovod.utils.spark_connection import probe_rest_access, rest_access
 from airflow_provider_horovod.utils.staging import Staging
-from airflow_provider_horovod.utils.standalone_gateway import submit_through_gateway
-from airflow_provider_horovod.utils.standalone_slots import check_standalone_fits
-from airflow_provider_horovod.utils.standalone_submission import PYTHON_RUNNER, driver_submission, stage_job
 
 SUBMISSION_FILE = "submission.json"
-
-
-@dataclass(frozen=True)
-class StandaloneEndpoints:
-    """Where a standalone master answers: ``spark://`` URL, REST submission server, web UI."""
-
-    master_url: str
-    rest_url: str
-    master_ui_url: str
 
 
 class HorovodStandaloneHook(BaseHook):
     """
     Submit, follow and kill a Horovod job in cluster deploy mode on a Spark standalone cluster.
 
-    Construction does no I/O; the connection is read on first use.
+    Construction does no I/O; the connection is read on first use. The ``a_`` methods are the async twins of the
+    calls the deferral trigger makes (as the Databricks trigger awaits ``DatabricksHook.a_get_run_state``): the same
+    requests on the same :attr:`route`, the connection read off the event loop.
 
-    :param conn_id: a Spark provider ``spark`` connection to a standalone master (see the module docstring).
-    :param np: number of Horovod processes.
+    :param conn_id: a Spark provider ``spark`` connection to a standalone master (see the module docstring); ``None``
+        only with ``route``: no token, the system's CAs.
+    :param np: number of Horovod processes of the job :meth:`submit` sends; ``None``: a hook that only follows and
+        kills drivers (``route``).
     :param conf: Spark properties for the application (override the provider's defaults).
     :param env_vars: environment variables for the driver and every rank.
     :param name: the Spark application name.
     :param timeout_s: timeout of each REST call, seconds.
-    :param transport: an httpx transport for the REST calls instead of the network (tests: ``httpx.MockTransport``).
+    :param transport: an httpx transport for the REST calls instead of the network (tests: ``httpx.MockTransport``,
+        which serves the sync and the async calls).
+    :param route: the route of a driver submitted earlier, as a deferral trigger persisted it: its state and kill go
+        there, whatever the connection says now; ``None``: the connection's (:attr:`route`).
     :raises ValueError: ``conf`` or ``env_vars`` holds the Spark RPC secret (``docs/security.md``).
     """
 
@@ -74,9 +72,9 @@ class HorovodStandaloneHook(BaseHook):
     default_conn_name = "spark_default"
     hook_name = "Horovod on Spark standalone (cluster mode)"
 
-    def __init__(self, *, conn_id: str, np: int, conf: dict[str, Any] | None = None,
+    def __init__(self, *, conn_id: str | None, np: int | None = None, conf: dict[str, Any] | None = None,
                  env_vars: dict[str, str] | None = None, name: str = "airflow-horovod",
-                 timeout_s: float = 30.0, transport: Any = None) -> None:
+                 timeout_s: float = 30.0, transport: Any = None, route: DriverRoute | None = None) -> None:
         super().__init__()
         self.conn_id = conn_id
         self.np = np
@@ -86,32 +84,47 @@ class HorovodStandaloneHook(BaseHook):
         self.name = name
         self.timeout_s = timeout_s
         self.transport = transport
+        if route is not None:
+            self.route = route
+        self._wait_client: AsyncSparkRestClient | None = None
 
     @cached_property
     def endpoints(self) -> StandaloneEndpoints:
-        """The master's endpoints, from the connection."""
-        conn = self.get_connection(self.conn_id)
-        host = (conn.host or "").removeprefix("spark://").strip("/")
-        if not host:
-            raise HorovodJobError(f"conn_id={self.conn_id!r}: cluster deploy mode needs a spark://host:port master")
-        extra = connection_extras(conn)
-        return StandaloneEndpoints(
-            master_url=f"spark://{host}:{conn.port or 7077}",
-            rest_url=f"{extra.rest_scheme}://{host}:{extra.rest_port}",
-            master_ui_url=f"{extra.ui_scheme}://{host}:{extra.ui_port}",
-        )
+        """The master's endpoints, from the connection (:meth:`StandaloneEndpoints.of`)."""
+        if self.conn_id is None:
+            raise HorovodJobError("cluster deploy mode needs a connection to a spark://host:port master")
+        return StandaloneEndpoints.of(self.get_connection(self.conn_id))
 
     @cached_property
     def _rpc_secret(self) -> str | None:
-        return connection_auth_secret(self.get_connection(self.conn_id))
+        return None if self.conn_id is None else connection_auth_secret(self.get_connection(self.conn_id))
 
     uses_gateway = property(lambda self: self._rpc_secret is not None,
                             doc="Whether the connection has the RPC secret: spark-submit's gateway, not REST.")
 
     @cached_property
+    def route(self) -> DriverRoute:
+        """Where this hook reads a driver's state and sends its kill: the REST submission server, or the master's
+        web UI for a driver submitted through the gateway (:attr:`uses_gateway`)."""
+        e = self.endpoints
+        return DriverRoute(e.rest_url, e.master_ui_url if self.uses_gateway else None)
+
+    @cached_property
     def access(self) -> SparkRestAccess:
         """The bearer token (the connection's password) and CA bundle of every REST call (never logged)."""
-        return rest_access(self.get_connection(self.conn_id))
+        return SparkRestAccess() if self.conn_id is None else rest_access(self.get_connection(self.conn_id))
+
+    async def a_access(self) -> SparkRestAccess:
+        """:attr:`access`, the connection read off the event loop (through the triggerer's API) the first time."""
+        return await self._off_the_loop("access")
+
+    async def _off_the_loop(self, name: str) -> Any:
+        """A cached property, computed in a thread the first time: reading the connection is synchronous I/O."""
+        if name not in vars(self):
+            from asgiref.sync import sync_to_async
+
+            await sync_to_async(getattr)(self, name)
+        return getattr(self, name)
 
     def client(self, retry: RetryPolicy | None = None) -> SparkRestClient:
         """
@@ -146,13 +159,16 @@ class HorovodStandaloneHook(BaseHook):
         :param artifact_dir: path/URI the ranks write model files under.
         :param settings: the job's knobs, sent to the driver program as its flags; default ``JobSettings(np=np)``.
         :return: the submission (driver) id, ``driver-...``.
+        :raises ValueError: the hook was made without ``np`` (it only follows and kills drivers).
         :raises HorovodAccessError: the REST server refused the connection's token, or its certificate (probed
             first: nothing is staged or submitted).
         :raises HorovodJobError: the master refused the submission (or spark-submit reported no driver,
-            :func:`~airflow_provider_horovod.utils.standalone_gateway.submit_through_gateway`), or ``np`` task slots
+            :func:`~airflow_provider_horovod.standalone.gateway.submit_through_gateway`), or ``np`` task slots
             can never be had at the same time on this cluster next to the driver's own cores (checked before
             creating the driver), or an object-store staging location cannot be written or presigned.
         """
+        if self.np is None:
+            raise ValueError("this HorovodStandaloneHook was made without np: it follows and kills drivers only")
         settings = JobSettings.for_np(settings, self.np)
         self.check_master_reachable()
         if not self.uses_gateway:
@@ -185,46 +201,101 @@ class HorovodStandaloneHook(BaseHook):
     def check_master_reachable(self) -> None:
         """
         Fail at once, naming the address, when the master or its REST submission server does not accept a TCP
-        connection (the driver would otherwise fail on a worker, or the submission after the REST retries).
+        connection (:func:`~airflow_provider_horovod.standalone.master.check_master_reachable`).
 
         :raises HorovodJobError: ``cannot reach Spark master spark://host:port (...)`` or ``cannot reach the
             Spark master's REST submission server http://host:port (...)``.
         """
-        e = self.endpoints
-        hint = f"Check the host and port of the Airflow connection {self.conn_id!r} and that the master is running"
-        check_reachable(e.master_url, master_addresses(e.master_url), hint=hint)
-        if self.uses_gateway:  # spark-submit's gateway talks to the master itself, which runs no REST server
-            return
-        rest = urlparse(e.rest_url)
-        check_reachable(e.rest_url, [(rest.hostname or "", rest.port or 6066)],
-                        what="the Spark master's REST submission server",
-                        hint=f"{hint}, with spark.master.rest.enabled=true (the default from Spark 4.1) and its "
-                             "spark.master.rest.port in the connection's spark.airflowProviderHorovod.restPort extra "
-                             "(default 6066); a master with Spark RPC authentication runs none: give the connection "
-                             "the spark.authenticate.secret extra to submit through spark-submit's gateway")
+        check_master_reachable(self.endpoints, conn_id=self.conn_id, gateway=self.uses_gateway)
+
+    def _route_client(self, retry: RetryPolicy | None = None) -> SparkRestClient:
+        route = self.route
+        return SparkRestClient(rest_url=route.rest_url, master_ui_url=route.master_ui_url, timeout_s=self.timeout_s,
+                               retry=retry or RetryPolicy(), transport=self.transport, access=self.access)
+
+    async def _a_route_client(self, retry: RetryPolicy | None = None) -> AsyncSparkRestClient:
+        route = await self._off_the_loop("route")
+        return AsyncSparkRestClient(rest_url=route.rest_url, master_ui_url=route.master_ui_url,
+                                    timeout_s=self.timeout_s, retry=retry or RetryPolicy(), transport=self.transport,
+                                    access=await self.a_access())
 
     def status(self, submission_id: str) -> DriverStatus:
         """
-        The driver's state from the REST submission server, or the master's ``/json/`` (:attr:`uses_gateway`).
+        The driver's state from the REST submission server, or the master's ``/json/`` (:attr:`route`).
 
         :param submission_id: the driver id (``driver-...``).
-        :raises SparkSubmissionError: the master does not know the driver.
+        :raises SparkRestError: the master did not answer with it (``SparkSubmissionError``: it does not know the
+            driver).
         """
-        with self.client() as client:
-            if self.uses_gateway:
+        with self._route_client() as client:
+            if self.route.master_ui_url:
                 return client.master_state().driver_status(submission_id)
             return client.driver_status(submission_id)
 
-    def kill(self, submission_id: str) -> None:
+    async def __aenter__(self) -> HorovodStandaloneHook:
         """
-        Ask the master to kill the driver (its executors and ranks go with the application).
+        Open one async client on :attr:`route` for the :meth:`a_status` calls of a wait (the trigger's ``async with
+        self.hook``, as the Databricks trigger opens its hook's session), the connection read first.
+
+        :raises SparkRestTLSError: the connection's CA bundle cannot be loaded.
+        :raises ValueError: the connection's password is not a JWS.
+        """
+        self._wait_client = await self._a_route_client()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        client, self._wait_client = self._wait_client, None
+        if client is not None:
+            await client.aclose()
+
+    @asynccontextmanager
+    async def _a_wait_client(self) -> AsyncIterator[AsyncSparkRestClient]:
+        """The client of the wait this hook was entered for, else one for this call."""
+        if self._wait_client is not None:
+            yield self._wait_client
+            return
+        async with await self._a_route_client() as client:
+            yield client
+
+    async def a_status(self, submission_id: str) -> DriverStatus:
+        """
+        The async twin of :meth:`status`, for the deferral trigger (on the client of its wait: ``async with hook``).
 
         :param submission_id: the driver id (``driver-...``).
+        :raises SparkRestError: the master did not answer with it (``SparkSubmissionError``: it does not know the
+            driver).
         """
-        with self.client(RetryPolicy(max_attempts=3)) as client:
-            if self.uses_gateway:  # the master UI's kill link (spark.ui.killEnabled): it answers with a redirect
+        async with self._a_wait_client() as client:
+            if self.route.master_ui_url:
+                return (await client.master_state()).driver_status(submission_id)
+            return await client.driver_status(submission_id)
+
+    def kill(self, submission_id: str) -> None:
+        """
+        Ask the master to kill the driver (its executors and ranks go with the application), on :attr:`route`.
+
+        :param submission_id: the driver id (``driver-...``).
+        :raises SparkRestError: the master did not take the kill in 3 attempts.
+        """
+        with self._route_client(RetryPolicy(max_attempts=3)) as client:
+            if self.route.master_ui_url:  # the master UI's kill link (spark.ui.killEnabled): it answers a redirect
                 return client.kill_driver_ui(submission_id)
             response = client.kill_submission(submission_id)
+        self.log.info("Kill of driver %s: %s", submission_id, response.message or response.success)
+
+    async def a_kill(self, submission_id: str) -> None:
+        """
+        The async twin of :meth:`kill`, for the deferral trigger's ``on_kill``, with :class:`RetryPolicy`'s default
+        attempts (the task does not come back to kill the driver after it), on a client of its own (``on_kill`` runs
+        while the wait is cancelled).
+
+        :param submission_id: the driver id (``driver-...``).
+        :raises SparkRestError: the master did not take the kill.
+        """
+        async with await self._a_route_client() as client:
+            if self.route.master_ui_url:
+                return await client.kill_driver_ui(submission_id)
+            response = await client.kill_submission(submission_id)
         self.log.info("Kill of driver %s: %s", submission_id, response.message or response.success)
 
     def kill_earlier_tries(self, staging: Any) -> list[str]:
@@ -232,7 +303,7 @@ class HorovodStandaloneHook(BaseHook):
         Kill drivers of earlier tries of this task that are still running (siblings of ``staging``).
 
         A retry that submits must not run beside a live copy of the same training: the provider kills it. (With
-        ``durable=True`` a retry reattaches to its active driver instead: :mod:`~.operators._durable`.)
+        ``durable=True`` a retry reattaches to its active driver instead: :mod:`~.standalone.durable`.)
 
         :param staging: this try's staging directory (a :class:`~.utils.staging.Staging` or a path).
         :return: the driver ids that were still active and were killed.
@@ -247,23 +318,10 @@ class HorovodStandaloneHook(BaseHook):
                 killed.append(submission_id)
         return killed
 
-    @staticmethod
-    def app_started(staging: Any) -> tuple[str | None, str | None]:
-        """
-        ``(app_id, ui_url)`` once the driver has written ``status.json``, else ``(None, None)``.
-
-        :param staging: the try's staging directory (a :class:`~.utils.staging.Staging`, a path or a URI).
-        """
-        try:
-            data = json.loads(Staging.of(staging).read_bytes(STATUS_FILE) or b"")
-        except (OSError, ValueError):
-            return None, None
-        return data.get("app_id"), data.get("ui_url")
-
     def killed_from_outside(self, submission_id: str, driver_state: str | None, app_id: str | None) -> str | None:
         """
         The headline for a driver that was killed through the master rather than failing on its own, else ``None``
-        (:func:`~airflow_provider_horovod.utils.driver_poll.outside_kill`, with the application's state from the
+        (:func:`~airflow_provider_horovod.standalone.poll.outside_kill`, with the application's state from the
         master's ``/json/`` when the driver's own state does not tell).
 
         :param submission_id: the driver id.
@@ -279,23 +337,6 @@ class HorovodStandaloneHook(BaseHook):
             except Exception as err:  # noqa: BLE001 - the master cannot tell now: the driver's own account stands
                 self.log.debug("Cannot read the master's state for %s: %s", app_id, err)
         return outside_kill(submission_id, driver_state, app_id, app_state)
-
-    @staticmethod
-    def result(staging: Any, status: DriverStatus | None = None, *, killed: Kill | None = None) -> JobResult:
-        """
-        The job's result from the staging directory; the driver's state explains a missing result.
-
-        :param staging: the try's staging directory (a :class:`~.utils.staging.Staging`, a path or a URI).
-        :param status: the driver's final state, when known.
-        :param killed: a :class:`~airflow_provider_horovod.utils.job_result.Kill` when the job was killed (its
-            headline from :meth:`killed_from_outside`, or this task's own kill): said first, the driver's own account
-            follows, and the error is a ``HorovodJobKilledError``.
-        :raises HorovodJobError: the job failed, or left no result (``HorovodJobKilledError`` when it was killed).
-        """
-        cause = None
-        if status is not None and not status.is_successful:
-            cause = driver_failure(status.driver_state, status.message)
-        return read_job_result(staging, submit_error=cause, killed=killed)
 
     def get_conn(self) -> Any:
         """Not used: see :meth:`client`."""

@@ -6,7 +6,8 @@ One poll of a cluster-mode driver, as both waits for it read it: the task's own 
 the master's answer and what the staging directory holds; the loops only read, log, sleep.
 
 The trigger's event is :meth:`DriverPoll.event`; the operator checks it with :func:`validate_event` when it resumes.
-Its keys (:data:`EVENT_KEYS`) are persisted with a deferred task: they never change.
+Its keys (:data:`EVENT_KEYS`) are persisted with a deferred task: they never change. Once the wait is over,
+:func:`read_result` reads the job's result.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_horovod.clients import DriverStatus, SparkRestError
+from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.wire.progress_format import PROGRESS_FILE, progress_line, resume_line
+from airflow_provider_horovod.utils.job_result import JobResult, Kill, read_job_result
 
 __all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "ProgressLog", "driver_failure",
-           "outside_kill", "read_poll", "read_progress", "validate_event"]
+           "outside_kill", "read_app", "read_poll", "read_progress", "read_result", "validate_event"]
 
 RUNNING, SUCCESS, FAILED = "running", "success", "failed"
 """A poll's outcome: the driver goes on, ended FINISHED, or ended otherwise (or its state could not be read)."""
@@ -115,6 +118,24 @@ def outside_kill(submission_id: str, driver_state: str | None, app_id: str | Non
             f"driver state {driver_state}")
 
 
+def read_result(staging: Any, status: DriverStatus | None = None, *, killed: Kill | None = None) -> JobResult:
+    """
+    The job's result from the staging directory once the wait is over; the driver's state explains a missing result.
+
+    :param staging: the try's staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging`, a path
+        or a URI).
+    :param status: the driver's final state, when known.
+    :param killed: a :class:`~airflow_provider_horovod.utils.job_result.Kill` when the job was killed (its headline
+        from :meth:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook.killed_from_outside`, or this
+        task's own kill): said first, the driver's own account follows, and the error is a ``HorovodJobKilledError``.
+    :raises HorovodJobError: the job failed, or left no result (``HorovodJobKilledError`` when it was killed).
+    """
+    cause = None
+    if status is not None and not status.is_successful:
+        cause = driver_failure(status.driver_state, status.message)
+    return read_job_result(staging, submit_error=cause, killed=killed)
+
+
 def validate_event(event: Any) -> dict[str, Any]:
     """
     Check a trigger event before the operator acts on it.
@@ -190,6 +211,23 @@ def read_progress(staging: Any) -> bytes | None:
         return None
 
 
+def read_app(staging: Any) -> tuple[str | None, str | None]:
+    """
+    ``(app_id, ui_url)`` once the driver has written ``status.json`` into a try's staging directory, else
+    ``(None, None)``.
+
+    :param staging: the staging directory (a :class:`~airflow_provider_horovod.utils.staging.Staging`, a path or a
+        URI).
+    """
+    from airflow_provider_horovod.utils.staging import Staging
+
+    try:
+        data = json.loads(Staging.of(staging).read_bytes(STATUS_FILE) or b"")
+    except (OSError, ValueError):
+        return None, None
+    return data.get("app_id"), data.get("ui_url")
+
+
 def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tuple[str | None, str | None],
               last: DriverPoll | None = None) -> DriverPoll:
     """
@@ -200,7 +238,7 @@ def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tu
     :param status: the REST submission server's answer, or the error that came instead (the trigger's wait ends
         on it, failed; the task's own wait lets it raise).
     :param app: ``(app_id, ui_url)`` from the staging directory
-        (:meth:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook.app_started`), ``(None, None)``
+        (:func:`read_app`), ``(None, None)``
         before the driver wrote ``status.json``; once known, the previous poll's stands.
     :param last: the previous poll, ``None`` on the first.
     :return: the poll: :attr:`DriverPoll.done` once the driver is

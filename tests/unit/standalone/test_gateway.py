@@ -1,5 +1,5 @@
 """
-Cluster deploy mode through spark-submit's legacy gateway (utils/standalone_gateway.py), in parts: the driver id in
+Cluster deploy mode through spark-submit's legacy gateway (standalone/gateway.py), in parts: the driver id in
 ``ClientApp``'s output, spark-submit's environment and command line, the properties file, the driver program as a
 zip Python runs, the driver's state from the master's ``/json/`` (recorded from a real master) read as the REST status
 call's, and the master UI's kill link. The whole path on an authenticated cluster: tests/e2e/
@@ -20,13 +20,13 @@ import pytest
 
 from airflow_provider_horovod.clients import MasterState, RetryPolicy, SparkRestClient
 from airflow_provider_horovod.clients.spark_rest_errors import SparkRestAuthError, SparkSubmissionError
-from airflow_provider_horovod.utils.driver_poll import FAILED, RUNNING, outside_kill, read_poll
-from airflow_provider_horovod.utils.spark_auth import write_auth_properties
-from airflow_provider_horovod.utils.staging import Staging
-from airflow_provider_horovod.utils.standalone_gateway import (
+from airflow_provider_horovod.standalone.gateway import (
     GATEWAY_JAR, gateway_command, gateway_env, parse_driver_id, stage_gateway_jar,
 )
-from airflow_provider_horovod.utils.standalone_submission import PYTHON_RUNNER, DriverSubmission
+from airflow_provider_horovod.standalone.poll import FAILED, RUNNING, outside_kill, read_poll
+from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, DriverSubmission
+from airflow_provider_horovod.utils.spark_auth import write_auth_properties
+from airflow_provider_horovod.utils.staging import Staging
 
 DATA = Path(__file__).parents[1] / "data" / "spark_rest"
 DRIVER = "driver-20261130080137-0000"

@@ -25,7 +25,7 @@ of the cleared try is taking down, and fail when that kill lands. Two signals te
   moves the trigger to another triggerer within the same try, so it is not affected.
 
 Either way the new try submits a fresh job and first kills the earlier driver if it still runs
-(:meth:`~airflow_provider_horovod.hooks.standalone.HorovodStandaloneHook.kill_earlier_tries`). Records persisted before
+(:meth:`~airflow_provider_horovod.standalone.hook.HorovodStandaloneHook.kill_earlier_tries`). Records persisted before
 these fields existed are read as before (reattach to an active driver).
 
 Client deploy mode cannot reattach: the driver lives in the task's own process and dies with it. The job methods

@@ -23,7 +23,6 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.runtime.cluster.resources import PROVIDER_DEFAULTS, AppResources
 from airflow_provider_horovod.runtime.cluster.view import ClusterView, cluster_view, never_fits_message
 from airflow_provider_horovod.utils.poller import Poller
-from airflow_provider_horovod.utils.spark_connection import connection_extras
 
 MASTER_STATE_TIMEOUT_S = 10.0
 """Timeout of one read of the master's state page from the Airflow side, seconds."""
@@ -32,27 +31,6 @@ SUBMIT_KWARGS_CONF = {"executor_cores": "spark.executor.cores", "executor_memory
                       "total_executor_cores": "spark.cores.max", "driver_memory": "spark.driver.memory",
                       "num_executors": "spark.executor.instances"}
 """``SparkSubmitHook`` arguments that size executors, and the Spark properties they set."""
-
-
-def standalone_master(conn: Any) -> tuple[str, str] | None:
-    """
-    ``(master URL, master web UI URL)`` of a Spark provider ``spark`` connection to a standalone master.
-
-    The master is what ``SparkSubmitHook`` builds (``host`` with its ``spark://`` scheme, ``:port`` when set);
-    the web UI is on the first master host at the ``spark.airflowProviderHorovod.uiPort`` extra (default 8080, scheme
-    ``spark.airflowProviderHorovod.uiScheme``; read by
-    :func:`~airflow_provider_horovod.utils.spark_connection.connection_extras`).
-
-    :param conn: the Airflow connection.
-    :return: the two URLs, or ``None`` when the connection is not a ``spark://`` master.
-    """
-    host = (conn.host or "").strip().rstrip("/")
-    if not host.startswith("spark://"):
-        return None
-    master = f"{host}:{conn.port}" if conn.port else host
-    first = master.removeprefix("spark://").split(",")[0].rsplit(":", 1)[0]
-    extra = connection_extras(conn)
-    return master, f"{extra.ui_scheme}://{first}:{extra.ui_port}"
 
 
 def submit_kwargs_conf(spark_submit_kwargs: Mapping[str, Any]) -> dict[str, str]:
