@@ -350,15 +350,15 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         if name == "connect":
             return ConnectMode(job, HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name),
                                reporter)
-        return ClusterMode(job, self._cluster_hook(job), reporter, ClusterOptions(
+        return ClusterMode(job, self._cluster_hook(), reporter, ClusterOptions(
             defer=self.defer, deferrable=self.deferrable, cancel_on_kill=self.cancel_on_kill,
             poll_interval_s=self.poll_interval_s, staging_dir=self.staging_dir, conf=dict(job.conf)))
 
     def _resumed_cluster_mode(self) -> ClusterMode:
         """The cluster mode a try resumes in after its trigger (no new job)."""
-        return ClusterMode(None, self._cluster_hook(None), self._new_reporter())
+        return ClusterMode(None, self._cluster_hook(), self._new_reporter())
 
-    def _cluster_hook(self, job: TrainingJob | None) -> HorovodStandaloneHook:
+    def _cluster_hook(self) -> HorovodStandaloneHook:
         """
         The standalone cluster-mode hook.
 
@@ -366,10 +366,7 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         """
         if self.conn_id is None:
             raise HorovodJobError("deploy_mode='cluster' needs conn_id naming a spark://host:port standalone master")
-        if job is None:
-            return HorovodStandaloneHook(conn_id=self.conn_id, np=self.np, conf=self.conf, env_vars=self.env_vars)
-        return HorovodStandaloneHook(conn_id=self.conn_id, np=job.np, conf=dict(job.conf), env_vars=dict(job.env),
-                                     name=job.app_name)
+        return HorovodStandaloneHook(conn_id=self.conn_id)
 
     # -- the try -------------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:

@@ -225,21 +225,6 @@ class JobSettings:
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
-    @classmethod
-    def for_np(cls, settings: JobSettings | None, np: int) -> JobSettings:
-        """
-        The settings a hook made for ``np`` processes runs with.
-
-        :param settings: what the caller gave, or ``None`` for the defaults.
-        :param np: the hook's number of processes.
-        :raises ValueError: ``settings.np`` is another number.
-        """
-        if settings is None:
-            return cls(np=np)
-        if settings.np != np:
-            raise ValueError(f"settings.np={settings.np} but the hook was made for np={np}")
-        return settings
-
     def replace(self, **changes: Any) -> JobSettings:
         """
         A copy with ``changes`` (checked again).

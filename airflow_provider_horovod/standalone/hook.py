@@ -31,14 +31,14 @@ from airflow.sdk import BaseHook
 from airflow_provider_horovod.clients import (
     AsyncSparkRestClient, DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient,
 )
+from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.standalone.gateway import submit_through_gateway
 from airflow_provider_horovod.standalone.master import DriverRoute, StandaloneEndpoints, check_master_reachable
 from airflow_provider_horovod.standalone.poll import outside_kill
 from airflow_provider_horovod.standalone.slots import check_standalone_fits
 from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, driver_submission, stage_job
-from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret, connection_auth_secret
+from airflow_provider_horovod.utils.spark_auth import connection_auth_secret
 from airflow_provider_horovod.utils.spark_connection import probe_rest_access, rest_access
 from airflow_provider_horovod.utils.staging import Staging
 
@@ -49,39 +49,29 @@ class HorovodStandaloneHook(BaseHook):
     """
     Submit, follow and kill a Horovod job in cluster deploy mode on a Spark standalone cluster.
 
-    Construction does no I/O; the connection is read on first use. The ``a_`` methods are the async twins of the
+    The hook keeps the connection and how it talks to the master; the job
+    (:class:`~airflow_provider_horovod.job.TrainingJob`) comes with each :meth:`submit` call. Construction does no
+    I/O; the connection is read on first use. The ``a_`` methods are the async twins of the
     calls the deferral trigger makes (as the Databricks trigger awaits ``DatabricksHook.a_get_run_state``): the same
     requests on the same :attr:`route`, the connection read off the event loop.
 
     :param conn_id: a Spark provider ``spark`` connection to a standalone master (see the module docstring); ``None``
         only with ``route``: no token, the system's CAs.
-    :param np: number of Horovod processes of the job :meth:`submit` sends; ``None``: a hook that only follows and
-        kills drivers (``route``).
-    :param conf: Spark properties for the application (override the provider's defaults).
-    :param env_vars: environment variables for the driver and every rank.
-    :param name: the Spark application name.
     :param timeout_s: timeout of each REST call, seconds.
     :param transport: an httpx transport for the REST calls instead of the network (tests: ``httpx.MockTransport``,
         which serves the sync and the async calls).
     :param route: the route of a driver submitted earlier, as a deferral trigger persisted it: its state and kill go
         there, whatever the connection says now; ``None``: the connection's (:attr:`route`).
-    :raises ValueError: ``conf`` or ``env_vars`` holds the Spark RPC secret (``docs/security.md``).
     """
 
     conn_name_attr = "conn_id"
     default_conn_name = "spark_default"
     hook_name = "Horovod on Spark standalone (cluster mode)"
 
-    def __init__(self, *, conn_id: str | None, np: int | None = None, conf: dict[str, Any] | None = None,
-                 env_vars: dict[str, str] | None = None, name: str = "airflow-horovod",
-                 timeout_s: float = 30.0, transport: Any = None, route: DriverRoute | None = None) -> None:
+    def __init__(self, *, conn_id: str | None, timeout_s: float = 30.0, transport: Any = None,
+                 route: DriverRoute | None = None) -> None:
         super().__init__()
         self.conn_id = conn_id
-        self.np = np
-        self.conf = {str(k): str(v) for k, v in (conf or {}).items()}
-        self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
-        check_no_auth_secret(self.conf, self.env_vars)
-        self.name = name
         self.timeout_s = timeout_s
         self.transport = transport
         if route is not None:
@@ -145,21 +135,18 @@ class HorovodStandaloneHook(BaseHook):
         :raises HorovodJobError: the server gave no usable answer.
         """
         with self.client(RetryPolicy(max_attempts=2)) as client:
-            probe_rest_access(client, self.endpoints.rest_url, self.conn_id)
+            probe_rest_access(client, self.endpoints.rest_url, str(self.conn_id))
 
-    def submit(self, *, staging: Any, payload: bytes, key: bytes, artifact_dir: str,
-               settings: JobSettings | None = None) -> str:
+    def submit(self, job: TrainingJob, *, staging: Any) -> str:
         """
         Stage the job and create the driver on the cluster.
 
+        :param job: the job: its signed payload (staged), its key (sent as the driver's environment only), its
+            settings (the driver program's flags), environment, Spark properties, application name and artifact
+            directory.
         :param staging: this try's staging directory: a :class:`~airflow_provider_horovod.utils.staging.Staging`,
             or a path on the shared filesystem (created, owner-only).
-        :param payload: the signed payload.
-        :param key: its HMAC key; sent as the driver's environment only.
-        :param artifact_dir: path/URI the ranks write model files under.
-        :param settings: the job's knobs, sent to the driver program as its flags; default ``JobSettings(np=np)``.
         :return: the submission (driver) id, ``driver-...``.
-        :raises ValueError: the hook was made without ``np`` (it only follows and kills drivers).
         :raises HorovodAccessError: the REST server refused the connection's token, or its certificate (probed
             first: nothing is staged or submitted).
         :raises HorovodJobError: the master refused the submission (or spark-submit reported no driver,
@@ -167,20 +154,19 @@ class HorovodStandaloneHook(BaseHook):
             can never be had at the same time on this cluster next to the driver's own cores (checked before
             creating the driver), or an object-store staging location cannot be written or presigned.
         """
-        if self.np is None:
-            raise ValueError("this HorovodStandaloneHook was made without np: it follows and kills drivers only")
-        settings = JobSettings.for_np(settings, self.np)
         self.check_master_reachable()
         if not self.uses_gateway:
             self.check_access()
         staging = Staging.of(staging)
         staging.create()
-        stage_job(staging, payload)
+        stage_job(staging, job.payload)
         submission = driver_submission(
-            staging, master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url, name=self.name,
-            np=self.np, conf=self.conf, env_vars=self.env_vars, key=key, artifact_dir=artifact_dir, settings=settings)
+            staging, master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
+            name=job.app_name, np=job.np, conf={str(k): str(v) for k, v in job.conf.items()},
+            env_vars={str(k): str(v) for k, v in job.env.items()}, key=job.key,
+            artifact_dir=job.artifact_dir, settings=job.settings)
         check_standalone_fits(master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
-                              np=self.np, conf=submission.properties, cluster_mode=True, log=self.log,
+                              np=job.np, conf=submission.properties, cluster_mode=True, log=self.log,
                               access=self.access)
         if self._rpc_secret is not None:
             submission_id = submit_through_gateway(staging, submission, master_url=self.endpoints.master_url,

@@ -245,14 +245,14 @@ def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tu
         FINISHED (``success``), FAILED, KILLED or ERROR (``failed``) or its state cannot be read (``failed``,
         with the last state read); SUBMITTED, RUNNING, RELAUNCHING and UNKNOWN go on.
     """
-    known = last is not None and last.app_id is not None
-    app_id, ui_url = last.app if known else app
+    known = last.app if last is not None and last.app_id is not None else None
+    app_id, ui_url = known or app
     last_state = None if last is None else last.driver_state
     if isinstance(status, SparkRestError):
         return DriverPoll(submission_id, FAILED, last_state,
                           f"cannot read driver {submission_id}'s state: {status}", app_id, ui_url,
-                          app_started=app_id is not None and not known)
+                          app_started=app_id is not None and known is None)
     outcome = RUNNING if not status.is_terminal else SUCCESS if status.is_successful else FAILED
     return DriverPoll(submission_id, outcome, status.driver_state, status.message, app_id, ui_url,
                       state_changed=status.driver_state != last_state,
-                      app_started=app_id is not None and not known)
+                      app_started=app_id is not None and known is None)

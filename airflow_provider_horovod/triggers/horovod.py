@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -12,6 +12,10 @@ from airflow_provider_horovod.clients import AsyncSparkRestClient, RetryPolicy, 
 from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.standalone.master import DriverRoute
 from airflow_provider_horovod.standalone.poll import ProgressLog, read_app, read_poll, read_progress
+
+if TYPE_CHECKING:
+    from airflow_provider_horovod.clients import DriverStatus
+    from airflow_provider_horovod.utils.staging import Staging
 
 
 class HorovodSparkJobTrigger(BaseTrigger):
@@ -59,7 +63,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         self.submission_id = submission_id
         self.rest_url = rest_url
         self.staging = staging
-        self._staging = None  # a Staging, on first use
+        self._staging: Staging | None = None  # made on first use
         self.poll_interval_s = poll_interval_s
         self.cancel_on_kill = cancel_on_kill
         self.timeout_s = timeout_s
@@ -154,6 +158,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         await self._read_mlflow_connection()
         async with self.hook:  # one client for the wait; a connection it cannot use fails the trigger
             while True:
+                status: DriverStatus | SparkRestError
                 try:
                     status = await self.hook.a_status(self.submission_id)
                 except SparkRestError as err:

@@ -104,6 +104,8 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
     import asyncio
     import secrets
 
+    from airflow_provider_horovod.job import TrainingJob
+    from airflow_provider_horovod.runtime.settings import JobSettings
     from airflow_provider_horovod.runtime.wire.payload import dumps_payload
     from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
     from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
@@ -111,13 +113,14 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
 
     for name, value in cluster_env(cluster, tmp_path).items():
         monkeypatch.setenv(name, value)
-    hook = HorovodStandaloneHook(conn_id="spark_cluster", np=2, conf=CONF, name="kill-test")
+    hook = HorovodStandaloneHook(conn_id="spark_cluster")
     staging_root = tmp_path / "staging"
 
     def submit(try_dir: str) -> str:
         key = secrets.token_bytes(32)
-        return hook.submit(staging=staging_root / try_dir, payload=dumps_payload(long_training, key=key), key=key,
-                           artifact_dir=str(tmp_path / "art" / try_dir))
+        return hook.submit(TrainingJob(key=key, payload=dumps_payload(long_training, key=key), conf=CONF,
+                                       settings=JobSettings(np=2), artifact_dir=str(tmp_path / "art" / try_dir),
+                                       app_name="kill-test"), staging=staging_root / try_dir)
 
     first = submit("try-1")
     assert _wait_state(hook, first, {"RUNNING"}) == "RUNNING"
@@ -217,12 +220,16 @@ def test_durable_retry_reads_a_finished_driver_and_resubmits_a_failed_one(cluste
     # a stored driver that was KILLED is never taken for success: try 3 submits a new one
     import secrets
 
+    from airflow_provider_horovod.job import TrainingJob
+    from airflow_provider_horovod.runtime.settings import JobSettings
     from airflow_provider_horovod.runtime.wire.payload import dumps_payload
+    from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 
-    hook = _op.cluster_hook
+    hook = HorovodStandaloneHook(conn_id="spark_cluster")
     key = secrets.token_bytes(32)
-    killed = hook.submit(staging=tmp_path / "killed", payload=dumps_payload(long_training, key=key), key=key,
-                         artifact_dir=str(tmp_path / "killed-art"))
+    killed = hook.submit(TrainingJob(key=key, payload=dumps_payload(long_training, key=key), conf=CONF,
+                                     settings=JobSettings(np=2), artifact_dir=str(tmp_path / "killed-art")),
+                         staging=tmp_path / "killed")
     assert _wait_state(hook, killed, {"RUNNING"}) == "RUNNING"
     hook.kill(killed)
     assert _wait_state(hook, killed, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"

@@ -56,6 +56,8 @@ import httpx
 import psutil
 import pytest
 
+from airflow_provider_horovod.job import TrainingJob
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.clients import SparkRestClient, SparkRestTLSError
 from airflow_provider_horovod.exceptions import HorovodAccessError, HorovodJobError
 from airflow_provider_horovod.runtime.driver.program import KEY_ENV
@@ -281,11 +283,11 @@ def test_a_wrong_or_missing_token_fails_the_hook_at_once_with_nothing_submitted(
                                                                                  monkeypatch):
     password = secured.wrong_token if token == "wrong" else None
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_SECURE", secured.connection(password))
-    hook = HorovodStandaloneHook(conn_id="spark_secure", np=2, name="refused")
+    hook = HorovodStandaloneHook(conn_id="spark_secure")
     started = time.monotonic()
     with pytest.raises(HorovodAccessError) as raised:
-        hook.submit(staging=tmp_path / "staging", payload=b"never sent", key=b"k" * 32,
-                    artifact_dir=str(tmp_path / "art"))
+        hook.submit(TrainingJob(key=b"k" * 32, payload=b"never sent", settings=JobSettings(np=2),
+                                artifact_dir=str(tmp_path / "art"), app_name="refused"), staging=tmp_path / "staging")
     assert time.monotonic() - started < 15  # no retries
     message = str(raised.value)
     assert "connection 'spark_secure'" in message and "HTTP 403" in message and "nothing was submitted" in message
@@ -354,15 +356,14 @@ def test_cluster_mode_without_the_right_secret_fails_the_hook_saying_why(auth, a
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_AUTH_NONE", auth_connection(auth, None))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_AUTH_WRONG", auth_connection(auth, wrong))
     path, key = payload_file(tmp_path / "staging", "refused", tmp_path, None)
-    jobs = {name: HorovodStandaloneHook(conn_id=name, np=2, conf={**job_conf(2, executor_cores=1), **ENCRYPTION})
-            for name in ("spark_auth_none", "spark_auth_wrong")}
+    jobs = {name: HorovodStandaloneHook(conn_id=name) for name in ("spark_auth_none", "spark_auth_wrong")}
+    job = TrainingJob(key=key, payload=path.read_bytes(), settings=JobSettings(np=2), artifact_dir=str(tmp_path / "art"),
+                      conf={**job_conf(2, executor_cores=1), **ENCRYPTION})
     with pytest.raises(HorovodJobError, match="REST submission server.*give the connection the "
                                               "spark.authenticate.secret extra"):
-        jobs["spark_auth_none"].submit(staging=tmp_path / "staging", payload=path.read_bytes(), key=key,
-                                       artifact_dir=str(tmp_path / "art"))
+        jobs["spark_auth_none"].submit(job, staging=tmp_path / "staging")
     with pytest.raises(HorovodJobError, match=r"spark-submit did not submit the driver to spark://") as refused:
-        jobs["spark_auth_wrong"].submit(staging=tmp_path / "staging", payload=path.read_bytes(), key=key,
-                                        artifact_dir=str(tmp_path / "art"))
+        jobs["spark_auth_wrong"].submit(job, staging=tmp_path / "staging")
     assert wrong not in str(refused.value) and auth.master_json()["activedrivers"] == []
 
 

@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
+from airflow_provider_horovod.job import TrainingJob
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS, PYTHON_DAEMON_MODULE
 from tests.integration.shared_cluster_jobs import RECORD, job_conf, run_client_job, starts, wait_until
@@ -130,12 +132,13 @@ def test_jobs_that_can_never_fit_fail_before_submission(cluster, tmp_path):
         run_client_job(CONN_ID, 4, "capped", tmp_path, lines=lines, conf={"spark.cores.max": "2"})
 
     # one-core executors, as cluster mode needs: the driver's worker keeps one core for an executor
-    hook = HorovodStandaloneHook(conn_id=CONN_ID, np=4, conf={**job_conf(4, executor_cores=1),
-                                                              "spark.driver.cores": "1"})
+    hook = HorovodStandaloneHook(conn_id=CONN_ID)
     path, key = payload_file(tmp_path / "cluster-staging", "cluster", tmp_path, None)
     with pytest.raises(HorovodJobError) as cluster_mode:
-        hook.submit(staging=tmp_path / "cluster-staging", payload=path.read_bytes(), key=key,
-                    artifact_dir=str(tmp_path / "art"))
+        hook.submit(TrainingJob(key=key, payload=path.read_bytes(), settings=JobSettings(np=4),
+                                artifact_dir=str(tmp_path / "art"),
+                                conf={**job_conf(4, executor_cores=1), "spark.driver.cores": "1"}),
+                    staging=tmp_path / "cluster-staging")
     message = str(cluster_mode.value)
     assert "np=4 needs 4 task slots at the same time" in message
     assert ("2 workers alive with 4 cores in all; in cluster deploy mode the driver takes spark.driver.cores=1 "

@@ -40,20 +40,21 @@ def _terminal(hook, submission_id: str) -> object:
 
 
 def test_second_job_waits_for_the_first_in_cluster_mode(cluster, tmp_path):
+    from airflow_provider_horovod.job import TrainingJob
     from airflow_provider_horovod.runtime.settings import JobSettings
     from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
     from airflow_provider_horovod.standalone.poll import read_app, read_result
     from airflow_provider_horovod.standalone.slots import ClusterSlotsWatcher
 
     gate = tmp_path / "gate"
-    hook = HorovodStandaloneHook(conn_id=CONN_ID, np=4, conf=CONF, name="shared-cluster-mode")
+    hook = HorovodStandaloneHook(conn_id=CONN_ID)
     staging = {tag: tmp_path / "staging" / tag for tag in ("first", "second")}
 
     def submit(tag: str, with_gate: bool) -> str:
         path, key = payload_file(staging[tag], tag, tmp_path, gate if with_gate else None)
-        return hook.submit(staging=staging[tag], payload=path.read_bytes(), key=key,
-                           artifact_dir=str(tmp_path / "artifacts" / tag),
-                           settings=JobSettings(np=hook.np, slot_wait_timeout_s=600))
+        return hook.submit(TrainingJob(key=key, payload=path.read_bytes(), artifact_dir=str(tmp_path / "artifacts" / tag),
+                                       settings=JobSettings(np=4, slot_wait_timeout_s=600), conf=CONF,
+                                       app_name="shared-cluster-mode"), staging=staging[tag])
 
     lines: list[str] = []
     context = lambda: "\n".join(lines[-20:]) + "\n" + cluster.log_tail(20)  # noqa: E731

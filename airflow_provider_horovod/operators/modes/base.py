@@ -60,10 +60,6 @@ class DeployMode:
         :param job: the job to submit.
         """
         self.request = job
-        env_vars = getattr(self.hook, "env_vars", None)
-        if isinstance(env_vars, dict):  # a hook given the environment when it was made
-            env_vars.clear()
-            env_vars.update(job.env)
 
     def check(self) -> None:
         """

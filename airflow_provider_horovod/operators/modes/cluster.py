@@ -113,8 +113,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         job, options = self.job, self.options
         staging = Staging(options.staging_dir or default_staging_dir(context))
         self.hook.kill_earlier_tries(staging)
-        submission_id = self.hook.submit(staging=staging, payload=job.payload, key=job.key,
-                                         artifact_dir=job.artifact_dir, settings=job.settings)
+        submission_id = self.hook.submit(job, staging=staging)
         context["ti"].xcom_push(key=XCOM_SUBMISSION_ID, value=submission_id)
         return job_record(submission_id=submission_id, staging=staging.record, artifact_dir=job.artifact_dir,
                           try_number=context["ti"].try_number, deferred=options.deferrable,
@@ -188,9 +187,10 @@ class ClusterMode(DurableClusterJob, DeployMode):
         """
         interval = self.options.poll_interval_s
         poll, watcher, tick, progress = None, None, threading.Event(), ProgressLog()
-        slots = None if not interval else ClusterSlotsWatcher(  # what the job waits for, from the master
+        # what the job waits for, from the master (a mode that only resumes has no job to size it from)
+        slots = None if not interval or self.request is None else ClusterSlotsWatcher(
             master_ui_url=self.hook.endpoints.master_ui_url, submission_id=submission_id,
-            app_id=lambda: read_app(staging)[0], np=self.hook.np,
+            app_id=lambda: read_app(staging)[0], np=self.request.np,
             conf=self.options.conf, log=self.log.info, poll_interval_s=interval, access=self.hook.access).start()
         try:
             while True:
@@ -199,7 +199,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
                 poll = read_poll(submission_id, status, app, poll)
                 if poll.state_changed:
                     self.log.info("Driver %s is %s", submission_id, poll.driver_state)
-                if poll.app_started:
+                if poll.app_started and poll.app_id is not None:
                     watcher = self.reporter.app_started(ti, poll.app_id, poll.ui_url)
                 if poll.done:
                     return status

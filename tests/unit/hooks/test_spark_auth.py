@@ -17,7 +17,6 @@ from airflow_provider_horovod.hooks.horovod import _SparkSubmit
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.operators.common import check_spark_arguments
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.utils.spark_auth import (
     AUTH_PROPERTIES_FILE, CONNECTION_SECRET_EXTRA, auth_submit_kwargs, connection_auth_secret,
 )
@@ -37,7 +36,6 @@ def _conn(**extra) -> Connection:
                         conf={" spark.authenticate.secret": "x"}),
     lambda: TrainingJob(key=b"k", payload=b"p", settings=JobSettings(np=2), artifact_dir="/a",
                         env={"_SPARK_AUTH_SECRET": "x"}),
-    lambda: HorovodStandaloneHook(conn_id="c", np=2, conf={"spark.authenticate.secret": "x"}),
 ])
 def test_the_secret_in_dag_code_is_refused_naming_the_parameter(make):
     with pytest.raises(ValueError, match=r"(conf|env_vars)\[.*cannot be given in DAG code.*'spark.authenticate.secret'"):

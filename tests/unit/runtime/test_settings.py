@@ -100,9 +100,3 @@ def test_the_runner_and_the_operator_normalise_alike():
                                      slot_wait_timeout_s=10, max_return_value_bytes=64 * 2**20)
     assert operator.job_settings() == runner.settings
     assert runner.settings.start_timeout_s == 60.0 and isinstance(runner.settings.start_timeout_s, float)
-
-
-def test_a_hook_refuses_settings_made_for_another_np():
-    with pytest.raises(ValueError, match=r"settings.np=4 but the hook was made for np=2"):
-        JobSettings.for_np(JobSettings(np=4), 2)
-    assert JobSettings.for_np(None, -2) == JobSettings(np=-2)

@@ -14,6 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.job import TrainingJob
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.standalone.master import DriverRoute
 from airflow_provider_horovod.utils.spark_auth import CONNECTION_SECRET_EXTRA
@@ -33,8 +36,8 @@ def _connection(monkeypatch, name: str, **extra) -> None:
 def test_the_connection_gives_the_route(monkeypatch):
     _connection(monkeypatch, "rest_master")
     _connection(monkeypatch, "secured_master", **{CONNECTION_SECRET_EXTRA: "the-rpc-secret"})
-    assert HorovodStandaloneHook(conn_id="rest_master", np=2).route == DriverRoute(REST, None)
-    assert HorovodStandaloneHook(conn_id="secured_master", np=2).route == DriverRoute(REST, UI)  # the gateway's
+    assert HorovodStandaloneHook(conn_id="rest_master").route == DriverRoute(REST, None)
+    assert HorovodStandaloneHook(conn_id="secured_master").route == DriverRoute(REST, UI)  # the gateway's
 
 
 def _master(asked: list[tuple[str, str, str | None]]) -> httpx.MockTransport:
@@ -85,8 +88,9 @@ def test_the_async_twins_make_the_sync_calls_requests_on_the_persisted_route(mon
                               ("POST", f"{REST}/v1/submissions/kill/driver-1", token)]
 
 
-def test_a_hook_made_without_np_follows_and_kills_only(tmp_path):
+def test_a_hook_made_with_a_route_and_no_connection_follows_and_kills_only(tmp_path):
     hook = HorovodStandaloneHook(conn_id=None, route=DriverRoute(REST))
-    with pytest.raises(ValueError, match="made without np: it follows and kills drivers only"):
-        hook.submit(staging=tmp_path / "staging", payload=b"p", key=b"k" * 32, artifact_dir=str(tmp_path / "art"))
+    job = TrainingJob(key=b"k" * 32, payload=b"p", settings=JobSettings(np=2), artifact_dir=str(tmp_path / "art"))
+    with pytest.raises(HorovodJobError, match="cluster deploy mode needs a connection"):
+        hook.submit(job, staging=tmp_path / "staging")
     assert not (tmp_path / "staging").exists()

@@ -61,7 +61,7 @@ def hook_for(monkeypatch) -> Callable[..., HorovodStandaloneHook]:
                   "spark.airflowProviderHorovod.uiPort": 1}}))
 
     def make(handler: Callable[[httpx.Request], httpx.Response]) -> HorovodStandaloneHook:
-        return HorovodStandaloneHook(conn_id="fake_standalone", np=2, timeout_s=5,
+        return HorovodStandaloneHook(conn_id="fake_standalone", timeout_s=5,
                                      transport=httpx.MockTransport(handler))
 
     return make

@@ -59,9 +59,10 @@ def test_cluster_mode_fails_fast_before_staging(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_WRONG_MASTER", json.dumps({
         "conn_type": "spark", "host": "spark://127.0.0.1", "port": port,
         "extra": {"deploy-mode": "cluster", "spark.airflowProviderHorovod.restPort": rest}}))
-    hook = HorovodStandaloneHook(conn_id="wrong_master", np=2)
+    hook = HorovodStandaloneHook(conn_id="wrong_master")
+    job = TrainingJob(key=b"k" * 32, payload=b"p", settings=JobSettings(np=2), artifact_dir=str(tmp_path))
     with pytest.raises(HorovodJobError, match=rf"cannot reach Spark master spark://127.0.0.1:{port} "):
-        hook.submit(staging=tmp_path / "staging", payload=b"p", key=b"k" * 32, artifact_dir=str(tmp_path))
+        hook.submit(job, staging=tmp_path / "staging")
     assert not (tmp_path / "staging").exists()
     with socket.socket() as master:  # the master answers, its REST submission server does not
         master.bind(("127.0.0.1", port))

@@ -131,7 +131,6 @@ def test_connect_mode_refuses_storage_credentials_and_passes_the_hook_s_error_on
 class FakeStandaloneHook:
     """The standalone hook's calls, the master's answers scripted: driver states in order, the last one sticking."""
 
-    np = 2
     conn_id = "spark_cluster"
     uses_gateway = False
     access = SparkRestAccess()
@@ -145,9 +144,9 @@ class FakeStandaloneHook:
         self.calls.append(("kill_earlier_tries", staging.uri))
         return []
 
-    def submit(self, **kwargs: Any) -> str:
-        self.calls.append(("submit", kwargs))
-        kwargs["staging"].create()
+    def submit(self, job: TrainingJob, *, staging: Any) -> str:
+        self.calls.append(("submit", {"job": job, "staging": staging}))
+        staging.create()
         return "driver-1"
 
     def status(self, submission_id: str) -> DriverStatus:
@@ -183,7 +182,7 @@ def test_cluster_mode_submits_waits_and_reads_the_result(tmp_path):
                       "cancel_on_kill": True}
     [earlier, (_, submitted)] = hook.calls
     assert earlier == ("kill_earlier_tries", str(tmp_path / "staging" / "try-1"))
-    assert submitted["settings"] == JobSettings(np=2) and submitted["payload"] == b"signed payload"
+    assert submitted["job"] is mode.job and submitted["staging"].uri == str(tmp_path / "staging" / "try-1")
     assert ti.xcom["spark_submission_id"] == "driver-1"
     _finish_driver(tmp_path / "staging" / "try-1", {"steps": 3})
     assert mode.poll_until_complete(record, {"ti": ti}) == {"steps": 3}
