@@ -36,8 +36,14 @@ def artifact_uri(location: str) -> str:
     return "file://" + os.path.abspath(location)
 
 
-def model_event_extra(*, artifact_dir: str, artifact_paths: Sequence[str], app_id: str | None,
-                      return_value: Any, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+def model_event_extra(
+    *,
+    artifact_dir: str,
+    artifact_paths: Sequence[str],
+    app_id: str | None,
+    return_value: Any,
+    metrics: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """
     The ``extra`` of a model asset event.
 
@@ -48,8 +54,11 @@ def model_event_extra(*, artifact_dir: str, artifact_paths: Sequence[str], app_i
         :data:`MAX_EVENT_RETURN_VALUE_BYTES` long, else left out (it is always in the ``return_value`` XCom).
     :param metrics: rank 0's last ``report()`` metrics, kept under ``metrics`` when there are any.
     """
-    extra: dict[str, Any] = {"artifact_dir": artifact_dir, "artifact_paths": list(artifact_paths),
-                             "spark_app_id": app_id}
+    extra: dict[str, Any] = {
+        "artifact_dir": artifact_dir,
+        "artifact_paths": list(artifact_paths),
+        "spark_app_id": app_id,
+    }
     if metrics:
         extra["metrics"] = dict(metrics)
     try:
@@ -61,8 +70,11 @@ def model_event_extra(*, artifact_dir: str, artifact_paths: Sequence[str], app_i
     return extra
 
 
-def attach_model_events(outlet_events: Mapping[Any, Any] | None, outlets: Iterable[Any], extra: dict[str, Any],
-                        ) -> list[str]:
+def attach_model_events(
+    outlet_events: Mapping[Any, Any] | None,
+    outlets: Iterable[Any],
+    extra: dict[str, Any],
+) -> list[str]:
     """
     Put ``extra`` on the asset events this task emits.
 

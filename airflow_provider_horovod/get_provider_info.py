@@ -21,8 +21,13 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "operators": [
-            {"integration-name": "Horovod", "python-modules": [
-                "airflow_provider_horovod.operators.horovod", "airflow_provider_horovod.operators.torch_distributed"]}
+            {
+                "integration-name": "Horovod",
+                "python-modules": [
+                    "airflow_provider_horovod.operators.horovod",
+                    "airflow_provider_horovod.operators.torch_distributed",
+                ],
+            }
         ],
         "hooks": [
             {
@@ -35,15 +40,14 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
-        "triggers": [
-            {"integration-name": "Horovod", "python-modules": ["airflow_provider_horovod.triggers.horovod"]}
-        ],
-        "extra-links": ["airflow_provider_horovod.links.SparkUILink",
-                        "airflow_provider_horovod.links.MlflowRunLink"],
+        "triggers": [{"integration-name": "Horovod", "python-modules": ["airflow_provider_horovod.triggers.horovod"]}],
+        "extra-links": ["airflow_provider_horovod.links.SparkUILink", "airflow_provider_horovod.links.MlflowRunLink"],
         "task-decorators": [
             {"class-name": "airflow_provider_horovod.decorators.horovod.horovod_task", "name": "horovod"},
-            {"class-name": "airflow_provider_horovod.decorators.torch_distributed.torch_distributed_task",
-             "name": "torch_distributed"},
+            {
+                "class-name": "airflow_provider_horovod.decorators.torch_distributed.torch_distributed_task",
+                "name": "torch_distributed",
+            },
         ],
         "config": {
             "horovod": {

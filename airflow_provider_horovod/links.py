@@ -65,15 +65,19 @@ def push_spark_ui_url(ti: Any, url: str) -> None:
     """
     ti.xcom_push(key=XCOM_SPARK_UI_URL, value=url)
     try:
-        XCom._set_xcom_in_db(key=SparkUILink().xcom_key, value=url, dag_id=ti.dag_id, task_id=ti.task_id,
-                             run_id=ti.run_id, map_index=ti.map_index)
+        XCom._set_xcom_in_db(
+            key=SparkUILink().xcom_key,
+            value=url,
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index,
+        )
     except ImportError:  # not in a task the supervisor runs (an operator's execute() called directly): no link yet
         pass
 
 
 _UNKNOWN = object()
-
-
 
 
 class MlflowRunLink(BaseOperatorLink):

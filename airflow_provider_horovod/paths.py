@@ -182,16 +182,16 @@ def decode_id_path(path: str) -> str:
         not UTF-8.
     """
     *init, last = names = path.split("/")
-    if not all(names) or "" in (name[:-len(_CONTINUED)] for name in init):
+    if not all(names) or "" in (name[: -len(_CONTINUED)] for name in init):
         raise ValueError(f"{path!r} is not an encoded id: it has an empty name")
     if last.endswith(_CONTINUED) or any(not name.endswith(_CONTINUED) for name in init):
         raise ValueError(f"{path!r} is not an encoded id: only the names before the last one end in '~'")
-    text = "".join(name[:-len(_CONTINUED)] for name in init) + last
+    text = "".join(name[: -len(_CONTINUED)] for name in init) + last
     data = bytearray()
     i = 0
     while i < len(text):
         if _ESCAPED.match(text, i):
-            data.append(int(text[i + 1:i + 3], 16))
+            data.append(int(text[i + 1 : i + 3], 16))
             i += 3
         elif text[i] in _PLAIN:
             data += text[i].encode()

@@ -23,12 +23,38 @@ from pathlib import Path
 from benchmarks.contenders import Series, Unavailable
 from benchmarks.env import REPO, setup_environ
 
-FULL = {"b1_reps": 5, "b3_reps": 3, "b3_warmup": 50, "b3_steps": 1000, "b2_reps": 3, "b4_seconds": 60.0,
-        "b4_cluster_seconds": 20.0, "b5_reps": 3, "b7_reps": 5, "b8_reps": 3, "b8_epochs": 45, "min_reps": 2,
-        "b9_reps": 3, "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 280, "b9": 360}}
-QUICK = {"b1_reps": 2, "b3_reps": 1, "b3_warmup": 30, "b3_steps": 300, "b2_reps": 1, "b4_seconds": 15.0,
-         "b4_cluster_seconds": 10.0, "b5_reps": 1, "b7_reps": 2, "b8_reps": 1, "b8_epochs": 14, "min_reps": 1,
-         "b9_reps": 1, "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90, "b9": 120}}
+FULL = {
+    "b1_reps": 5,
+    "b3_reps": 3,
+    "b3_warmup": 50,
+    "b3_steps": 1000,
+    "b2_reps": 3,
+    "b4_seconds": 60.0,
+    "b4_cluster_seconds": 20.0,
+    "b5_reps": 3,
+    "b7_reps": 5,
+    "b8_reps": 3,
+    "b8_epochs": 45,
+    "min_reps": 2,
+    "b9_reps": 3,
+    "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 280, "b9": 360},
+}
+QUICK = {
+    "b1_reps": 2,
+    "b3_reps": 1,
+    "b3_warmup": 30,
+    "b3_steps": 300,
+    "b2_reps": 1,
+    "b4_seconds": 15.0,
+    "b4_cluster_seconds": 10.0,
+    "b5_reps": 1,
+    "b7_reps": 2,
+    "b8_reps": 1,
+    "b8_epochs": 14,
+    "min_reps": 1,
+    "b9_reps": 1,
+    "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90, "b9": 120},
+}
 """Rounds per benchmark, and a time budget per benchmark (seconds, warm-up included): once the next round would
 end past it, no further round starts (at least ``min_reps`` run), so a run stays bounded on a loaded machine."""
 BATCH_SIZE = 32  # the example DAG's default
@@ -38,9 +64,17 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def interleave(contenders: dict[str, Callable[[], float]], reps: int, warmup: bool = True, *,
-               budget_s: float | None = None, min_reps: int = 1, notes: list[str] | None = None,
-               label: str = "", rotate: bool = False) -> dict[str, Series]:
+def interleave(
+    contenders: dict[str, Callable[[], float]],
+    reps: int,
+    warmup: bool = True,
+    *,
+    budget_s: float | None = None,
+    min_reps: int = 1,
+    notes: list[str] | None = None,
+    label: str = "",
+    rotate: bool = False,
+) -> dict[str, Series]:
     """
     Run the contenders in turns, ``reps`` timed rounds after an optional untimed one; failures become reasons.
     With ``rotate``, each round starts one contender later (A B C, B C A, C A B, ...), so no contender always
@@ -55,14 +89,15 @@ def interleave(contenders: dict[str, Callable[[], float]], reps: int, warmup: bo
     for round_no in range(-1 if warmup else 0, reps):
         if budget_s is not None and round_no >= min_reps and time.monotonic() - start + last_round > budget_s:
             if notes is not None:
-                notes.append(f"{label}: {round_no} of {reps} rounds (the next would have passed its "
-                             f"{budget_s:.0f} s budget)")
+                notes.append(
+                    f"{label}: {round_no} of {reps} rounds (the next would have passed its {budget_s:.0f} s budget)"
+                )
             log(f"{label}: stopping after {round_no} rounds (time budget)")
             break
         round_start = time.monotonic()
         names = list(contenders)
         if rotate:
-            names = names[round_no % len(names):] + names[:round_no % len(names)]
+            names = names[round_no % len(names) :] + names[: round_no % len(names)]
         for name in names:
             fn, series = contenders[name], out[name]
             if series.reason is not None:
@@ -123,8 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import report
 
     started = time.time()
-    results: dict = {"config": {**cfg, "mode": "quick" if args.quick else "full", "batch_size": BATCH_SIZE},
-                     "meta": report.environment(), "notes": []}
+    results: dict = {
+        "config": {**cfg, "mode": "quick" if args.quick else "full", "batch_size": BATCH_SIZE},
+        "meta": report.environment(),
+        "notes": [],
+    }
     workdir = tempfile.mkdtemp(prefix="horovod-bench-")
     try:
         return _run(args, cfg, only, results, workdir, started)
@@ -145,9 +183,18 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
         log("starting the shared local[2] SparkSession")
         spark = spark_session(2)
         if "b1" in only:
-            section(results, "b1", lambda: interleave(contenders.b1_contenders(spark), cfg["b1_reps"],
-                                                      budget_s=budget["b1"], min_reps=cfg["min_reps"], notes=notes,
-                                                      label="B1"))
+            section(
+                results,
+                "b1",
+                lambda: interleave(
+                    contenders.b1_contenders(spark),
+                    cfg["b1_reps"],
+                    budget_s=budget["b1"],
+                    min_reps=cfg["min_reps"],
+                    notes=notes,
+                    label="B1",
+                ),
+            )
 
             def breakdown() -> dict:
                 out = {"reference": profile.reference_costs(spark), "launchers": {}}
@@ -161,14 +208,32 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
 
             section(results, "b1_profile", breakdown)
         if "b3" in only:
-            section(results, "b3", lambda: interleave(
-                contenders.b3_contenders(data_path, build_model, BATCH_SIZE, cfg["b3_warmup"], cfg["b3_steps"]),
-                cfg["b3_reps"], warmup=False, budget_s=budget["b3"], min_reps=cfg["min_reps"], notes=notes,
-                label="B3"))
+            section(
+                results,
+                "b3",
+                lambda: interleave(
+                    contenders.b3_contenders(data_path, build_model, BATCH_SIZE, cfg["b3_warmup"], cfg["b3_steps"]),
+                    cfg["b3_reps"],
+                    warmup=False,
+                    budget_s=budget["b3"],
+                    min_reps=cfg["min_reps"],
+                    notes=notes,
+                    label="B3",
+                ),
+            )
         if "b7" in only:
-            section(results, "b7", lambda: interleave(contenders.b7_contenders(spark), cfg["b7_reps"],
-                                                      budget_s=budget["b7"], min_reps=cfg["min_reps"], notes=notes,
-                                                      label="B7"))
+            section(
+                results,
+                "b7",
+                lambda: interleave(
+                    contenders.b7_contenders(spark),
+                    cfg["b7_reps"],
+                    budget_s=budget["b7"],
+                    min_reps=cfg["min_reps"],
+                    notes=notes,
+                    label="B7",
+                ),
+            )
 
             def b7_breakdown() -> dict:
                 out: dict = {}
@@ -181,9 +246,20 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
 
             section(results, "b7_profile", b7_breakdown)
         if "b8" in only:
-            section(results, "b8", lambda: interleave(
-                contenders.b8_contenders(data_path, build_model, BATCH_SIZE, cfg["b8_epochs"]), cfg["b8_reps"],
-                warmup=False, budget_s=budget["b8"], min_reps=cfg["min_reps"], notes=notes, label="B8", rotate=True))
+            section(
+                results,
+                "b8",
+                lambda: interleave(
+                    contenders.b8_contenders(data_path, build_model, BATCH_SIZE, cfg["b8_epochs"]),
+                    cfg["b8_reps"],
+                    warmup=False,
+                    budget_s=budget["b8"],
+                    min_reps=cfg["min_reps"],
+                    notes=notes,
+                    label="B8",
+                    rotate=True,
+                ),
+            )
         spark.stop()
 
     if only & {"b2", "b4"}:
@@ -248,14 +324,30 @@ def run_b2(sandbox, cfg: dict, notes: list[str]) -> dict:
             noop_phases.append(parsed)
         return seconds
 
-    series = interleave({"airflow dags test + HorovodRunnerOperator": operator, "spark-submit by hand": hand,
-                         "airflow dags test of a no-op task": noop}, cfg["b2_reps"], warmup=False,
-                        budget_s=cfg["budget_s"]["b2"], min_reps=cfg["min_reps"], notes=notes, label="B2")
+    series = interleave(
+        {
+            "airflow dags test + HorovodRunnerOperator": operator,
+            "spark-submit by hand": hand,
+            "airflow dags test of a no-op task": noop,
+        },
+        cfg["b2_reps"],
+        warmup=False,
+        budget_s=cfg["budget_s"]["b2"],
+        min_reps=cfg["min_reps"],
+        notes=notes,
+        label="B2",
+    )
+
     def medians(runs: list[dict[str, float]]) -> dict[str, float]:
         return {label: statistics.median(r[label] for r in runs) for label in (runs[0] if runs else {})}
 
-    return {"series": series, "phases": medians(phases), "hand_phases": medians(hand_phases),
-            "noop_phases": medians(noop_phases), "execute": execute}
+    return {
+        "series": series,
+        "phases": medians(phases),
+        "hand_phases": medians(hand_phases),
+        "noop_phases": medians(noop_phases),
+        "execute": execute,
+    }
 
 
 def run_b4(sandbox, seconds: float) -> dict:
@@ -268,10 +360,17 @@ def run_b4(sandbox, seconds: float) -> dict:
     # Airflow's own share of that peak: the same `airflow dags test` of a no-op task, in the same run
     noop = RssSampler()
     sandbox.dags_test("bench_noop", "b4-noop", sampler=noop, marks=NOOP_MARKS)
-    return {"train_seconds": seconds, "wall_seconds": wall, "peak_bytes": dict(sampler.peak),
-            "samples": sampler.samples, "interval_s": sampler.interval, "phases": parsed,
-            "process_names": {role: sorted(names) for role, names in sampler.seen.items()},
-            "noop_peak_airflow": noop.peak["airflow"], "noop_samples": noop.samples}
+    return {
+        "train_seconds": seconds,
+        "wall_seconds": wall,
+        "peak_bytes": dict(sampler.peak),
+        "samples": sampler.samples,
+        "interval_s": sampler.interval,
+        "phases": parsed,
+        "process_names": {role: sorted(names) for role, names in sampler.seen.items()},
+        "noop_peak_airflow": noop.peak["airflow"],
+        "noop_samples": noop.samples,
+    }
 
 
 def run_b4_cluster(sandbox, seconds: float) -> dict:
@@ -295,12 +394,16 @@ def run_b4_cluster(sandbox, seconds: float) -> dict:
             window = (times[window_at], times[window_at + 1]) if times else None
             inside = [(n, rss) for t, n, rss in sampler.timeline if window and window[0] <= t <= window[1]]
             out[mode] = {
-                "wall_seconds": wall, "phases": phases,
-                "held_seconds": sum(v for k, v in phases.items() if k.startswith("task holds a worker")) if phases
+                "wall_seconds": wall,
+                "phases": phases,
+                "held_seconds": sum(v for k, v in phases.items() if k.startswith("task holds a worker"))
+                if phases
                 else None,
-                "window_seconds": window[1] - window[0] if window else None, "window_samples": len(inside),
+                "window_seconds": window[1] - window[0] if window else None,
+                "window_samples": len(inside),
                 "max_children": max((n for n, _ in inside), default=None),
-                "peak_rss": max((rss for _, rss in inside), default=None), "samples": sampler.samples,
+                "peak_rss": max((rss for _, rss in inside), default=None),
+                "samples": sampler.samples,
             }
             log(f"B4 cluster {mode}: {wall:.1f} s, worker held {out[mode]['held_seconds']}")
     return out

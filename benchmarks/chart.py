@@ -18,35 +18,60 @@ def draw(results: dict, path: Path) -> str:
     b1 = results.get("b1")
     if isinstance(b1, dict) and "error" not in b1:
         names = ["ours", "horovod.spark.run", "TorchDistributor", "floor: fresh import", "floor: empty barrier job"]
-        labels = ["ours\nHorovodRunner", "horovod.spark\n.run", "Torch\nDistributor", "floor:\nfresh import",
-                  "floor: empty\nbarrier job"]
-        panels.append(("B1: trivial np=2 job, call -> rank-0 value (s, lower is better)",
-                       [(lab, b1[n]) for n, lab in zip(names, labels)]))
+        labels = [
+            "ours\nHorovodRunner",
+            "horovod.spark\n.run",
+            "Torch\nDistributor",
+            "floor:\nfresh import",
+            "floor: empty\nbarrier job",
+        ]
+        panels.append(
+            (
+                "B1: trivial np=2 job, call -> rank-0 value (s, lower is better)",
+                [(lab, b1[n]) for n, lab in zip(names, labels)],
+            )
+        )
     b3 = results.get("b3")
     if isinstance(b3, dict) and "error" not in b3:
         names = ["ours np=2", "horovod.spark.run np=2", "bare horovodrun -np 2 --gloo", "ours np=1"]
         labels = ["ours\nnp=2", "horovod.spark.run\nnp=2", "bare\nhorovodrun", "ours\nnp=1"]
-        panels.append(("B3: example model training (samples/s, higher is better)",
-                       [(lab, b3[n]) for n, lab in zip(names, labels) if n in b3]))
+        panels.append(
+            (
+                "B3: example model training (samples/s, higher is better)",
+                [(lab, b3[n]) for n, lab in zip(names, labels) if n in b3],
+            )
+        )
     b7 = results.get("b7")
     if isinstance(b7, dict) and "error" not in b7:
         names = ["ours", "TorchDistributor", "floor: fresh import", "floor: empty barrier job"]
-        labels = ["ours\nTorchDistributor", "pyspark\nTorchDistributor", "floor: 2 fresh\nimport torch",
-                  "floor: empty\nbarrier job"]
-        panels.append(("B7: trivial np=2 DDP job, call -> rank-0 value (s, lower is better)",
-                       [(lab, b7[n]) for n, lab in zip(names, labels)]))
+        labels = [
+            "ours\nTorchDistributor",
+            "pyspark\nTorchDistributor",
+            "floor: 2 fresh\nimport torch",
+            "floor: empty\nbarrier job",
+        ]
+        panels.append(
+            (
+                "B7: trivial np=2 DDP job, call -> rank-0 value (s, lower is better)",
+                [(lab, b7[n]) for n, lab in zip(names, labels)],
+            )
+        )
     b8 = results.get("b8")
     if isinstance(b8, dict) and "error" not in b8:
         names = ["ours DDP", "TorchDistributor DDP", "bare torchrun DDP", "ours Horovod (HorovodRunner)"]
         labels = ["ours\nDDP", "pyspark\nTorchDistributor", "bare\ntorchrun", "ours\nHorovod"]
-        panels.append(("B8: DDP training, steady state (samples/s, higher is better)",
-                       [(lab, b8[n]) for n, lab in zip(names, labels)]))
+        panels.append(
+            (
+                "B8: DDP training, steady state (samples/s, higher is better)",
+                [(lab, b8[n]) for n, lab in zip(names, labels)],
+            )
+        )
     if not panels:
         return "skipped: none of B1, B3, B7, B8 ran"
     cols = min(len(panels), 2)
     rows_n = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows_n, cols, figsize=(6.5 * cols, 4.2 * rows_n), squeeze=False)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     colors = ["#d9822b", "#4c72b0", "#55a868", "#999999", "#bbbbbb"]
     for ax, (title, bars) in zip(axes.flat, panels):
@@ -56,14 +81,23 @@ def draw(results: dict, path: Path) -> str:
                 continue
             ax.bar(i, series.median, color=colors[i % len(colors)])
             ax.scatter([i] * len(series.samples), series.samples, color="black", s=10, zorder=3)
-            ax.text(i, series.median, f"{series.median:,.2f}" if series.median < 100 else f"{series.median:,.0f}",
-                    ha="center", va="bottom", fontsize=8)
+            ax.text(
+                i,
+                series.median,
+                f"{series.median:,.2f}" if series.median < 100 else f"{series.median:,.0f}",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         ax.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
         ax.set_title(title, fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     meta = results.get("meta", {})
-    fig.suptitle(f"airflow-provider-horovod benchmarks, {meta.get('date', '')}, {meta.get('cores')} cores, "
-                 f"local[2] Spark ({results['config']['mode']} run; bars = medians, dots = samples)", fontsize=9)
+    fig.suptitle(
+        f"airflow-provider-horovod benchmarks, {meta.get('date', '')}, {meta.get('cores')} cores, "
+        f"local[2] Spark ({results['config']['mode']} run; bars = medians, dots = samples)",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

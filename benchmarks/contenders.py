@@ -50,8 +50,9 @@ def _torch_distributor():
     try:
         from pyspark.ml.torch.distributor import TorchDistributor
     except Exception as err:
-        raise Unavailable(f"`from pyspark.ml.torch.distributor import TorchDistributor` failed: "
-                          f"{type(err).__name__}: {err}") from err
+        raise Unavailable(
+            f"`from pyspark.ml.torch.distributor import TorchDistributor` failed: {type(err).__name__}: {err}"
+        ) from err
     return TorchDistributor
 
 
@@ -63,6 +64,7 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 # --- B1 -------------------------------------------------------------------------------------------------------
+
 
 def run_ours(fn: Callable[..., Any], np: int = 2, artifact_dir: str | None = None, **kwargs: Any) -> Any:
     """``HorovodRunner(np, artifact_dir).run(fn, **kwargs)``: rank 0's value."""
@@ -124,8 +126,13 @@ def b1_contenders(spark) -> dict[str, Callable[[], float]]:
         check(value, [1, 1])
         return seconds
 
-    return {"ours": ours, "horovod.spark.run": horovod_spark, "TorchDistributor": torch_distributor,
-            "floor: fresh import": floor_import, "floor: empty barrier job": floor_barrier}
+    return {
+        "ours": ours,
+        "horovod.spark.run": horovod_spark,
+        "TorchDistributor": torch_distributor,
+        "floor: fresh import": floor_import,
+        "floor: empty barrier job": floor_barrier,
+    }
 
 
 def b7_contenders(spark) -> dict[str, Callable[[], float]]:
@@ -156,16 +163,22 @@ def b7_contenders(spark) -> dict[str, Callable[[], float]]:
         check(value, [1, 1])
         return seconds
 
-    return {"ours": ours, "TorchDistributor": torch_distributor, "floor: fresh import": floor_import,
-            "floor: empty barrier job": floor_barrier}
+    return {
+        "ours": ours,
+        "TorchDistributor": torch_distributor,
+        "floor: fresh import": floor_import,
+        "floor: empty barrier job": floor_barrier,
+    }
 
 
 def fresh_import_seconds(statement: str, processes: int = 1) -> float:
     """Wall seconds for ``processes`` fresh interpreters started together to run ``statement`` and exit."""
     env = bench_environ()
     start = time.perf_counter()
-    procs = [subprocess.Popen([PYTHON, "-c", statement], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE) for _ in range(processes)]
+    procs = [
+        subprocess.Popen([PYTHON, "-c", statement], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(processes)
+    ]
     for p in procs:
         _, err = p.communicate()
         if p.returncode != 0:
@@ -175,10 +188,10 @@ def fresh_import_seconds(statement: str, processes: int = 1) -> float:
 
 # --- B3 -------------------------------------------------------------------------------------------------------
 
+
 def b3_contenders(data_path: str, build_model, batch_size: int, warmup: int, steps: int) -> dict[str, Callable]:
     """B3: global samples/s of the example model over ``steps`` timed steps (after ``warmup``), per launcher/np."""
-    kwargs = dict(data_path=data_path, build_model=build_model, batch_size=batch_size, warmup_steps=warmup,
-                  steps=steps)
+    kwargs = dict(data_path=data_path, build_model=build_model, batch_size=batch_size, warmup_steps=warmup, steps=steps)
 
     def ours_np2() -> float:
         return run_ours(jobs.hvd_train_throughput, np=2, **kwargs)["samples_per_s"]
@@ -196,12 +209,17 @@ def b3_contenders(data_path: str, build_model, batch_size: int, warmup: int, ste
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="b3-report-") as artifacts:  # the files are written, as in a DAG
-            return run_ours(jobs.hvd_train_throughput, np=2, artifact_dir=artifacts, report_steps=True,
-                            **kwargs)["samples_per_s"]
+            return run_ours(jobs.hvd_train_throughput, np=2, artifact_dir=artifacts, report_steps=True, **kwargs)[
+                "samples_per_s"
+            ]
 
-    return {"ours np=2": ours_np2, "horovod.spark.run np=2": horovod_spark_np2,
-            "bare horovodrun -np 2 --gloo": bare_horovodrun, "ours np=2, report() every step": ours_np2_reporting,
-            "ours np=1": ours_np1}
+    return {
+        "ours np=2": ours_np2,
+        "horovod.spark.run np=2": horovod_spark_np2,
+        "bare horovodrun -np 2 --gloo": bare_horovodrun,
+        "ours np=2, report() every step": ours_np2_reporting,
+        "ours np=1": ours_np1,
+    }
 
 
 # --- bare launchers (B3, B8) -----------------------------------------------------------------------------------
@@ -217,12 +235,22 @@ def bare_command(job: str) -> list[str]:
     bin_dir = os.path.dirname(PYTHON)
     if job == "ddp":
         return [os.path.join(bin_dir, "torchrun"), "--standalone", "--nproc_per_node=2", "-m", BARE_MODULE]
-    return [os.path.join(bin_dir, "horovodrun"), "-np", "2", "--gloo", "-H", "localhost:2",
-            "--network-interfaces", "lo", PYTHON, "-m", BARE_MODULE]
+    return [
+        os.path.join(bin_dir, "horovodrun"),
+        "-np",
+        "2",
+        "--gloo",
+        "-H",
+        "localhost:2",
+        "--network-interfaces",
+        "lo",
+        PYTHON,
+        "-m",
+        BARE_MODULE,
+    ]
 
 
-def run_bare(job: str, *, data_path: str, build_model=None, batch_size: int, warmup_steps: int,
-             steps: int) -> dict:
+def run_bare(job: str, *, data_path: str, build_model=None, batch_size: int, warmup_steps: int, steps: int) -> dict:
     """
     The throughput job under a bare launcher (:data:`BARE_MODULE`, same function and model as in Spark); rank 0's
     result. ``build_model`` is unused (the script imports the example's own).
@@ -235,19 +263,32 @@ def run_bare(job: str, *, data_path: str, build_model=None, batch_size: int, war
         raise Unavailable(f"{cmd[0]} not found")
     with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp:
         out = os.path.join(tmp, "result.json")
-        args = ["--job", job, "--data-path", data_path, "--batch-size", str(batch_size),
-                "--warmup-steps", str(warmup_steps), "--steps", str(steps), "--out", out]
+        args = [
+            "--job",
+            job,
+            "--data-path",
+            data_path,
+            "--batch-size",
+            str(batch_size),
+            "--warmup-steps",
+            str(warmup_steps),
+            "--steps",
+            str(steps),
+            "--out",
+            out,
+        ]
         env = {**os.environ, **bench_environ()}
-        proc = subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=BARE_TIMEOUT_S,
-                              cwd=tmp)
+        proc = subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=BARE_TIMEOUT_S, cwd=tmp)
         if proc.returncode != 0 or not os.path.exists(out):
-            raise RuntimeError(f"{os.path.basename(cmd[0])} exited {proc.returncode}: "
-                               f"{(proc.stdout + proc.stderr).strip()[-600:]}")
+            raise RuntimeError(
+                f"{os.path.basename(cmd[0])} exited {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-600:]}"
+            )
         with open(out) as f:
             return json.load(f)
 
 
 # --- B8 -------------------------------------------------------------------------------------------------------
+
 
 def b8_contenders(data_path: str, build_model, batch_size: int, epochs: int) -> dict[str, Callable]:
     """
@@ -256,8 +297,9 @@ def b8_contenders(data_path: str, build_model, batch_size: int, epochs: int) -> 
     """
     spe = jobs.steps_per_epoch(data_path, batch_size, 2)
     args = (data_path, build_model, batch_size, spe, spe * epochs)
-    kwargs = dict(data_path=data_path, build_model=build_model, batch_size=batch_size, warmup_steps=spe,
-                  steps=spe * epochs)
+    kwargs = dict(
+        data_path=data_path, build_model=build_model, batch_size=batch_size, warmup_steps=spe, steps=spe * epochs
+    )
 
     def ours() -> float:
         return run_ours_torch(jobs.ddp_train_throughput, *args)["samples_per_s"]
@@ -271,5 +313,9 @@ def b8_contenders(data_path: str, build_model, batch_size: int, epochs: int) -> 
     def horovod() -> float:
         return run_ours(jobs.hvd_train_throughput, np=2, **kwargs)["samples_per_s"]
 
-    return {"ours DDP": ours, "TorchDistributor DDP": torch_distributor, "bare torchrun DDP": bare_torchrun,
-            "ours Horovod (HorovodRunner)": horovod}
+    return {
+        "ours DDP": ours,
+        "TorchDistributor DDP": torch_distributor,
+        "bare torchrun DDP": bare_torchrun,
+        "ours Horovod (HorovodRunner)": horovod,
+    }

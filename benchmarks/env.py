@@ -34,12 +34,17 @@ def spark_session(cores: int = 2):
     """Start (or return) the shared ``local[cores]`` SparkSession bound to 127.0.0.1, logging at WARN."""
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(f"local[{cores}]").appName("airflow-provider-horovod-benchmarks")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.pyspark.python", PYTHON).config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "5s")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("airflow-provider-horovod-benchmarks")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.pyspark.python", PYTHON)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "5s")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

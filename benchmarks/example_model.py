@@ -32,8 +32,13 @@ def load_functions(path: Path, *names: str) -> dict[str, Callable]:
     missing = set(names) - {n.name for n in nodes}
     if missing:
         raise LookupError(f"{path} defines no top-level function {', '.join(sorted(missing))}")
-    code = compile(ast.Module(body=nodes, type_ignores=[]), str(path), "exec",
-                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    code = compile(
+        ast.Module(body=nodes, type_ignores=[]),
+        str(path),
+        "exec",
+        flags=__future__.annotations.compiler_flag,
+        dont_inherit=True,
+    )
     exec(code, globals())  # noqa: S102 - our own file
     return {name: globals()[name] for name in names}
 

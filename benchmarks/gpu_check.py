@@ -88,9 +88,15 @@ def bench(data_path: str, epochs: int, batch_size: int, lr: float, use_cuda: boo
         return {}
     samples = trainer.steps_per_epoch * batch_size * hvd.size() * epochs
     return {
-        "ranks": hvd.size(), "devices": devices, "cuda_visible_devices": visible,
-        "allreduce": ("NCCL" if hvd.nccl_built() else "CUDA tensors without NCCL") if use_cuda else "Gloo (CPU tensors)",
-        "timed_epochs": epochs, "samples": samples, "seconds": round(slowest, 3),
+        "ranks": hvd.size(),
+        "devices": devices,
+        "cuda_visible_devices": visible,
+        "allreduce": ("NCCL" if hvd.nccl_built() else "CUDA tensors without NCCL")
+        if use_cuda
+        else "Gloo (CPU tensors)",
+        "timed_epochs": epochs,
+        "samples": samples,
+        "seconds": round(slowest, 3),
         "samples_per_s": round(samples / slowest, 1) if slowest else None,
         "train_accuracy": round(totals[0].item() / totals[1].item(), 4),
         "mean_final_loss": round(totals[2].item() / hvd.size(), 4),
@@ -149,10 +155,15 @@ def ddp_bench(data_path: str, epochs: int, batch_size: int, lr: float, use_cuda:
     slowest_s = slowest.item()
     samples = trainer.steps_per_epoch * batch_size * size * epochs
     return {
-        "ranks": size, "devices": devices, "cuda_visible_devices": visible, "local_ranks": local_ranks,
+        "ranks": size,
+        "devices": devices,
+        "cuda_visible_devices": visible,
+        "local_ranks": local_ranks,
         "allreduce": f"DDP over {backend.upper() if backend == 'nccl' else backend.capitalize()} "
-                     f"({'CUDA' if use_cuda else 'CPU'} tensors)",
-        "timed_epochs": epochs, "samples": samples, "seconds": round(slowest_s, 3),
+        f"({'CUDA' if use_cuda else 'CPU'} tensors)",
+        "timed_epochs": epochs,
+        "samples": samples,
+        "seconds": round(slowest_s, 3),
         "samples_per_s": round(samples / slowest_s, 1) if slowest_s else None,
         "train_accuracy": round(totals[0].item() / totals[1].item(), 4),
         "mean_final_loss": round(totals[2].item() / size, 4),
@@ -163,18 +174,26 @@ def _environment() -> dict:
     import torch
     import torch.distributed as dist
 
-    env = {"torch": torch.__version__, "cuda_available": torch.cuda.is_available(),
-           "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-           "torch_nccl_available": bool(dist.is_nccl_available()),
-           "torch_gloo_available": bool(dist.is_gloo_available()),
-           "horovod_cuda_built": None, "horovod_nccl_built": None, "horovod_gloo_built": None}
+    env = {
+        "torch": torch.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "torch_nccl_available": bool(dist.is_nccl_available()),
+        "torch_gloo_available": bool(dist.is_gloo_available()),
+        "horovod_cuda_built": None,
+        "horovod_nccl_built": None,
+        "horovod_gloo_built": None,
+    }
     try:
         import horovod.torch as hvd
     except ImportError as err:  # the DDP case needs no Horovod
         env["horovod"] = f"not importable: {err}"
     else:
-        env.update(horovod_cuda_built=bool(hvd.cuda_built()), horovod_nccl_built=bool(hvd.nccl_built()),
-                   horovod_gloo_built=bool(hvd.gloo_built()))
+        env.update(
+            horovod_cuda_built=bool(hvd.cuda_built()),
+            horovod_nccl_built=bool(hvd.nccl_built()),
+            horovod_gloo_built=bool(hvd.gloo_built()),
+        )
     return env
 
 
@@ -192,12 +211,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--np", type=int, default=0, help="ranks (default: one per GPU, or 2 on the CPU)")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs (after one warm-up epoch)")
     p.add_argument("--batch-size", type=int, default=256, help="per-rank batch size")
-    p.add_argument("--copies", type=int, default=0, help="tile the 1,797 digits this many times (default: "
-                   "64 on GPUs, 32 on the CPU)")
+    p.add_argument(
+        "--copies",
+        type=int,
+        default=0,
+        help="tile the 1,797 digits this many times (default: 64 on GPUs, 32 on the CPU)",
+    )
     p.add_argument("--cpu", action="store_true", help="train on the CPU even when GPUs are usable")
-    p.add_argument("--launcher", choices=("horovod", "ddp"), default="horovod",
-                   help="horovod (HorovodRunner, hvd.DistributedOptimizer) or ddp (TorchDistributor, DDP over NCCL "
-                        "on GPUs, Gloo on the CPU)")
+    p.add_argument(
+        "--launcher",
+        choices=("horovod", "ddp"),
+        default="horovod",
+        help="horovod (HorovodRunner, hvd.DistributedOptimizer) or ddp (TorchDistributor, DDP over NCCL "
+        "on GPUs, Gloo on the CPU)",
+    )
     p.add_argument("--timeout-s", type=float, default=540.0, help="bound on the training run")
     p.add_argument("--out", help="also write the report as JSON here")
     args = p.parse_args(argv)
@@ -217,13 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     elif not env["cuda_available"]:
         notes.append("no CUDA device visible to PyTorch: trained on the CPU (the fallback path)")
     elif ddp and not env["torch_nccl_available"]:
-        notes.append("this torch has no NCCL (torch.distributed.is_nccl_available() is False): trained on the CPU "
-                     "with Gloo")
+        notes.append(
+            "this torch has no NCCL (torch.distributed.is_nccl_available() is False): trained on the CPU with Gloo"
+        )
     elif ddp:
         pass
     elif not env["horovod_cuda_built"]:
-        notes.append("Horovod was built without CUDA (scripts/setup.sh builds Gloo/CPU): trained on the CPU. Rebuild "
-                     "with HOROVOD_GPU_OPERATIONS=NCCL to measure GPUs")
+        notes.append(
+            "Horovod was built without CUDA (scripts/setup.sh builds Gloo/CPU): trained on the CPU. Rebuild "
+            "with HOROVOD_GPU_OPERATIONS=NCCL to measure GPUs"
+        )
     elif not env["horovod_nccl_built"]:
         notes.append("Horovod has CUDA but not NCCL: GPU gradients are reduced without NCCL")
     np_ = args.np or (env["cuda_devices"] if use_cuda else 2)
@@ -235,25 +265,41 @@ def main(argv: list[str] | None = None) -> int:
         settings = dict(env={"OMP_NUM_THREADS": "1"}, start_timeout_s=120, training_timeout_s=args.timeout_s)
         if ddp:
             result = TorchDistributor(num_processes=np_, local_mode=True, use_gpu=use_cuda, **settings).run(
-                ddp_bench, data_path, args.epochs, args.batch_size, 0.05, use_cuda)
+                ddp_bench, data_path, args.epochs, args.batch_size, 0.05, use_cuda
+            )
         else:
             runner = HorovodRunner(np=-np_, use_gpu=use_cuda, **settings)
-            result = runner.run(bench, data_path=data_path, epochs=args.epochs, batch_size=args.batch_size,
-                                lr=0.05, use_cuda=use_cuda)
+            result = runner.run(
+                bench, data_path=data_path, epochs=args.epochs, batch_size=args.batch_size, lr=0.05, use_cuda=use_cuda
+            )
         wall = time.monotonic() - started
-    report = {"measured": "global training throughput of the example DAG's build_model() MLP (64-128-64-10), "
-                          "samples/s summed over ranks, timed epochs only (one warm-up epoch excluded)",
-              "mode": "gpu" if use_cuda else "cpu", "launcher": args.launcher, "dataset_samples": n, "batch_size_per_rank": args.batch_size,
-              **result, "wall_s_including_start": round(wall, 1), "environment": env, "notes": notes}
+    report = {
+        "measured": "global training throughput of the example DAG's build_model() MLP (64-128-64-10), "
+        "samples/s summed over ranks, timed epochs only (one warm-up epoch excluded)",
+        "mode": "gpu" if use_cuda else "cpu",
+        "launcher": args.launcher,
+        "dataset_samples": n,
+        "batch_size_per_rank": args.batch_size,
+        **result,
+        "wall_s_including_start": round(wall, 1),
+        "environment": env,
+        "notes": notes,
+    }
     print("\n=== gpu_check report ===")
     print(f"measured : {report['measured']}")
-    print(f"mode     : {report['mode'].upper()} on {result['ranks']} rank(s) {result['devices']}; "
-          f"CUDA_VISIBLE_DEVICES per rank {result['cuda_visible_devices']}; allreduce {result['allreduce']}")
-    print(f"result   : {result['samples_per_s']} samples/s ({result['samples']} samples in {result['seconds']} s; "
-          f"train accuracy {result['train_accuracy']}, final loss {result['mean_final_loss']})")
-    print(f"launcher : {args.launcher}; horovod cuda_built={env['horovod_cuda_built']} "
-          f"nccl_built={env['horovod_nccl_built']}; torch {env['torch']} (nccl={env['torch_nccl_available']}), "
-          f"{env['cuda_devices']} CUDA device(s)")
+    print(
+        f"mode     : {report['mode'].upper()} on {result['ranks']} rank(s) {result['devices']}; "
+        f"CUDA_VISIBLE_DEVICES per rank {result['cuda_visible_devices']}; allreduce {result['allreduce']}"
+    )
+    print(
+        f"result   : {result['samples_per_s']} samples/s ({result['samples']} samples in {result['seconds']} s; "
+        f"train accuracy {result['train_accuracy']}, final loss {result['mean_final_loss']})"
+    )
+    print(
+        f"launcher : {args.launcher}; horovod cuda_built={env['horovod_cuda_built']} "
+        f"nccl_built={env['horovod_nccl_built']}; torch {env['torch']} (nccl={env['torch_nccl_available']}), "
+        f"{env['cuda_devices']} CUDA device(s)"
+    )
     for note in notes:
         print(f"note     : {note}")
     print(json.dumps(report))

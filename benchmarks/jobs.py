@@ -37,8 +37,15 @@ EPOCH_STEPS = 50
 about 45 steps per rank)."""
 
 
-def hvd_train_throughput(data_path: str, build_model, batch_size: int, warmup_steps: int, steps: int,
-                         lr: float = 0.05, report_steps: bool = False) -> dict:
+def hvd_train_throughput(
+    data_path: str,
+    build_model,
+    batch_size: int,
+    warmup_steps: int,
+    steps: int,
+    lr: float = 0.05,
+    report_steps: bool = False,
+) -> dict:
     """
     B3 job: the example DAG's training step (``build_model`` and :func:`horovod_trainer`, one thread per rank) on
     the digits data, ``warmup_steps`` untimed then ``steps`` timed steps of ``batch_size`` per rank.
@@ -149,8 +156,14 @@ def hvd_probe() -> dict:
     hvd.init()
     init = time.time()
     hvd.allreduce(torch.ones(1), op=hvd.Sum)
-    return {"parent_created": process_created(os.getppid()), "created": process_created(), "entry": entry,
-            "imported": imported, "init": init, "done": time.time()}
+    return {
+        "parent_created": process_created(os.getppid()),
+        "created": process_created(),
+        "entry": entry,
+        "imported": imported,
+        "init": init,
+        "done": time.time(),
+    }
 
 
 def torch_dist_probe() -> dict:
@@ -168,8 +181,14 @@ def torch_dist_probe() -> dict:
     t = torch.ones(1)
     dist.all_reduce(t)
     dist.destroy_process_group()
-    return {"parent_created": process_created(os.getppid()), "created": process_created(), "entry": entry,
-            "imported": imported, "init": init, "done": time.time()}
+    return {
+        "parent_created": process_created(os.getppid()),
+        "created": process_created(),
+        "entry": entry,
+        "imported": imported,
+        "init": init,
+        "done": time.time(),
+    }
 
 
 def ddp_trainer(model, data_path: str, batch_size: int, lr: float = 0.05, cuda: bool = False):
@@ -227,8 +246,9 @@ def ddp_trainer(model, data_path: str, batch_size: int, lr: float = 0.05, cuda: 
     return SimpleNamespace(step=step, steps_per_epoch=steps_per_epoch, x=x, y=y, device=device, model=ddp)
 
 
-def ddp_train_throughput(data_path: str, build_model, batch_size: int, warmup_steps: int, steps: int,
-                         lr: float = 0.05) -> dict:
+def ddp_train_throughput(
+    data_path: str, build_model, batch_size: int, warmup_steps: int, steps: int, lr: float = 0.05
+) -> dict:
     """
     B8 job: :func:`hvd_train_throughput` with DDP (:func:`ddp_trainer`): ``init_process_group("gloo")`` from the
     torchrun environment, ``warmup_steps`` untimed, then ``steps`` timed between two all_reduces.
@@ -256,8 +276,13 @@ def ddp_train_throughput(data_path: str, build_model, batch_size: int, warmup_st
         dist.all_reduce(torch.zeros(1))
         seconds = time.perf_counter() - start
         size = dist.get_world_size()
-        return {"samples_per_s": steps * batch_size * size / seconds, "size": size, "seconds": seconds,
-                "rank": dist.get_rank(), "final_loss": float(loss) if loss is not None else None}
+        return {
+            "samples_per_s": steps * batch_size * size / seconds,
+            "size": size,
+            "seconds": seconds,
+            "rank": dist.get_rank(),
+            "final_loss": float(loss) if loss is not None else None,
+        }
     finally:
         dist.destroy_process_group()
 

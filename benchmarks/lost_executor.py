@@ -36,7 +36,7 @@ GOAL = 1.0
 """Issue #26's goal for work lost per fault, in checkpoint intervals."""
 TRY_TIMEOUT_S = 240.0
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, os, sys, time
 from pyspark.sql import SparkSession
 
@@ -80,7 +80,7 @@ except Exception as err:
 else:
     print("B9 RESULT", time.time(), json.dumps(value), flush=True)
 spark.stop()
-'''
+"""
 
 
 def executor_of(app: str, executor_id: str | None = None) -> list[psutil.Process]:
@@ -88,8 +88,11 @@ def executor_of(app: str, executor_id: str | None = None) -> list[psutil.Process
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info.get("cmdline") or []
-        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmd and app in cmd and (
-                executor_id is None or cmd[cmd.index("--executor-id") + 1] == executor_id):
+        if (
+            "org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmd
+            and app in cmd
+            and (executor_id is None or cmd[cmd.index("--executor-id") + 1] == executor_id)
+        ):
             found.append(proc)
     return found
 
@@ -154,10 +157,17 @@ def one_round(master: str, work: Path, log) -> dict:
     value = json.loads(done.split(" ", 3)[3])
     second = [r for r in _records(record) if r["try"] == 2]
     lost = max(trained_first) - value["resumed_from"]
-    return {"lost_steps": lost, "lost_intervals": lost / INTERVAL, "to_failure_s": failed_at - killed_at,
-            "to_retry_step_s": second[0]["t"] - killed_at, "retry_start_s": second[0]["t"] - failed_at,
-            "resumed_from": value["resumed_from"], "last_step_first_try": max(trained_first),
-            "total_steps": len(trained_first) + len(second), "headline": headline}
+    return {
+        "lost_steps": lost,
+        "lost_intervals": lost / INTERVAL,
+        "to_failure_s": failed_at - killed_at,
+        "to_retry_step_s": second[0]["t"] - killed_at,
+        "retry_start_s": second[0]["t"] - failed_at,
+        "resumed_from": value["resumed_from"],
+        "last_step_first_try": max(trained_first),
+        "total_steps": len(trained_first) + len(second),
+        "headline": headline,
+    }
 
 
 def _outcome(job: Job) -> tuple[float, str]:
@@ -201,6 +211,13 @@ def run_b9(reps: int, budget_s: float, notes: list[str], log) -> dict:
                 log(f"B9 round {i}: {json.dumps(rounds[-1])}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"rounds": rounds, "steps": STEPS, "interval": INTERVAL, "step_s": STEP_S, "kill_at": KILL_AT,
-            "goal": GOAL, "median_lost_intervals": statistics.median(r["lost_intervals"] for r in rounds),
-            "max_lost_intervals": max(r["lost_intervals"] for r in rounds)}
+    return {
+        "rounds": rounds,
+        "steps": STEPS,
+        "interval": INTERVAL,
+        "step_s": STEP_S,
+        "kill_at": KILL_AT,
+        "goal": GOAL,
+        "median_lost_intervals": statistics.median(r["lost_intervals"] for r in rounds),
+        "max_lost_intervals": max(r["lost_intervals"] for r in rounds),
+    }

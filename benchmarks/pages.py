@@ -42,8 +42,18 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
         out += [*b9_section(results), ""]
     out += _method(cfg)
     out += _machine(meta)
-    out += ["## How to rerun", "", "From the repository root:", "", "```sh", rerun, "```", "",
-            "See `benchmarks/README.md` for options (`--only b1,b3`, `--no-write`).", ""]
+    out += [
+        "## How to rerun",
+        "",
+        "From the repository root:",
+        "",
+        "```sh",
+        rerun,
+        "```",
+        "",
+        "See `benchmarks/README.md` for options (`--only b1,b3`, `--no-write`).",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -53,11 +63,16 @@ def _conditions(results: dict) -> list[str]:
     loads = [x for x in (meta.get("load_start"), meta.get("load_end")) if x]
     if loads:
         peak = max(x[0] for x in loads)
-        lines.append(f"1-minute load average at the start / end of the run: "
-                     f"{' / '.join(f'{x[0]:.1f}' for x in loads)} on {meta['cores']} cores"
-                     + (" - above the core count (the benchmark's own JVMs, Spark workers and ranks count "
-                        "too), so absolute times are noisy; the interleaved ratios are the more meaningful part."
-                        if peak > meta["cores"] else "."))
+        lines.append(
+            f"1-minute load average at the start / end of the run: "
+            f"{' / '.join(f'{x[0]:.1f}' for x in loads)} on {meta['cores']} cores"
+            + (
+                " - above the core count (the benchmark's own JVMs, Spark workers and ranks count "
+                "too), so absolute times are noisy; the interleaved ratios are the more meaningful part."
+                if peak > meta["cores"]
+                else "."
+            )
+        )
     for note in results.get("notes", []):
         lines.append(f"Time budget: {note}.")
     return [" ".join(lines), ""] if lines else []
@@ -69,8 +84,10 @@ def _targets(results: dict) -> list[str]:
     lines = ["### Targets", ""]
     for r in rows(results):
         if r["target"]:
-            lines.append(f"- {r['bench']} ({r['contender']}): {r['ratio'] or r['median']}, target {r['target']}: "
-                         f"**{r['verdict']}**")
+            lines.append(
+                f"- {r['bench']} ({r['contender']}): {r['ratio'] or r['median']}, target {r['target']}: "
+                f"**{r['verdict']}**"
+            )
     return lines + [""]
 
 
@@ -80,20 +97,31 @@ def _b1_breakdown(results: dict) -> list[str]:
         return ["## Where the time goes: B1", "", f"Not profiled: {(prof or {}).get('error', 'B1 not run')}.", ""]
     launchers = prof["launchers"]
     names = list(launchers)
-    lines = ["## Where the time goes: B1 launch", "",
-             "One extra probe job per launcher (not part of the medians above): rank 0 returns wall-clock "
-             "timestamps of its process creation, function entry, end of imports, end of init and end of the "
-             "allreduce; the phases are the gaps between the call, those timestamps and the returned value. "
-             "Single runs on a shared 2-core machine: read them as rough proportions.", "",
-             "| Phase | What happens | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    lines = [
+        "## Where the time goes: B1 launch",
+        "",
+        "One extra probe job per launcher (not part of the medians above): rank 0 returns wall-clock "
+        "timestamps of its process creation, function entry, end of imports, end of init and end of the "
+        "allreduce; the phases are the gaps between the call, those timestamps and the returned value. "
+        "Single runs on a shared 2-core machine: read them as rough proportions.",
+        "",
+        "| Phase | What happens | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
     for phase, what in PHASES + [("total", "call -> value")]:
-        cells = [launchers[n].get("error", "") if "error" in launchers[n] else _s(launchers[n].get(phase))
-                 for n in names]
+        cells = [
+            launchers[n].get("error", "") if "error" in launchers[n] else _s(launchers[n].get(phase)) for n in names
+        ]
         lines.append(f"| {phase} | {what} | " + " | ".join(cells) + " |")
-    lines += ["", "Reference costs measured alone in the same run (with Spark's Python workers warm, unlike the "
-              "floor row of the table above, which runs in the rotation right after the other launchers: that "
-              "is the likely reason the same empty barrier job times differently there):", "",
-              "| Cost | Seconds |", "|---|---|"]
+    lines += [
+        "",
+        "Reference costs measured alone in the same run (with Spark's Python workers warm, unlike the "
+        "floor row of the table above, which runs in the rotation right after the other launchers: that "
+        "is the likely reason the same empty barrier job times differently there):",
+        "",
+        "| Cost | Seconds |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {_s(v) if isinstance(v, float) else v} |" for k, v in prof["reference"].items()]
     lines.append("")
     lines += _b1_reading(launchers.get("ours", {}), prof["reference"])
@@ -116,24 +144,32 @@ def _b1_reading(ours: dict, ref: dict) -> list[str]:
     task_imports, rdv = cost("airflow_provider_horovod.runtime"), cost("http_server")
     exit_s, channel = cost("last line -> exit"), cost("LogServer")
     text = [f"Reading for ours ({_s(ours['total'])} in the probe):"]
-    text.append(f"{_s(before)} ({_pct(before, ours)}) pass before the rank processes exist: the Spark job and "
-                f"barrier tasks (an empty barrier job alone: {_s(barrier)}), task-side imports (runtime "
-                f"{_s(task_imports)}, rendezvous server {_s(rdv)} when fresh), starting the rendezvous server, "
-                "the `allGather` that shares its port (a Spark barrier sync: every task but the last to arrive "
-                "gets its answer about one second later, at the JVM's next check; the probe times rank 0's "
-                "process, so when task 0 arrives last that second falls on the other rank and shows up in the "
-                "next phase, as rank 0 waiting for it in `hvd.init()`), writing the payload and spawning the rank.")
-    text.append(f"{_s(start)} ({_pct(start, ours)}) go from process creation to the function: two fresh "
-                f"interpreters importing torch + horovod.torch at once take {_s(two)} measured alone, so imports are "
-                + ("about all of it and unpickling + `hvd.init()` (Gloo rendezvous) are small."
-                   if two is not None and two >= start else
-                   f"about {_s(two)} of it and unpickling + `hvd.init()` (Gloo rendezvous) the other "
-                   f"{_s(start - two) if two is not None else '-'}."))
-    text.append(f"{_s(after)} ({_pct(after, ours)}) go from the function's return to the caller: a rank-like "
-                f"process needs {_s(exit_s)} from its last line to its exit (interpreter and library teardown), "
-                f"closing the driver log channel takes {_s(channel)}, and the rest is the result file, task 0 "
-                "waiting for the other tasks' reports that their ranks exited (through the rendezvous store, not a "
-                "Spark `barrier()`), task completion and `collect`.")
+    text.append(
+        f"{_s(before)} ({_pct(before, ours)}) pass before the rank processes exist: the Spark job and "
+        f"barrier tasks (an empty barrier job alone: {_s(barrier)}), task-side imports (runtime "
+        f"{_s(task_imports)}, rendezvous server {_s(rdv)} when fresh), starting the rendezvous server, "
+        "the `allGather` that shares its port (a Spark barrier sync: every task but the last to arrive "
+        "gets its answer about one second later, at the JVM's next check; the probe times rank 0's "
+        "process, so when task 0 arrives last that second falls on the other rank and shows up in the "
+        "next phase, as rank 0 waiting for it in `hvd.init()`), writing the payload and spawning the rank."
+    )
+    text.append(
+        f"{_s(start)} ({_pct(start, ours)}) go from process creation to the function: two fresh "
+        f"interpreters importing torch + horovod.torch at once take {_s(two)} measured alone, so imports are "
+        + (
+            "about all of it and unpickling + `hvd.init()` (Gloo rendezvous) are small."
+            if two is not None and two >= start
+            else f"about {_s(two)} of it and unpickling + `hvd.init()` (Gloo rendezvous) the other "
+            f"{_s(start - two) if two is not None else '-'}."
+        )
+    )
+    text.append(
+        f"{_s(after)} ({_pct(after, ours)}) go from the function's return to the caller: a rank-like "
+        f"process needs {_s(exit_s)} from its last line to its exit (interpreter and library teardown), "
+        f"closing the driver log channel takes {_s(channel)}, and the rest is the result file, task 0 "
+        "waiting for the other tasks' reports that their ranks exited (through the rendezvous store, not a "
+        "Spark `barrier()`), task completion and `collect`."
+    )
     return [" ".join(text), ""]
 
 
@@ -143,18 +179,28 @@ def _b7_breakdown(results: dict) -> list[str]:
     if results.get("b7") is None:
         return []
     if not isinstance(prof, dict) or "error" in prof:
-        return ["## Where the time goes: B7 DDP launch", "",
-                f"Not profiled: {(prof or {}).get('error', 'no probe ran')}.", ""]
+        return [
+            "## Where the time goes: B7 DDP launch",
+            "",
+            f"Not profiled: {(prof or {}).get('error', 'no probe ran')}.",
+            "",
+        ]
     launchers = prof["launchers"]
     names = list(launchers)
-    lines = ["## Where the time goes: B7 DDP launch", "",
-             "One probe job per `TorchDistributor` (not part of the medians above), phases as for B1; "
-             "`init_process_group()` is the Gloo rendezvous through rank 0's TCP store. Single runs: rough "
-             "proportions.", "",
-             "| Phase | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines = [
+        "## Where the time goes: B7 DDP launch",
+        "",
+        "One probe job per `TorchDistributor` (not part of the medians above), phases as for B1; "
+        "`init_process_group()` is the Gloo rendezvous through rank 0's TCP store. Single runs: rough "
+        "proportions.",
+        "",
+        "| Phase | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for phase, _ in PHASES + [("total", "call -> value")]:
-        cells = [launchers[n].get("error", "") if "error" in launchers[n] else _s(launchers[n].get(phase))
-                 for n in names]
+        cells = [
+            launchers[n].get("error", "") if "error" in launchers[n] else _s(launchers[n].get(phase)) for n in names
+        ]
         lines.append(f"| {phase} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -175,20 +221,26 @@ def _b2_breakdown(results: dict) -> list[str]:
     execute = b2.get("execute")
     labels = list(phases)
     labels[-1:-1] = [k for k in noop_phases if k not in phases]  # the no-op's own task step, before the exit
-    lines = ["## Where the time goes: B2 operator", "",
-             "Phases (medians over the runs) of `airflow dags test`, from the timestamps of its own log lines, "
-             "and of the hand-started spark-submit, from timestamps its script prints; each from the process "
-             "start to its exit:", "",
-             "| Phase | operator via `airflow dags test` | no-op `@task` via `airflow dags test` | "
-             "spark-submit by hand |", "|---|---|---|---|"]
+    lines = [
+        "## Where the time goes: B2 operator",
+        "",
+        "Phases (medians over the runs) of `airflow dags test`, from the timestamps of its own log lines, "
+        "and of the hand-started spark-submit, from timestamps its script prints; each from the process "
+        "start to its exit:",
+        "",
+        "| Phase | operator via `airflow dags test` | no-op `@task` via `airflow dags test` | spark-submit by hand |",
+        "|---|---|---|---|",
+    ]
     hand_job = sum(v for k, v in hand_phases.items() if k.startswith(("Horovod job", "Spark stop")))
     for k in labels:
         if k.startswith("Horovod job"):
             other = _s(hand_job) if hand_phases else ""
         else:
             other = _s(hand_phases[k]) if k in hand_phases else ""
-        lines.append(f"| {k} | {_s(phases[k]) if k in phases else ''} | "
-                     f"{_s(noop_phases[k]) if k in noop_phases else ''} | {other} |")
+        lines.append(
+            f"| {k} | {_s(phases[k]) if k in phases else ''} | "
+            f"{_s(noop_phases[k]) if k in noop_phases else ''} | {other} |"
+        )
     lines += [f"| **total (median of the wall times)** | {_s(op)} | {_s(noop)} | {_s(hand)} |", ""]
     if not (op and hand and noop):
         return lines
@@ -199,12 +251,17 @@ def _b2_breakdown(results: dict) -> list[str]:
     from benchmarks.rows import B2_TARGET
 
     largest = max(fixed, key=lambda k: noop_phases[k]) if fixed else None
-    api_note = ("The in-process execution API is the largest part: " if largest == API_START else
-                "The in-process execution API start-up is one part: ")
+    api_note = (
+        "The in-process execution API is the largest part: "
+        if largest == API_START
+        else "The in-process execution API start-up is one part: "
+    )
     lines += [
         f"**Reading.** Airflow's own fixed cost is what the no-op run shows: {_s(noop)} in all, of which "
-        + "; ".join(f"{k}: {_s(noop_phases[k])}" for k in fixed) + ". "
-        + api_note + "`airflow dags test` builds Airflow's task-execution "
+        + "; ".join(f"{k}: {_s(noop_phases[k])}" for k in fixed)
+        + ". "
+        + api_note
+        + "`airflow dags test` builds Airflow's task-execution "
         "API app inside the CLI process and the task runner's first call waits for it (the same start-up happens "
         "for every `airflow dags test`, with or without this provider; a deployed worker talks to an API server "
         "that is already running). Both contenders run the same spark-submit job, so an operator costing nothing "
@@ -217,17 +274,23 @@ def _b2_breakdown(results: dict) -> list[str]:
         f"hand-started one ({submit - hand:+.2f} s; what the operator's run does in addition there: the driver "
         "program verifies the payload's HMAC, writes the result files and lists the artifacts, and the task "
         "process reads spark-submit's output and polls the Spark REST API for progress). "
-        + (f"The operator task's own span, from Airflow's \"Task started\" to \"end task\" in the same runs' logs "
-           f"(templates, payload, spark-submit, result, XComs), took {_s(execute.median)} (median) against "
-           f"{_s(hand)} for spark-submit by hand: {execute.median / hand:.2f}x. "
-           if execute is not None and execute.median else "")
+        + (
+            f'The operator task\'s own span, from Airflow\'s "Task started" to "end task" in the same runs\' logs '
+            f"(templates, payload, spark-submit, result, XComs), took {_s(execute.median)} (median) against "
+            f"{_s(hand)} for spark-submit by hand: {execute.median / hand:.2f}x. "
+            if execute is not None and execute.median
+            else ""
+        )
         + f"Subtracting the no-op run instead (operator - no-op = {_s(op - noop)}, {(op - noop) / hand:.2f}x) "
         "gives a noisier estimate of the same quantity: it is the difference of two separate runs' wall times.",
         "",
     ]
     if results.get("airflow_migrate_s") is not None and not isinstance(results["airflow_migrate_s"], dict):
-        lines += [f"(`airflow db migrate` of the throwaway AIRFLOW_HOME, done once before: "
-                  f"{_s(results['airflow_migrate_s'])}; not counted.)", ""]
+        lines += [
+            f"(`airflow db migrate` of the throwaway AIRFLOW_HOME, done once before: "
+            f"{_s(results['airflow_migrate_s'])}; not counted.)",
+            "",
+        ]
     return lines
 
 
@@ -235,50 +298,66 @@ def _b4_details(results: dict) -> list[str]:
     lines: list[str] = []
     b4 = results.get("b4")
     if isinstance(b4, dict) and "error" not in b4:
-        lines += ["## B4 details", "",
-                  f"Client mode, sync: `airflow dags test` of a one-task DAG training the example model for "
-                  f"~{b4['train_seconds']:.0f} s (wall {_s(b4['wall_seconds'])}); a psutil thread sampled the "
-                  f"process tree every {b4['interval_s']} s ({b4['samples']} samples). Airflow task process = the "
-                  "Python processes of `airflow dags test` outside the JVM (it runs the task in-process); JVM = the "
-                  "spark-submit Java process (the Spark driver runs in it in client mode); Spark Python workers + "
-                  "ranks = everything below the JVM. Peak of the whole tree: "
-                  f"{b4['peak_bytes']['total'] / 2**20:,.0f} MiB. Process names seen per role: "
-                  + "; ".join(f"{role}: {', '.join(names) or '-'}" for role, names in b4["process_names"].items())
-                  + ".", ""]
+        lines += [
+            "## B4 details",
+            "",
+            f"Client mode, sync: `airflow dags test` of a one-task DAG training the example model for "
+            f"~{b4['train_seconds']:.0f} s (wall {_s(b4['wall_seconds'])}); a psutil thread sampled the "
+            f"process tree every {b4['interval_s']} s ({b4['samples']} samples). Airflow task process = the "
+            "Python processes of `airflow dags test` outside the JVM (it runs the task in-process); JVM = the "
+            "spark-submit Java process (the Spark driver runs in it in client mode); Spark Python workers + "
+            "ranks = everything below the JVM. Peak of the whole tree: "
+            f"{b4['peak_bytes']['total'] / 2**20:,.0f} MiB. Process names seen per role: "
+            + "; ".join(f"{role}: {', '.join(names) or '-'}" for role, names in b4["process_names"].items())
+            + ".",
+            "",
+        ]
     b4c = results.get("b4_cluster")
     if isinstance(b4c, dict) and "error" not in b4c:
         if not lines:
             lines += ["## B4 details", ""]
-        lines += [f"Cluster mode (`deploy_mode='cluster'`, a standalone master and two workers on 127.0.0.1; the "
-                  f"driver runs on a worker, submitted through the master's REST server): the same model trained "
-                  f"for ~{b4c['train_seconds']:.0f} s, once with `deferrable=False` and once with "
-                  "`deferrable=True`. Phases from the log (`airflow dags test` runs a deferred task's trigger in "
-                  "line, in its own process, where a deployment runs it in the triggerer):", "",
-                  "| Phase | sync | deferrable |", "|---|---|---|"]
+        lines += [
+            f"Cluster mode (`deploy_mode='cluster'`, a standalone master and two workers on 127.0.0.1; the "
+            f"driver runs on a worker, submitted through the master's REST server): the same model trained "
+            f"for ~{b4c['train_seconds']:.0f} s, once with `deferrable=False` and once with "
+            "`deferrable=True`. Phases from the log (`airflow dags test` runs a deferred task's trigger in "
+            "line, in its own process, where a deployment runs it in the triggerer):",
+            "",
+            "| Phase | sync | deferrable |",
+            "|---|---|---|",
+        ]
         sync, deferred = b4c["sync"]["phases"], b4c["deferred"]["phases"]
         labels = list(dict.fromkeys([*deferred, *sync]))
         labels.sort(key=lambda k: k == EXIT)  # the exit last; otherwise in log order
         for k in labels:
-            lines.append(f"| {k} | {_s(sync.get(k)) if k in sync else ''} | "
-                         f"{_s(deferred.get(k)) if k in deferred else ''} |")
+            lines.append(
+                f"| {k} | {_s(sync.get(k)) if k in sync else ''} | {_s(deferred.get(k)) if k in deferred else ''} |"
+            )
         lines.append(f"| **total** | {_s(b4c['sync']['wall_seconds'])} | {_s(b4c['deferred']['wall_seconds'])} |")
         d = b4c["deferred"]
         if d.get("held_seconds") is not None and d.get("window_seconds") is not None:
-            lines += ["", f"With `deferrable=True` a worker runs task code for {_s(d['held_seconds'])} (staging and "
-                      f"submitting the payload, then reading the result and pushing XComs); for the "
-                      f"{_s(d['window_seconds'])} the driver runs (Spark start-up, executors, training, shutdown), no "
-                      "worker process is held: the task has "
-                      "deferred and only the trigger's coroutine polls the master's REST API. "
-                      f"Processes below the Airflow process meanwhile (largest count seen): {d['max_children']}"
-                      + (" (no spark-submit, no JVM: submission, status and kill go over REST)."
-                         if d["max_children"] == 0 else ".")]
+            lines += [
+                "",
+                f"With `deferrable=True` a worker runs task code for {_s(d['held_seconds'])} (staging and "
+                f"submitting the payload, then reading the result and pushing XComs); for the "
+                f"{_s(d['window_seconds'])} the driver runs (Spark start-up, executors, training, shutdown), no "
+                "worker process is held: the task has "
+                "deferred and only the trigger's coroutine polls the master's REST API. "
+                f"Processes below the Airflow process meanwhile (largest count seen): {d['max_children']}"
+                + (
+                    " (no spark-submit, no JVM: submission, status and kill go over REST)."
+                    if d["max_children"] == 0
+                    else "."
+                ),
+            ]
         lines.append("")
     return lines
 
 
 def _method(cfg: dict) -> list[str]:
     return [
-        "## What is measured", "",
+        "## What is measured",
+        "",
         "- All contenders share one interpreter (`.venv`), one machine and a `local[2]` Spark bound to 127.0.0.1. "
         "B1 and B3 run in one process on one already-running SparkSession; contenders run in turns "
         "(A B C A B C ...) so slow spells of the shared machine hit all alike; B1 starts with one untimed warm-up "
@@ -296,7 +375,7 @@ def _method(cfg: dict) -> list[str]:
         "the same Spark properties the operator sets. Throwaway AIRFLOW_HOME (SQLite, migrated once), "
         "`AIRFLOW__CORE__LOAD_EXAMPLES=False`. A no-op `@task` through the same `airflow dags test` measures "
         "Airflow's fixed cost; the net row is the operator task's own span (Airflow's \"Task started\" to \"end "
-        "task\" log lines of the same runs: templates, payload, spark-submit, result, XComs) against the "
+        'task" log lines of the same runs: templates, payload, spark-submit, result, XComs) against the '
         "hand-started spark-submit.",
         f"- B3 (up to {cfg['b3_reps']} rounds, within a time budget; "
         "the Samples column shows those run): the example DAG's `build_model()` MLP on its `load_digits` split, batch "
@@ -311,7 +390,7 @@ def _method(cfg: dict) -> list[str]:
         "`runtime.report(step, total_steps, loss)` after every timed step and an artifact directory (the history "
         "and snapshot files written, as in a DAG), for what reporting costs (target: at most 1.02x slower).",
         f"- B7 (up to {cfg.get('b7_reps', 0)} rounds after an untimed one, within a time budget): a trivial np=2 "
-        "DDP job (`init_process_group(\"gloo\")`, one `all_reduce`, return) from the call to rank 0's value: this "
+        'DDP job (`init_process_group("gloo")`, one `all_reduce`, return) from the call to rank 0\'s value: this '
         "provider's `TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run` vs PySpark's "
         "`pyspark.ml.torch.distributor.TorchDistributor` with the same arguments, on the same SparkSession. "
         "Floor: two fresh interpreters running `import torch` at once, plus the empty barrier job.",
@@ -339,8 +418,12 @@ def _method(cfg: dict) -> list[str]:
 
 def _machine(meta: dict) -> list[str]:
     v = meta["versions"]
-    return ["## Machine and versions", "",
-            f"- {meta['cores']} cores ({meta['cpu']}), {meta['memory_gib']:.1f} GiB memory, {meta['os']}",
-            f"- Python {meta['python']}, {meta['java']}",
-            "- " + ", ".join(f"{k} {val}" for k, val in v.items()),
-            f"- load average (1/5/15 min) at start: {meta.get('load_start')}, at end: {meta.get('load_end')}", ""]
+    return [
+        "## Machine and versions",
+        "",
+        f"- {meta['cores']} cores ({meta['cpu']}), {meta['memory_gib']:.1f} GiB memory, {meta['os']}",
+        f"- Python {meta['python']}, {meta['java']}",
+        "- " + ", ".join(f"{k} {val}" for k, val in v.items()),
+        f"- load average (1/5/15 min) at start: {meta.get('load_start')}, at end: {meta.get('load_end')}",
+        "",
+    ]

@@ -30,8 +30,10 @@ def b5_table(results: dict) -> list[str]:
         verdict = ""
         if name == "ours" and series.median is not None:
             verdict = ("met" if series.median < GOAL_S else "missed") + (" (quick run: indicative)" if few else "")
-        lines.append(f"| {label} | {series.reason or _s(series.median)} | "
-                     f"{', '.join(f'{v:.2f}' for v in series.samples)} | {goal} | {verdict} |")
+        lines.append(
+            f"| {label} | {series.reason or _s(series.median)} | "
+            f"{', '.join(f'{v:.2f}' for v in series.samples)} | {goal} | {verdict} |"
+        )
     return lines
 
 
@@ -46,11 +48,13 @@ def standalone_run_line(results: dict, name: str) -> str:
     meta = results["meta"]
     loads = [x for x in (meta.get("load_start"), meta.get("load_end")) if x]
     v = meta.get("versions", {})
-    return (f"Measured by `python -m benchmarks --only {name}` on {meta['date']} ({results['config']['mode']} "
-            f"run, {meta.get('total_seconds', 0) / 60:.1f} min), separately from the sections above; "
-            f"1-minute load average at its start / end: {' / '.join(f'{x[0]:.1f}' for x in loads)} on "
-            f"{meta['cores']} cores; pyspark {v.get('pyspark')}, horovod {v.get('horovod')}, torch "
-            f"{v.get('torch')}.")
+    return (
+        f"Measured by `python -m benchmarks --only {name}` on {meta['date']} ({results['config']['mode']} "
+        f"run, {meta.get('total_seconds', 0) / 60:.1f} min), separately from the sections above; "
+        f"1-minute load average at its start / end: {' / '.join(f'{x[0]:.1f}' for x in loads)} on "
+        f"{meta['cores']} cores; pyspark {v.get('pyspark')}, horovod {v.get('horovod')}, torch "
+        f"{v.get('torch')}."
+    )
 
 
 def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
@@ -67,9 +71,14 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
     out = [B5_START, "## B5 queueing on a busy cluster", ""]
     if standalone_run:
         out += [standalone_run_line(results, "b5"), ""]
-    out += ["Time from one np=4 job freeing its task slots to the next, waiting, np=4 job's ranks starting, on a "
-            "Spark standalone cluster of 2 workers x 2 cores (127.0.0.1) whose 4 slots the first job holds. Goal: "
-            f"under {GOAL_S:.0f} s.", "", *b5_table(results), ""]
+    out += [
+        "Time from one np=4 job freeing its task slots to the next, waiting, np=4 job's ranks starting, on a "
+        "Spark standalone cluster of 2 workers x 2 cores (127.0.0.1) whose 4 slots the first job holds. Goal: "
+        f"under {GOAL_S:.0f} s.",
+        "",
+        *b5_table(results),
+        "",
+    ]
     if "error" in b5:
         return out + [B5_END]
     for note in results.get("notes", []):
@@ -78,13 +87,19 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
     steps = {name: phases(rounds) for name, rounds in b5["rounds"].items() if rounds}
     if steps:
         names = list(steps)
-        out += ["Where the time goes (medians, seconds from the holding job's `HorovodRunner.run` returning; the "
-                "cluster's steps from its own logs, to the millisecond, the last executor's for each):", "",
-                "| Step | " + " | ".join(b5["contenders"][n] for n in names) + " |",
-                "|---|" + "---|" * len(names)]
+        out += [
+            "Where the time goes (medians, seconds from the holding job's `HorovodRunner.run` returning; the "
+            "cluster's steps from its own logs, to the millisecond, the last executor's for each):",
+            "",
+            "| Step | " + " | ".join(b5["contenders"][n] for n in names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
         for key, label in PHASES.items():
-            out.append(f"| {label} | " + " | ".join(_s(steps[n][key]) if steps[n][key] is not None else "-"
-                                                   for n in names) + " |")
+            out.append(
+                f"| {label} | "
+                + " | ".join(_s(steps[n][key]) if steps[n][key] is not None else "-" for n in names)
+                + " |"
+            )
         out.append("")
     ours = steps.get("ours")
     retry = b5["rounds"].get("spark-retry") or []
@@ -107,7 +122,9 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
             f"`allGather` (a plain two-task `allGather` took 1.0 s on this machine too, as did a `barrier()`: "
             f"Spark's barrier sync answers in whole seconds), which a real training function "
             f"spends importing its framework (the rank imports it meanwhile). The provider's own share of the "
-            f"{_s(o['created'])}: the poll, at most {poll_interval()} s.", ""]
+            f"{_s(o['created'])}: the poll, at most {poll_interval()} s.",
+            "",
+        ]
     if retry:
         import statistics
 
@@ -116,25 +133,34 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
         if mine is not None and theirs is not None:
             gap = theirs - mine
             same = abs(gap) <= max(1.0, 0.15 * mine)
-            compare = ("about as fast as the provider's wait (within 15%)" if same else
-                       f"{abs(gap):.2f} s {'slower' if gap > 0 else 'faster'} than the provider's wait (medians)")
+            compare = (
+                "about as fast as the provider's wait (within 15%)"
+                if same
+                else f"{abs(gap):.2f} s {'slower' if gap > 0 else 'faster'} than the provider's wait (medians)"
+            )
         else:
             compare = "not comparable in this run"
-        out += [f"**The alternative.** Letting Spark's own barrier check retry instead (interval 1 s, the shortest "
-                f"it allows: it is read in seconds) handed the slots over {compare}; it logged {warn:.0f} WARN "
-                "lines (median per round) while the job waited, one per retry, and it can neither say who "
-                "holds the cores nor tell \"busy\" from \"never\". The provider waits on the driver "
-                "(`airflow_provider_horovod/runtime/driver/slots.py` explains the choice).", ""]
-    out += ["Method: a chain of np=4 jobs, each `HorovodRunner` in a SparkSession of its own (like the driver "
-            "program spark-submit runs), whose ranks wait for a gate file: while one job holds all 4 slots, the next "
-            "starts and waits; the harness opens the holder's gate once the next one says it waits. Each job prints "
-            "the time `HorovodRunner.run` returned and the time `spark.stop()` returned; rank 0 returns its "
-            "process's creation time (its start tick in /proc, to 10 ms) and the time its function was entered; the harness timestamps the "
-            "\"task slots available\" line as it arrives. One machine, so the clocks agree. The waiting job "
-            "alternates between the contenders; executors at Spark's standalone default (one per worker, "
-            "`spark.cores.max=4`); driver and executor JVMs with the options the provider's hooks give the "
-            f"applications they submit (`{jvm_options()}`, `utils/spark_conf.py`), and their Python daemon "
-            f"(`spark.python.daemon.module={daemon_module()}`).", B5_END]
+        out += [
+            f"**The alternative.** Letting Spark's own barrier check retry instead (interval 1 s, the shortest "
+            f"it allows: it is read in seconds) handed the slots over {compare}; it logged {warn:.0f} WARN "
+            "lines (median per round) while the job waited, one per retry, and it can neither say who "
+            'holds the cores nor tell "busy" from "never". The provider waits on the driver '
+            "(`airflow_provider_horovod/runtime/driver/slots.py` explains the choice).",
+            "",
+        ]
+    out += [
+        "Method: a chain of np=4 jobs, each `HorovodRunner` in a SparkSession of its own (like the driver "
+        "program spark-submit runs), whose ranks wait for a gate file: while one job holds all 4 slots, the next "
+        "starts and waits; the harness opens the holder's gate once the next one says it waits. Each job prints "
+        "the time `HorovodRunner.run` returned and the time `spark.stop()` returned; rank 0 returns its "
+        "process's creation time (its start tick in /proc, to 10 ms) and the time its function was entered; the harness timestamps the "
+        '"task slots available" line as it arrives. One machine, so the clocks agree. The waiting job '
+        "alternates between the contenders; executors at Spark's standalone default (one per worker, "
+        "`spark.cores.max=4`); driver and executor JVMs with the options the provider's hooks give the "
+        f"applications they submit (`{jvm_options()}`, `utils/spark_conf.py`), and their Python daemon "
+        f"(`spark.python.daemon.module={daemon_module()}`).",
+        B5_END,
+    ]
     return out
 
 

@@ -40,7 +40,7 @@ def _replace(old: list[str], new: list[str], match, anchor) -> list[str]:
     at = [i for i, ln in enumerate(old) if match(ln)]
     if at:
         kept = [ln for i, ln in enumerate(old) if i not in set(at)]
-        return kept[:at[0]] + fresh + kept[at[0]:]
+        return kept[: at[0]] + fresh + kept[at[0] :]
     anchors = [i for i, ln in enumerate(old) if anchor(ln)]
     pos = anchors[-1] + 1 if anchors else len(old)
     return old[:pos] + fresh + old[pos:]
@@ -51,7 +51,7 @@ def _without(line: str, keys: set[str]) -> str | None:
     An earlier "Rerun alone" ``line`` without the benchmarks in ``keys`` (upper case: ``B8``) and their time-budget
     notes; ``None`` when none of its benchmarks is left.
     """
-    named, rest = line[len(NOTE_PREFIX):].split(" on ", 1)
+    named, rest = line[len(NOTE_PREFIX) :].split(" on ", 1)
     left = [k for k in named.split(", ") if k not in keys]
     if not left:
         return None
@@ -69,37 +69,47 @@ def merge(old_page: str, new_page: str, results: dict) -> str:
     for key in rerun_keys(results):
         tag = key.upper() + " "
         old = _replace(old, new, lambda ln: ln.startswith(f"| {tag}"), lambda ln: ln.startswith("| B"))
-        old = _replace(old, new, lambda ln: ln.startswith(f"- {tag}") and ": **" in ln,
-                       lambda ln: ln.startswith("- B") and ": **" in ln)
-        old = _replace(old, new, lambda ln: ln.startswith(f"- {key.upper()} ("),
-                       lambda ln: ln.startswith("- B") and " (" in ln and ": **" not in ln)
+        old = _replace(
+            old,
+            new,
+            lambda ln: ln.startswith(f"- {tag}") and ": **" in ln,
+            lambda ln: ln.startswith("- B") and ": **" in ln,
+        )
+        old = _replace(
+            old,
+            new,
+            lambda ln: ln.startswith(f"- {key.upper()} ("),
+            lambda ln: ln.startswith("- B") and " (" in ln and ": **" not in ln,
+        )
         heading = f"## Where the time goes: {key.upper()}"
         starts = [i for i, ln in enumerate(new) if ln.startswith(heading)]
         if starts:
-            fresh = new[starts[0]:_section(new, starts[0])]
+            fresh = new[starts[0] : _section(new, starts[0])]
             at = [i for i, ln in enumerate(old) if ln.startswith(heading)]
             if at:
-                old = old[:at[0]] + fresh + old[_section(old, at[0]):]
+                old = old[: at[0]] + fresh + old[_section(old, at[0]) :]
     for heading in ("## How to rerun",):  # the generator's own text, not a run's numbers
         at_new = [i for i, ln in enumerate(new) if ln.startswith(heading)]
         at_old = [i for i, ln in enumerate(old) if ln.startswith(heading)]
         if at_new and at_old:
-            old = old[:at_old[0]] + new[at_new[0]:_section(new, at_new[0])] + old[_section(old, at_old[0]):]
+            old = old[: at_old[0]] + new[at_new[0] : _section(new, at_new[0])] + old[_section(old, at_old[0]) :]
     meta = results["meta"]
     loads = " / ".join(f"{x[0]:.1f}" for x in (meta.get("load_start"), meta.get("load_end")) if x)
-    note = (f"{NOTE_PREFIX}{', '.join(k.upper() for k in rerun_keys(results))} on {meta['date']} "
-            f"({results['config']['mode']} settings, {meta.get('total_seconds', 0) / 60:.1f} min; 1-minute load "
-            f"average at its start / end {loads} on {meta['cores']} cores); their rows, targets and sections above "
-            "and below are from that run, the rest from the run named at the top."
-            + "".join(f" Time budget: {n}." for n in results.get("notes", [])))
+    note = (
+        f"{NOTE_PREFIX}{', '.join(k.upper() for k in rerun_keys(results))} on {meta['date']} "
+        f"({results['config']['mode']} settings, {meta.get('total_seconds', 0) / 60:.1f} min; 1-minute load "
+        f"average at its start / end {loads} on {meta['cores']} cores); their rows, targets and sections above "
+        "and below are from that run, the rest from the run named at the top."
+        + "".join(f" Time budget: {n}." for n in results.get("notes", []))
+    )
     rerun = {k.upper() for k in rerun_keys(results)}
     for i in [i for i, ln in enumerate(old) if ln.startswith(NOTE_PREFIX)][::-1]:
         kept = _without(old[i], rerun)  # an earlier rerun's line keeps only the benchmarks this run did not redo
         if kept is None:
-            del old[i - 1 if i and not old[i - 1] else i:i + 1]
+            del old[i - 1 if i and not old[i - 1] else i : i + 1]
         else:
             old[i] = kept
     results_at = next((i for i, ln in enumerate(old) if ln.startswith("Ratios are of medians")), None)
     if results_at is not None:
-        old = old[:results_at + 1] + ["", note] + old[results_at + 1:]
+        old = old[: results_at + 1] + ["", note] + old[results_at + 1 :]
     return "\n".join(old)

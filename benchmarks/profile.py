@@ -12,10 +12,15 @@ import time
 from benchmarks import contenders, jobs
 
 PHASES = [
-    ("call -> rank process created", "Spark job + barrier task start (+ rendezvous server, allGather / task "
-                                     "services / torchrun start, depending on the launcher)"),
-    ("rank process created -> function entry", "interpreter start, unpickling; ours also imports torch+horovod "
-                                               "and runs hvd.init() here, before the function"),
+    (
+        "call -> rank process created",
+        "Spark job + barrier task start (+ rendezvous server, allGather / task "
+        "services / torchrun start, depending on the launcher)",
+    ),
+    (
+        "rank process created -> function entry",
+        "interpreter start, unpickling; ours also imports torch+horovod and runs hvd.init() here, before the function",
+    ),
     ("imports inside the function", "torch / horovod.torch / torch.distributed imports still to do"),
     ("hvd.init() / init_process_group()", "rendezvous (0 when already done before the function)"),
     ("one allreduce", "the job's only collective"),
@@ -38,15 +43,22 @@ def probe(launcher: str) -> dict[str, float]:
     else:
         ts = contenders.run_torch_distributor(jobs.torch_dist_probe)
     t1 = time.time()
-    values = [ts["created"] - t0, ts["entry"] - ts["created"], ts["imported"] - ts["entry"],
-              ts["init"] - ts["imported"], ts["done"] - ts["init"], t1 - ts["done"]]
+    values = [
+        ts["created"] - t0,
+        ts["entry"] - ts["created"],
+        ts["imported"] - ts["entry"],
+        ts["init"] - ts["imported"],
+        ts["done"] - ts["init"],
+        t1 - ts["done"],
+    ]
     out = {name: value for (name, _), value in zip(PHASES, values)}
     out["total"] = t1 - t0
     return out
 
 
-EXIT_PROBE = ("import time, torch, horovod.torch as hvd; hvd.init(); hvd.allreduce(torch.ones(1)); "
-              "print(time.time(), flush=True)")
+EXIT_PROBE = (
+    "import time, torch, horovod.torch as hvd; hvd.init(); hvd.allreduce(torch.ones(1)); print(time.time(), flush=True)"
+)
 
 
 def exit_seconds(statement: str = EXIT_PROBE) -> float:
@@ -55,8 +67,9 @@ def exit_seconds(statement: str = EXIT_PROBE) -> float:
 
     from benchmarks.env import PYTHON, bench_environ
 
-    proc = subprocess.Popen([PYTHON, "-c", statement], env=bench_environ(), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PYTHON, "-c", statement], env=bench_environ(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     last = float(proc.stdout.readline())
     proc.wait()
     return time.time() - last
@@ -81,17 +94,21 @@ def reference_costs(spark) -> dict[str, float | str]:
     fresh = contenders.fresh_import_seconds
     costs = {
         "fresh `import torch, horovod.torch` (1 process)": lambda: fresh("import torch, horovod.torch"),
-        "fresh `import torch, horovod.torch` (2 processes at once, as 2 ranks do)":
-            lambda: fresh("import torch, horovod.torch", processes=2),
-        "fresh `import airflow_provider_horovod.runtime` (task side)":
-            lambda: fresh("import airflow_provider_horovod.runtime"),
-        "fresh `import horovod.runner.http.http_server` (rendezvous server, task 0)":
-            lambda: fresh("import horovod.runner.http.http_server"),
+        "fresh `import torch, horovod.torch` (2 processes at once, as 2 ranks do)": lambda: fresh(
+            "import torch, horovod.torch", processes=2
+        ),
+        "fresh `import airflow_provider_horovod.runtime` (task side)": lambda: fresh(
+            "import airflow_provider_horovod.runtime"
+        ),
+        "fresh `import horovod.runner.http.http_server` (rendezvous server, task 0)": lambda: fresh(
+            "import horovod.runner.http.http_server"
+        ),
         "fresh interpreter, no imports (`python -c pass`)": lambda: fresh("pass"),
         "rank-like process (torch, horovod, hvd.init, allreduce): last line -> exit": exit_seconds,
         "driver log channel (`LogServer`) open + close, no traffic": log_channel_seconds,
         "empty barrier job (2 tasks)": lambda: contenders.timed(
-            lambda: sc.parallelize(range(2), 2).barrier().mapPartitions(lambda it: [1]).collect())[0],
+            lambda: sc.parallelize(range(2), 2).barrier().mapPartitions(lambda it: [1]).collect()
+        )[0],
     }
     out: dict[str, float | str] = {}
     for name, fn in costs.items():

@@ -41,14 +41,16 @@ from pathlib import Path
 from benchmarks.contenders import Series
 from benchmarks.env import PYTHON, REPO, bench_environ
 
-CONTENDERS = {"ours": "driver-side wait (the provider)",
-              "spark-retry": "Spark's barrier check retry, interval 1 s (alternative)"}
+CONTENDERS = {
+    "ours": "driver-side wait (the provider)",
+    "spark-retry": "Spark's barrier check retry, interval 1 s (alternative)",
+}
 GOAL_S = 5.0
 """Issue #11's goal for the queueing cost (ours), seconds."""
 ROUND_TIMEOUT_S = 300.0
 """The most seconds one step of a round may take before the round is abandoned."""
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, os, sys, time
 from pyspark.sql import SparkSession
 
@@ -97,7 +99,7 @@ print("B5 RETURNED", time.time(), flush=True)
 print("B5 RESULT " + json.dumps(value), flush=True)
 spark.stop()
 print("B5 STOPPED", time.time(), flush=True)
-'''
+"""
 
 
 CLUSTER_LOG4J2 = """\
@@ -159,10 +161,13 @@ class Job:
     def __init__(self, script: Path, args: list[str], env: dict[str, str]) -> None:
         self.lines: list[tuple[float, str, str]] = []  # (arrival time, stream, line)
         self._changed = threading.Condition()
-        self.proc = subprocess.Popen([PYTHON, str(script), *args], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, bufsize=1)
-        self._readers = [threading.Thread(target=self._read, args=(s, n), daemon=True)
-                         for s, n in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))]
+        self.proc = subprocess.Popen(
+            [PYTHON, str(script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+        self._readers = [
+            threading.Thread(target=self._read, args=(s, n), daemon=True)
+            for s, n in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))
+        ]
         for reader in self._readers:
             reader.start()
 
@@ -247,16 +252,17 @@ def run_b5(reps: int, budget_s: float, notes: list[str], log) -> dict:
         cleanup.callback(shutil.rmtree, work, ignore_errors=True)
         (work / "standalone" / "conf").mkdir(parents=True)
         (work / "standalone" / "conf" / "log4j2.properties").write_text(CLUSTER_LOG4J2)
-        cluster = cleanup.enter_context(standalone_cluster(workers=2, cores_per_worker=2,
-                                                           work_dir=work / "standalone"))
+        cluster = cleanup.enter_context(standalone_cluster(workers=2, cores_per_worker=2, work_dir=work / "standalone"))
         try:
             holder, gate = _start(cluster, script, work, "ours", 0)  # the first holder is not measured
             jobs.append((holder, gate, "ours"))
             holder.wait_for("B5 HELD")
             for index, variant in enumerate(order, start=1):
                 if index > len(CONTENDERS) and time.monotonic() - start + last > budget_s:
-                    notes.append(f"B5: {index - 1} of {len(order)} rounds (the next would have passed its "
-                                 f"{budget_s:.0f} s budget)")
+                    notes.append(
+                        f"B5: {index - 1} of {len(order)} rounds (the next would have passed its "
+                        f"{budget_s:.0f} s budget)"
+                    )
                     break
                 round_start = time.monotonic()
                 previous, previous_gate, _ = jobs[-1]
@@ -272,10 +278,17 @@ def run_b5(reps: int, budget_s: float, notes: list[str], log) -> dict:
                     series[variant].reason = f"failed: {type(err).__name__}: {str(err)[:300]}"
                     log(f"B5 {variant}: {series[variant].reason}")
                     break
-                seen = next((t for t, stream, ln in job.lines
-                             if stream == "out" and "task slots available after waiting" in ln), None)
-                rounds[variant].append({"freed": freed, "stopped": stopped, "slots_seen": seen,
-                                        "waiting_at": waiting_at, "job": index})
+                seen = next(
+                    (
+                        t
+                        for t, stream, ln in job.lines
+                        if stream == "out" and "task slots available after waiting" in ln
+                    ),
+                    None,
+                )
+                rounds[variant].append(
+                    {"freed": freed, "stopped": stopped, "slots_seen": seen, "waiting_at": waiting_at, "job": index}
+                )
                 last = time.monotonic() - round_start
             jobs[-1][1].touch()  # release the last holder
             for job, _, _ in jobs:
@@ -303,8 +316,10 @@ def run_b5(reps: int, budget_s: float, notes: list[str], log) -> dict:
                 continue
             r.update(value)  # created, entry (and whatever else the probe returns)
             series[name].samples.append(r["created"] - r["freed"])
-            log(f"B5 {name}: freed -> ranks created {r['created'] - r['freed']:.2f} s (SparkContext stop "
-                f"{r['stopped'] - r['freed']:.2f} s, {r['warn_lines']} WARN lines)")
+            log(
+                f"B5 {name}: freed -> ranks created {r['created'] - r['freed']:.2f} s (SparkContext stop "
+                f"{r['stopped'] - r['freed']:.2f} s, {r['warn_lines']} WARN lines)"
+            )
         rounds[name] = [r for r in measured if "created" in r]
     return {"rounds": rounds, "series": series, "goal_s": GOAL_S, "contenders": dict(CONTENDERS)}
 

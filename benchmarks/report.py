@@ -15,12 +15,14 @@ from pathlib import Path
 
 from benchmarks.rows import rows
 
-RERUN = (".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8, ~9 for "
-         "B5 and ~4 for B9)\n"
-         ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n"
-         ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page\n"
-         ".venv/bin/python -m benchmarks --only b9  # B9 alone: rewrites its section of this page\n"
-         ".venv/bin/python -m benchmarks --only b8  # some of B1-B4/B7/B8: rewrites their rows and sections only")
+RERUN = (
+    ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8, ~9 for "
+    "B5 and ~4 for B9)\n"
+    ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n"
+    ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page\n"
+    ".venv/bin/python -m benchmarks --only b9  # B9 alone: rewrites its section of this page\n"
+    ".venv/bin/python -m benchmarks --only b8  # some of B1-B4/B7/B8: rewrites their rows and sections only"
+)
 
 
 def load_average() -> list[float] | None:
@@ -45,21 +47,55 @@ def environment() -> dict:
         java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30).stderr.splitlines()[0]
     except Exception as err:
         java = f"unknown ({err})"
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor() or "?") if Path("/proc/cpuinfo").exists() else "?"
+    cpu = (
+        next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
+            platform.processor() or "?",
+        )
+        if Path("/proc/cpuinfo").exists()
+        else "?"
+    )
     return {
         "load_start": load_average(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cores": os.cpu_count(), "cpu": cpu, "memory_gib": psutil.virtual_memory().total / 2**30,
-        "os": platform.platform(), "python": platform.python_version(), "java": java,
-        "versions": {d: version(d) for d in ("airflow-provider-horovod", "torch", "horovod", "pyspark",
-                                             "apache-airflow", "apache-airflow-providers-apache-spark",
-                                             "cloudpickle", "numpy", "scikit-learn", "psutil", "matplotlib")},
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": psutil.virtual_memory().total / 2**30,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "java": java,
+        "versions": {
+            d: version(d)
+            for d in (
+                "airflow-provider-horovod",
+                "torch",
+                "horovod",
+                "pyspark",
+                "apache-airflow",
+                "apache-airflow-providers-apache-spark",
+                "cloudpickle",
+                "numpy",
+                "scikit-learn",
+                "psutil",
+                "matplotlib",
+            )
+        },
     }
 
 
-COLUMNS = [("bench", "Benchmark"), ("contender", "Contender"), ("median", "Median"), ("samples", "Samples"),
-           ("ratio", "Ratio"), ("target", "Target"), ("verdict", "Verdict")]
+COLUMNS = [
+    ("bench", "Benchmark"),
+    ("contender", "Contender"),
+    ("median", "Median"),
+    ("samples", "Samples"),
+    ("ratio", "Ratio"),
+    ("target", "Target"),
+    ("verdict", "Verdict"),
+]
 
 
 def console_table(results: dict) -> str:
@@ -140,13 +176,14 @@ def write_section(results: dict, docs: Path, name: str) -> Path:
 
     start_mark, end_mark, lines = {
         "b5": (pages_b5.B5_START, pages_b5.B5_END, pages_b5.b5_section),
-        "b9": (pages_b9.B9_START, pages_b9.B9_END, pages_b9.b9_section)}[name]
+        "b9": (pages_b9.B9_START, pages_b9.B9_END, pages_b9.b9_section),
+    }[name]
     md = docs / "benchmarks.md"
     text = md.read_text()
     section = "\n".join(lines(results, standalone_run=True))
     start, end = text.find(start_mark), text.find(end_mark)
     if start >= 0 and end > start:
-        text = text[:start] + section + text[end + len(end_mark):]
+        text = text[:start] + section + text[end + len(end_mark) :]
     else:
         at = text.find("## What is measured")
         at = at if at >= 0 else len(text)
@@ -163,7 +200,5 @@ def write(results: dict, docs: Path) -> tuple[Path, str]:
     png = docs / "benchmarks.png"
     note = chart.draw(results, png)
     md = docs / "benchmarks.md"
-    md.write_text(pages.page(results, markdown_table(results), png.name if note == "written" else None, note,
-                             RERUN))
+    md.write_text(pages.page(results, markdown_table(results), png.name if note == "written" else None, note, RERUN))
     return md, note
-

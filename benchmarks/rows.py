@@ -67,12 +67,22 @@ def rows(results: dict) -> list[dict]:
 
     few = results.get("config", {}).get("min_reps", 2) < 2  # --quick: one round may be all there is
 
-    def add(bench: str, contender: str, value: str, samples: str = "", ratio: str = "", target: str = "",
-            verdict: str = "") -> None:
+    def add(
+        bench: str, contender: str, value: str, samples: str = "", ratio: str = "", target: str = "", verdict: str = ""
+    ) -> None:
         if few and verdict in ("met", "missed"):
             verdict += " (quick run: indicative)"
-        out.append({"bench": bench, "contender": contender, "median": value, "samples": samples, "ratio": ratio,
-                    "target": target, "verdict": verdict})
+        out.append(
+            {
+                "bench": bench,
+                "contender": contender,
+                "median": value,
+                "samples": samples,
+                "ratio": ratio,
+                "target": target,
+                "verdict": verdict,
+            }
+        )
 
     def add_error(bench: str, key: str) -> bool:
         section = results.get(key)
@@ -87,122 +97,225 @@ def rows(results: dict) -> list[dict]:
     if not add_error("B1 launch", "b1"):
         b1 = results["b1"]
         ours = b1["ours"].median
-        add("B1 launch", "ours: HorovodRunner(np=2).run", b1["ours"].reason or _fmt(ours, "s"),
-            _samples(b1["ours"], "s"))
+        add(
+            "B1 launch",
+            "ours: HorovodRunner(np=2).run",
+            b1["ours"].reason or _fmt(ours, "s"),
+            _samples(b1["ours"], "s"),
+        )
         for name in ("horovod.spark.run", "TorchDistributor"):
             s = b1[name]
             ratio = ours / s.median if ours and s.median else None
-            add("B1 launch", name, s.reason or _fmt(s.median, "s"), _samples(s, "s"),
-                f"ours/this = {ratio:.3f}x" if ratio else "", f"<= {B1_TARGET}x",
-                _verdict(ratio, B1_TARGET, True))
+            add(
+                "B1 launch",
+                name,
+                s.reason or _fmt(s.median, "s"),
+                _samples(s, "s"),
+                f"ours/this = {ratio:.3f}x" if ratio else "",
+                f"<= {B1_TARGET}x",
+                _verdict(ratio, B1_TARGET, True),
+            )
         parts = [b1["floor: fresh import"], b1["floor: empty barrier job"]]
         for name, s in zip(("floor: fresh import torch+horovod.torch", "floor: empty barrier job"), parts):
             add("B1 launch", name, s.reason or _fmt(s.median, "s"), _samples(s, "s"))
         if all(p.median is not None for p in parts):
             floor = sum(p.median for p in parts)
-            add("B1 launch", "floor total (sum of medians)", _fmt(floor, "s"), "",
-                f"ours/floor = {ours / floor:.2f}x" if ours else "", f"<= {B1_FLOOR_TARGET}x",
-                _verdict(ours / floor if ours else None, B1_FLOOR_TARGET, True))
+            add(
+                "B1 launch",
+                "floor total (sum of medians)",
+                _fmt(floor, "s"),
+                "",
+                f"ours/floor = {ours / floor:.2f}x" if ours else "",
+                f"<= {B1_FLOOR_TARGET}x",
+                _verdict(ours / floor if ours else None, B1_FLOOR_TARGET, True),
+            )
 
     if not add_error("B2 operator", "b2"):
         series = results["b2"]["series"]
         op, hand = series["airflow dags test + HorovodRunnerOperator"], series["spark-submit by hand"]
         ratio = op.median / hand.median if op.median and hand.median else None
-        add("B2 operator", "airflow dags test + HorovodRunnerOperator", op.reason or _fmt(op.median, "s"),
-            _samples(op, "s"), f"operator/hand = {ratio:.3f}x" if ratio else "", f"<= {B2_TARGET}x",
-            _verdict(ratio, B2_TARGET, True))
-        add("B2 operator", "spark-submit by hand (same Spark confs)", hand.reason or _fmt(hand.median, "s"),
-            _samples(hand, "s"))
+        add(
+            "B2 operator",
+            "airflow dags test + HorovodRunnerOperator",
+            op.reason or _fmt(op.median, "s"),
+            _samples(op, "s"),
+            f"operator/hand = {ratio:.3f}x" if ratio else "",
+            f"<= {B2_TARGET}x",
+            _verdict(ratio, B2_TARGET, True),
+        )
+        add(
+            "B2 operator",
+            "spark-submit by hand (same Spark confs)",
+            hand.reason or _fmt(hand.median, "s"),
+            _samples(hand, "s"),
+        )
         noop = series["airflow dags test of a no-op task"]
-        add("B2 operator", "reference: airflow dags test of a no-op @task", noop.reason or _fmt(noop.median, "s"),
-            _samples(noop, "s"))
+        add(
+            "B2 operator",
+            "reference: airflow dags test of a no-op @task",
+            noop.reason or _fmt(noop.median, "s"),
+            _samples(noop, "s"),
+        )
         if op.median and hand.median and noop.median:
             floor = (noop.median + hand.median) / hand.median
-            add("B2 operator", "estimate for a zero-cost operator (no-op task + hand spark-submit)",
-                _fmt(noop.median + hand.median, "s"), "", f"(no-op + hand)/hand = {floor:.3f}x")
+            add(
+                "B2 operator",
+                "estimate for a zero-cost operator (no-op task + hand spark-submit)",
+                _fmt(noop.median + hand.median, "s"),
+                "",
+                f"(no-op + hand)/hand = {floor:.3f}x",
+            )
         execute = results["b2"].get("execute")
         if execute is not None and execute.median and hand.median:
             net = execute.median / hand.median
-            add("B2 operator", "net of Airflow's fixed cost: the operator task's span (task started -> ended, "
-                "same runs)", _fmt(execute.median, "s"), _samples(execute, "s"),
-                f"task/hand = {net:.3f}x", f"<= {B2_TARGET}x", _verdict(net, B2_TARGET, True))
+            add(
+                "B2 operator",
+                "net of Airflow's fixed cost: the operator task's span (task started -> ended, same runs)",
+                _fmt(execute.median, "s"),
+                _samples(execute, "s"),
+                f"task/hand = {net:.3f}x",
+                f"<= {B2_TARGET}x",
+                _verdict(net, B2_TARGET, True),
+            )
 
     if not add_error("B3 throughput", "b3"):
         b3 = results["b3"]
         ours, theirs, one = b3["ours np=2"], b3["horovod.spark.run np=2"], b3["ours np=1"]
         add("B3 throughput", "ours np=2", ours.reason or _fmt(ours.median, "samples/s"), _samples(ours, "samples/s"))
         ratio = ours.median / theirs.median if ours.median and theirs.median else None
-        add("B3 throughput", "horovod.spark.run np=2", theirs.reason or _fmt(theirs.median, "samples/s"),
-            _samples(theirs, "samples/s"), f"ours/this = {ratio:.3f}x" if ratio else "", f">= {B3_TARGET}x",
-            _verdict(ratio, B3_TARGET, False))
+        add(
+            "B3 throughput",
+            "horovod.spark.run np=2",
+            theirs.reason or _fmt(theirs.median, "samples/s"),
+            _samples(theirs, "samples/s"),
+            f"ours/this = {ratio:.3f}x" if ratio else "",
+            f">= {B3_TARGET}x",
+            _verdict(ratio, B3_TARGET, False),
+        )
         bare = b3.get("bare horovodrun -np 2 --gloo")
         if bare is not None:
             ratio = ours.median / bare.median if ours.median and bare.median else None
-            add("B3 throughput", "bare horovodrun -np 2 --gloo (same function)", bare.reason
-                or _fmt(bare.median, "samples/s"), _samples(bare, "samples/s"),
-                f"ours/this = {ratio:.3f}x" if ratio else "", f">= {B3_BARE_TARGET}x",
-                _verdict(ratio, B3_BARE_TARGET, False))
+            add(
+                "B3 throughput",
+                "bare horovodrun -np 2 --gloo (same function)",
+                bare.reason or _fmt(bare.median, "samples/s"),
+                _samples(bare, "samples/s"),
+                f"ours/this = {ratio:.3f}x" if ratio else "",
+                f">= {B3_BARE_TARGET}x",
+                _verdict(ratio, B3_BARE_TARGET, False),
+            )
         reporting = b3.get("ours np=2, report() every step")
         if reporting is not None:
             ratio = reporting.median / ours.median if ours.median and reporting.median else None
-            add("B3 throughput",
+            add(
+                "B3 throughput",
                 "ours np=2, runtime.report() of loss every step and epoch_loss every 50 (files written)",
-                reporting.reason or _fmt(reporting.median, "samples/s"), _samples(reporting, "samples/s"),
-                f"with/without = {ratio:.3f}x" if ratio else "", f">= {B3_REPORT_TARGET:.3f}x",
-                _verdict(ratio, B3_REPORT_TARGET, False))
+                reporting.reason or _fmt(reporting.median, "samples/s"),
+                _samples(reporting, "samples/s"),
+                f"with/without = {ratio:.3f}x" if ratio else "",
+                f">= {B3_REPORT_TARGET:.3f}x",
+                _verdict(ratio, B3_REPORT_TARGET, False),
+            )
         scale = ours.median / one.median if ours.median and one.median else None
-        add("B3 throughput", "ours np=1", one.reason or _fmt(one.median, "samples/s"), _samples(one, "samples/s"),
-            f"np2/np1 = {scale:.2f}x" if scale else "")
+        add(
+            "B3 throughput",
+            "ours np=1",
+            one.reason or _fmt(one.median, "samples/s"),
+            _samples(one, "samples/s"),
+            f"np2/np1 = {scale:.2f}x" if scale else "",
+        )
 
     if results.get("b7") is not None and not add_error("B7 DDP launch", "b7"):
         b7 = results["b7"]
         ours = b7["ours"].median
-        add("B7 DDP launch", "ours: TorchDistributor(num_processes=2, local_mode=False).run",
-            b7["ours"].reason or _fmt(ours, "s"), _samples(b7["ours"], "s"))
+        add(
+            "B7 DDP launch",
+            "ours: TorchDistributor(num_processes=2, local_mode=False).run",
+            b7["ours"].reason or _fmt(ours, "s"),
+            _samples(b7["ours"], "s"),
+        )
         s = b7["TorchDistributor"]
         ratio = ours / s.median if ours and s.median else None
-        add("B7 DDP launch", "pyspark.ml.torch.distributor.TorchDistributor (same arguments)",
-            s.reason or _fmt(s.median, "s"), _samples(s, "s"), f"ours/this = {ratio:.3f}x" if ratio else "",
-            f"<= {B7_TARGET}x", _verdict(ratio, B7_TARGET, True))
+        add(
+            "B7 DDP launch",
+            "pyspark.ml.torch.distributor.TorchDistributor (same arguments)",
+            s.reason or _fmt(s.median, "s"),
+            _samples(s, "s"),
+            f"ours/this = {ratio:.3f}x" if ratio else "",
+            f"<= {B7_TARGET}x",
+            _verdict(ratio, B7_TARGET, True),
+        )
         parts = [b7["floor: fresh import"], b7["floor: empty barrier job"]]
         for name, s in zip(("floor: 2 fresh interpreters `import torch` at once", "floor: empty barrier job"), parts):
             add("B7 DDP launch", name, s.reason or _fmt(s.median, "s"), _samples(s, "s"))
         if all(p.median is not None for p in parts):
             floor = sum(p.median for p in parts)
-            add("B7 DDP launch", "floor total (sum of medians)", _fmt(floor, "s"), "",
-                f"ours/floor = {ours / floor:.2f}x" if ours else "", f"<= {B7_FLOOR_TARGET}x",
-                _verdict(ours / floor if ours else None, B7_FLOOR_TARGET, True))
+            add(
+                "B7 DDP launch",
+                "floor total (sum of medians)",
+                _fmt(floor, "s"),
+                "",
+                f"ours/floor = {ours / floor:.2f}x" if ours else "",
+                f"<= {B7_FLOOR_TARGET}x",
+                _verdict(ours / floor if ours else None, B7_FLOOR_TARGET, True),
+            )
 
     if results.get("b8") is not None and not add_error("B8 DDP throughput", "b8"):
         b8 = results["b8"]
         ours = b8["ours DDP"]
-        add("B8 DDP throughput", "ours: TorchDistributor np=2, DDP", ours.reason or _fmt(ours.median, "samples/s"),
-            _samples(ours, "samples/s"))
-        for name, label, target in (("TorchDistributor DDP", "pyspark TorchDistributor np=2, DDP", B8_TARGET),
-                                    ("bare torchrun DDP", "bare torchrun --standalone --nproc_per_node=2, DDP",
-                                     B8_BARE_TARGET)):
+        add(
+            "B8 DDP throughput",
+            "ours: TorchDistributor np=2, DDP",
+            ours.reason or _fmt(ours.median, "samples/s"),
+            _samples(ours, "samples/s"),
+        )
+        for name, label, target in (
+            ("TorchDistributor DDP", "pyspark TorchDistributor np=2, DDP", B8_TARGET),
+            ("bare torchrun DDP", "bare torchrun --standalone --nproc_per_node=2, DDP", B8_BARE_TARGET),
+        ):
             s = b8[name]
             ratio = ours.median / s.median if ours.median and s.median else None
-            add("B8 DDP throughput", label, s.reason or _fmt(s.median, "samples/s"), _samples(s, "samples/s"),
-                f"ours/this = {ratio:.3f}x" if ratio else "", f">= {target}x", _verdict(ratio, target, False))
+            add(
+                "B8 DDP throughput",
+                label,
+                s.reason or _fmt(s.median, "samples/s"),
+                _samples(s, "samples/s"),
+                f"ours/this = {ratio:.3f}x" if ratio else "",
+                f">= {target}x",
+                _verdict(ratio, target, False),
+            )
         hvd = b8["ours Horovod (HorovodRunner)"]
         ratio = ours.median / hvd.median if ours.median and hvd.median else None
-        add("B8 DDP throughput", "Horovod: HorovodRunner np=2, same model, data and steps", hvd.reason
-            or _fmt(hvd.median, "samples/s"), _samples(hvd, "samples/s"), f"DDP/Horovod = {ratio:.3f}x" if ratio
-            else "")
+        add(
+            "B8 DDP throughput",
+            "Horovod: HorovodRunner np=2, same model, data and steps",
+            hvd.reason or _fmt(hvd.median, "samples/s"),
+            _samples(hvd, "samples/s"),
+            f"DDP/Horovod = {ratio:.3f}x" if ratio else "",
+        )
 
     if not add_error("B4 memory", "b4"):
         b4 = results["b4"]
         peak = b4["peak_bytes"]
         label = f"sync, ~{b4['train_seconds']:.0f} s training"
-        add("B4 memory", f"{label}: Airflow task process peak RSS", _fmt(peak["airflow"], "MiB"),
-            f"{b4['samples']} samples")
+        add(
+            "B4 memory",
+            f"{label}: Airflow task process peak RSS",
+            _fmt(peak["airflow"], "MiB"),
+            f"{b4['samples']} samples",
+        )
         noop = b4.get("noop_peak_airflow")
         if noop:
             above = (peak["airflow"] - noop) / 2**20
-            add("B4 memory", "reference: airflow dags test of a no-op @task, Airflow task process peak RSS",
-                _fmt(noop, "MiB"), f"{b4['noop_samples']} samples", f"operator - no-op = {above:+.0f} MiB",
-                f"<= +{B4_ABOVE_NOOP_MIB} MiB", _verdict(above, B4_ABOVE_NOOP_MIB, True))
+            add(
+                "B4 memory",
+                "reference: airflow dags test of a no-op @task, Airflow task process peak RSS",
+                _fmt(noop, "MiB"),
+                f"{b4['noop_samples']} samples",
+                f"operator - no-op = {above:+.0f} MiB",
+                f"<= +{B4_ABOVE_NOOP_MIB} MiB",
+                _verdict(above, B4_ABOVE_NOOP_MIB, True),
+            )
         add("B4 memory", f"{label}: spark-submit JVM peak RSS", _fmt(peak["jvm"], "MiB"))
         add("B4 memory", f"{label}: Spark Python workers + ranks peak RSS (context)", _fmt(peak["spark_python"], "MiB"))
     if results.get("b4_cluster") is not None and not add_error("B4 deferral", "b4_cluster"):
@@ -211,17 +324,34 @@ def rows(results: dict) -> list[dict]:
             run = b4c[mode]
             label = f"{label}, ~{b4c['train_seconds']:.0f} s training"
             if not run["phases"]:
-                add("B4 deferral", label, "the log lacks the expected steps: "
-                    + ("the task did not defer" if mode == "deferred" else "phases unknown"))
+                add(
+                    "B4 deferral",
+                    label,
+                    "the log lacks the expected steps: "
+                    + ("the task did not defer" if mode == "deferred" else "phases unknown"),
+                )
                 continue
-            add("B4 deferral", f"{label}: worker held (task code running)",
-                f"{run['held_seconds']:.2f} s of {run['wall_seconds']:.2f} s", "",
-                f"held/wall = {run['held_seconds'] / run['wall_seconds']:.2f}")
+            add(
+                "B4 deferral",
+                f"{label}: worker held (task code running)",
+                f"{run['held_seconds']:.2f} s of {run['wall_seconds']:.2f} s",
+                "",
+                f"held/wall = {run['held_seconds'] / run['wall_seconds']:.2f}",
+            )
             if mode == "deferred":
-                add("B4 deferral", f"{label}: trigger waits for the driver, no task code running (worker free)",
-                    f"{run['window_seconds']:.2f} s", "", f"free/wall = {run['window_seconds'] / run['wall_seconds']:.2f}")
+                add(
+                    "B4 deferral",
+                    f"{label}: trigger waits for the driver, no task code running (worker free)",
+                    f"{run['window_seconds']:.2f} s",
+                    "",
+                    f"free/wall = {run['window_seconds'] / run['wall_seconds']:.2f}",
+                )
             what = "while the trigger waits" if mode == "deferred" else "while execute() polls"
-            add("B4 deferral", f"{label}: processes below the Airflow process {what}",
-                "-" if run["max_children"] is None else str(run["max_children"]), f"{run['window_samples']} samples")
+            add(
+                "B4 deferral",
+                f"{label}: processes below the Airflow process {what}",
+                "-" if run["max_children"] is None else str(run["max_children"]),
+                f"{run['window_samples']} samples",
+            )
             add("B4 deferral", f"{label}: Airflow process peak RSS {what}", _fmt(run["peak_rss"], "MiB"))
     return out

@@ -39,8 +39,7 @@ def _timings(call, requests: int) -> tuple[list[float], int]:
 def _row(name: str, times: list[float], size: int) -> str:
     ordered = sorted(times)
     p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
-    return (f"| {name} | {statistics.median(times) * 1000:.0f} ms | {p95 * 1000:.0f} ms | "
-            f"{size / 1024:.0f} KiB |")
+    return f"| {name} | {statistics.median(times) * 1000:.0f} ms | {p95 * 1000:.0f} ms | {size / 1024:.0f} KiB |"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ui-endpoint-bench-") as tmp:
         dags = copy_dags(Path(tmp) / "dags", REPO / "tests" / "e2e" / "dags" / "horovod_progress_writer.py")
         started = time.monotonic()
-        with airflow_deployment(dags, home=Path(tmp) / "home",
-                                components=("api-server", "scheduler", "dag-processor")) as airflow:
+        with airflow_deployment(
+            dags, home=Path(tmp) / "home", components=("api-server", "scheduler", "dag-processor")
+        ) as airflow:
             print(f"deployment up in {time.monotonic() - started:.0f} s", file=sys.stderr)
             run_id = airflow.trigger(DAG_ID, conf={"steps": args.steps, "interval_s": 0})
             state = airflow.wait_for_run(DAG_ID, run_id, timeout_s=300)
@@ -75,11 +75,13 @@ def main(argv: list[str] | None = None) -> int:
             headers = {"Authorization": f"Bearer {airflow.token()}"}
             params = {"dag_id": DAG_ID, "run_id": run_id, "task_id": TASK_ID}
             with httpx.Client(base_url=airflow.url, headers=headers, timeout=60) as client:
+
                 def get(**extra):
                     def call() -> int:
                         response = client.get("/horovod/progress", params={**params, **extra})
                         response.raise_for_status()
                         return len(response.content)
+
                     return call
 
                 paged = _timings(get(), args.requests)
@@ -87,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                 count = client.get("/horovod/progress", params={**params, "max_points": 0}).json()["history"]
             local = _timings(lambda: len(str(read_progress(artifact_dir, max_points=0))), args.requests)
     points = sum(len(v) for v in count["metrics"].values())
-    print(f"\n{count['count']} records, {points} points ({len(count['metrics'])} metrics); "
-          f"{args.requests} requests each, after one warm-up; load average {os.getloadavg()[0]:.1f}\n")
+    print(
+        f"\n{count['count']} records, {points} points ({len(count['metrics'])} metrics); "
+        f"{args.requests} requests each, after one warm-up; load average {os.getloadavg()[0]:.1f}\n"
+    )
     print("| case | median | p95 | response size |\n|---|---|---|---|")
     print(_row("GET /horovod/progress (page default: <= 2,000 points per metric)", *paged))
     print(_row("GET /horovod/progress?max_points=0 (all points)", *full))

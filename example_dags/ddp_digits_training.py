@@ -30,8 +30,9 @@ def build_model():
     )
 
 
-def train_digits_ddp(data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05,
-                     checkpoint_every: int = 5) -> dict:
+def train_digits_ddp(
+    data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05, checkpoint_every: int = 5
+) -> dict:
     """
     DDP training function: runs on every rank; rank 0 checkpoints every few epochs (a retry resumes from the latest),
     saves the model under ``artifact_dir()`` and returns metrics.
@@ -58,8 +59,9 @@ def train_digits_ddp(data_path: str, epochs: int = 30, batch_size: int = 32, lr:
         torch.manual_seed(1234)
         torch.set_num_threads(1)
         data = np.load(data_path)
-        dataset = TensorDataset(torch.tensor(data["x_train"], dtype=torch.float32),
-                                torch.tensor(data["y_train"], dtype=torch.long))
+        dataset = TensorDataset(
+            torch.tensor(data["x_train"], dtype=torch.float32), torch.tensor(data["y_train"], dtype=torch.long)
+        )
         sampler = DistributedSampler(dataset, num_replicas=size, rank=rank, shuffle=True, seed=0, drop_last=True)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
         module, start_epoch, total = build_model(), 0, None
@@ -93,9 +95,14 @@ def train_digits_ddp(data_path: str, epochs: int = 30, batch_size: int = 32, lr:
         path = os.path.join(artifact_dir(), "model.pt")
         torch.save(model.module.state_dict(), path)  # the plain model's weights, loadable without DDP
         print(f"saved model to {path}", flush=True)
-        return {"model_path": path, "final_loss": None if total is None else round(float(total[0] / total[1]), 4),
-                "ranks": size, "backend": dist.get_backend(), "try_number": try_number(),
-                "resumed_from_epoch": start_epoch}
+        return {
+            "model_path": path,
+            "final_loss": None if total is None else round(float(total[0] / total[1]), 4),
+            "ranks": size,
+            "backend": dist.get_backend(),
+            "try_number": try_number(),
+            "resumed_from_epoch": start_epoch,
+        }
     finally:
         dist.destroy_process_group()
 

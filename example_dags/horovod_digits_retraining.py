@@ -26,8 +26,9 @@ def build_model():
     )
 
 
-def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05,
-                 checkpoint_every: int = 5) -> dict:
+def train_digits(
+    data_path: str, epochs: int = 30, batch_size: int = 32, lr: float = 0.05, checkpoint_every: int = 5
+) -> dict:
     """
     Horovod training function: runs on every rank; rank 0 logs the loss to TensorBoard, checkpoints every few
     epochs, saves the model and returns its metrics. A retry of the task resumes from the latest checkpoint.
@@ -48,7 +49,12 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
 
     import horovod.torch as hvd
     from airflow_provider_horovod.runtime import (
-        artifact_dir, load_checkpoint, report, save_checkpoint, tensorboard_dir, try_number,
+        artifact_dir,
+        load_checkpoint,
+        report,
+        save_checkpoint,
+        tensorboard_dir,
+        try_number,
     )
 
     hvd.init()
@@ -77,12 +83,16 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
             loss = trainer.step().item()
             total += torch.tensor([loss, 1.0])
             # cheap every step (throttled): the task log's progress line, metrics.jsonl, the UI's chart
-            report(step=(epoch - 1) * trainer.steps_per_epoch + i + 1, total_steps=total_steps, epoch=epoch,
-                   loss=loss)
+            report(step=(epoch - 1) * trainer.steps_per_epoch + i + 1, total_steps=total_steps, epoch=epoch, loss=loss)
         avg = hvd.allreduce(total, op=hvd.Sum)
         # once per epoch, and every one kept (sample=False): an epoch here is shorter than report()'s 0.5 s sampling
-        report(step=epoch * trainer.steps_per_epoch, total_steps=total_steps, epoch=epoch,
-               epoch_loss=float(avg[0] / avg[1]), sample=False)
+        report(
+            step=epoch * trainer.steps_per_epoch,
+            total_steps=total_steps,
+            epoch=epoch,
+            epoch_loss=float(avg[0] / avg[1]),
+            sample=False,
+        )
         if writer is not None:
             writer.add_scalar("loss/train", float(avg[0] / avg[1]), epoch)
         if hvd.rank() == 0 and (epoch == 1 or epoch % 5 == 0):
@@ -95,9 +105,14 @@ def train_digits(data_path: str, epochs: int = 30, batch_size: int = 32, lr: flo
         path = os.path.join(artifact_dir(), "model.pt")  # the final model: this try's artifact directory
         torch.save(model.state_dict(), path)
         print(f"saved model to {path}", flush=True)
-        return {"model_path": path, "final_loss": None if avg is None else round(float(avg[0] / avg[1]), 4),
-                "ranks": hvd.size(), "try_number": try_number(), "resumed_from_epoch": start_epoch,
-                "epochs": epochs}
+        return {
+            "model_path": path,
+            "final_loss": None if avg is None else round(float(avg[0] / avg[1]), 4),
+            "ranks": hvd.size(),
+            "try_number": try_number(),
+            "resumed_from_epoch": start_epoch,
+            "epochs": epochs,
+        }
     return {}
 
 
@@ -182,9 +197,7 @@ with DAG(
         from airflow_provider_horovod.paths import data_dir
 
         x, y = load_digits(return_X_y=True)
-        x_train, x_test, y_train, y_test = train_test_split(
-            x / 16.0, y, test_size=0.2, stratify=y, random_state=0
-        )
+        x_train, x_test, y_train, y_test = train_test_split(x / 16.0, y, test_size=0.2, stratify=y, random_state=0)
         # the run's data directory in the provider's layout (<artifact root>/data/<run>, the id encoded)
         out_dir = data_dir(context["run_id"])
         os.makedirs(out_dir, exist_ok=True)

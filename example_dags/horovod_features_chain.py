@@ -22,11 +22,17 @@ import pendulum
 from airflow.sdk import DAG, Asset, task
 
 ROOT = os.environ.get("HOROVOD_EXAMPLE_ROOT") or os.path.join(
-    os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"), "horovod-chain")
+    os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"), "horovod-chain"
+)
 FEATURES = Asset("digits_features", uri="file://" + os.path.join(os.path.abspath(ROOT), "features"))
 MODEL = Asset("digits_model")
-LOCAL_SPARK = {"spark.master": "local[2]", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-               "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+LOCAL_SPARK = {
+    "spark.master": "local[2]",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
@@ -48,8 +54,14 @@ def load_split(features_dir: str, split: str):
     return torch.tensor(x), torch.tensor(table.column("label").to_numpy(), dtype=torch.long)
 
 
-with DAG(dag_id="features_etl", schedule=None, start_date=START, catchup=False,
-         tags=["horovod", "example", "chain"], doc_md=__doc__):
+with DAG(
+    dag_id="features_etl",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    tags=["horovod", "example", "chain"],
+    doc_md=__doc__,
+):
 
     @task.pyspark(config_kwargs=LOCAL_SPARK, outlets=[FEATURES])
     def write_features(spark=None, sc=None) -> str:
@@ -69,8 +81,14 @@ with DAG(dag_id="features_etl", schedule=None, start_date=START, catchup=False,
     write_features()
 
 
-with DAG(dag_id="retrain_on_features", schedule=[FEATURES], start_date=START, catchup=False,
-         tags=["horovod", "example", "chain"], doc_md=__doc__):
+with DAG(
+    dag_id="retrain_on_features",
+    schedule=[FEATURES],
+    start_date=START,
+    catchup=False,
+    tags=["horovod", "example", "chain"],
+    doc_md=__doc__,
+):
 
     @task.horovod(np=2, conn_id=None, outlets=[MODEL], env_vars={"OMP_NUM_THREADS": "1"}, multiple_outputs=True)
     def retrain(features_dir: str, epochs: int = 25, batch_size: int = 32) -> dict:
@@ -88,15 +106,17 @@ with DAG(dag_id="retrain_on_features", schedule=[FEATURES], start_date=START, ca
         x = torch.tensor(np.stack(shard.column("features").to_numpy(zero_copy_only=False)).astype("float32"))
         y = torch.tensor(shard.column("label").to_numpy(), dtype=torch.long)
         model = build_model()
-        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size(), momentum=0.9),
-                                             named_parameters=model.named_parameters())
+        optimizer = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size(), momentum=0.9),
+            named_parameters=model.named_parameters(),
+        )
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         loss_fn = torch.nn.CrossEntropyLoss()
         steps = len(x) // batch_size
         for _epoch in range(epochs):
             order = torch.randperm(len(x))
             for step in range(steps):
-                idx = order[step * batch_size:(step + 1) * batch_size]
+                idx = order[step * batch_size : (step + 1) * batch_size]
                 optimizer.zero_grad()
                 loss = loss_fn(model(x[idx]), y[idx])
                 loss.backward()
@@ -112,8 +132,14 @@ with DAG(dag_id="retrain_on_features", schedule=[FEATURES], start_date=START, ca
     retrain(FEATURES.uri.removeprefix("file://"))
 
 
-with DAG(dag_id="evaluate_and_promote", schedule=[MODEL], start_date=START, catchup=False,
-         tags=["horovod", "example", "chain"], doc_md=__doc__):
+with DAG(
+    dag_id="evaluate_and_promote",
+    schedule=[MODEL],
+    start_date=START,
+    catchup=False,
+    tags=["horovod", "example", "chain"],
+    doc_md=__doc__,
+):
 
     @task
     def evaluate_and_promote(triggering_asset_events=None) -> dict:
@@ -135,8 +161,10 @@ with DAG(dag_id="evaluate_and_promote", schedule=[MODEL], start_date=START, catc
         record = os.path.join(production, "metrics.json")
         current = json.load(open(record))["accuracy"] if os.path.exists(record) else None
         promoted = current is None or accuracy > current
-        print(f"model {model_path} (Spark application {event.extra['spark_app_id']}): held-out accuracy "
-              f"{accuracy:.4f}; production: {current}; promoted: {promoted}")
+        print(
+            f"model {model_path} (Spark application {event.extra['spark_app_id']}): held-out accuracy "
+            f"{accuracy:.4f}; production: {current}; promoted: {promoted}"
+        )
         if promoted:
             os.makedirs(production, exist_ok=True)
             shutil.copy(model_path, os.path.join(production, "model.pt"))

@@ -20,8 +20,9 @@ from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from keras_digits_training import train_keras
 
 ACCURACY_THRESHOLD = 0.9
-KERAS_PYTHON = os.environ.get("HOROVOD_KERAS_PYTHON",
-                              str(Path(__file__).resolve().parent.parent / ".venv-keras" / "bin" / "python"))
+KERAS_PYTHON = os.environ.get(
+    "HOROVOD_KERAS_PYTHON", str(Path(__file__).resolve().parent.parent / ".venv-keras" / "bin" / "python")
+)
 
 with DAG(
     dag_id="horovod_keras_digits",

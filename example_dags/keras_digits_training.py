@@ -42,29 +42,45 @@ def train_keras(data_path: str, epochs: int = 25, batch_size: int = 32, lr: floa
     # the same number of steps on every rank, so their allreduces match
     steps_per_epoch = (len(data["x_train"]) // hvd.size()) // batch_size
 
-    model = tf.keras.Sequential([
-        tf.keras.Input(shape=(64,)),
-        tf.keras.layers.Dense(128, activation="relu"),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(10),
-    ])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input(shape=(64,)),
+            tf.keras.layers.Dense(128, activation="relu"),
+            tf.keras.layers.Dense(64, activation="relu"),
+            tf.keras.layers.Dense(10),
+        ]
+    )
     optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=lr * hvd.size(), momentum=0.9))
-    model.compile(optimizer=optimizer, metrics=["accuracy"],
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
-                 ProgressCallback()]  # after the averaging: the task log and the UI show the ranks' mean
+    model.compile(
+        optimizer=optimizer, metrics=["accuracy"], loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    callbacks = [
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+        hvd.callbacks.MetricAverageCallback(),
+        ProgressCallback(),
+    ]  # after the averaging: the task log and the UI show the ranks' mean
     if hvd.rank() == 0:  # one writer: rank 0's checkpoint and TensorBoard logs
-        callbacks += [tf.keras.callbacks.ModelCheckpoint(os.path.join(artifact_dir(), "checkpoint.h5")),
-                      tf.keras.callbacks.TensorBoard(log_dir=tensorboard_dir(), update_freq="epoch")]
-    dataset = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=hvd.rank())
-               .batch(batch_size).repeat())
-    history = model.fit(dataset, steps_per_epoch=steps_per_epoch, epochs=epochs, callbacks=callbacks,
-                        verbose=2 if hvd.rank() == 0 else 0)
+        callbacks += [
+            tf.keras.callbacks.ModelCheckpoint(os.path.join(artifact_dir(), "checkpoint.h5")),
+            tf.keras.callbacks.TensorBoard(log_dir=tensorboard_dir(), update_freq="epoch"),
+        ]
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=hvd.rank()).batch(batch_size).repeat()
+    history = model.fit(
+        dataset,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+        callbacks=callbacks,
+        verbose=2 if hvd.rank() == 0 else 0,
+    )
     if hvd.rank() != 0:
         return {}
     path = os.path.join(artifact_dir(), "model.keras")
     model.save(path)
     _loss, test_accuracy = model.evaluate(data["x_test"].astype("float32"), data["y_test"], verbose=0)
     print(f"saved model to {path}; held-out accuracy {test_accuracy:.4f}", flush=True)
-    return {"model_path": path, "test_accuracy": round(float(test_accuracy), 4),
-            "train_accuracy": round(float(history.history["accuracy"][-1]), 4), "ranks": hvd.size()}
+    return {
+        "model_path": path,
+        "test_accuracy": round(float(test_accuracy), 4),
+        "train_accuracy": round(float(history.history["accuracy"][-1]), 4),
+        "ranks": hvd.size(),
+    }

@@ -35,8 +35,9 @@ def train(epochs: int = 3, steps_per_epoch: int = 20, lr: float = 0.1):
     x = torch.randn(256, 8)
     y = (x.sum(dim=1, keepdim=True) > 0).float()
     model = torch.nn.Linear(8, 1)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr),
-                                         named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=lr), named_parameters=model.named_parameters()
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     total = epochs * steps_per_epoch
     for step in range(1, total + 1):
@@ -56,16 +57,33 @@ def train(epochs: int = 3, steps_per_epoch: int = 20, lr: float = 0.1):
     return {"model_path": path, "loss": loss.item()}
 
 
-with DAG(dag_id="mlflow_retraining", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, tags=["horovod", "mlflow"]):
+with DAG(
+    dag_id="mlflow_retraining",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["horovod", "mlflow"],
+):
     HorovodRunnerOperator(
-        task_id="train", python_callable=train, op_kwargs={"epochs": 3, "lr": 0.1}, np=2,
-        mlflow_conn_id="mlflow_default", mlflow_experiment="{{ dag.dag_id }}", mlflow_register_model=MODEL,
-        mlflow_model_alias="candidate", outlets=[MODEL_ASSET])
+        task_id="train",
+        python_callable=train,
+        op_kwargs={"epochs": 3, "lr": 0.1},
+        np=2,
+        mlflow_conn_id="mlflow_default",
+        mlflow_experiment="{{ dag.dag_id }}",
+        mlflow_register_model=MODEL,
+        mlflow_model_alias="candidate",
+        outlets=[MODEL_ASSET],
+    )
 
 
-with DAG(dag_id="mlflow_promote", schedule=[MODEL_ASSET], start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, tags=["horovod", "mlflow"]):
+with DAG(
+    dag_id="mlflow_promote",
+    schedule=[MODEL_ASSET],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["horovod", "mlflow"],
+):
 
     @task
     def evaluate(triggering_asset_events=None) -> dict:
@@ -83,9 +101,12 @@ with DAG(dag_id="mlflow_promote", schedule=[MODEL_ASSET], start_date=pendulum.da
             champion = client.get_model_version_by_alias(MODEL, "champion")
         except Exception:  # noqa: BLE001 - no champion yet
             champion = None
-        return {"version": candidate.version, "loss": loss_of(candidate),
-                "champion": champion.version if champion else None,
-                "champion_loss": loss_of(champion) if champion else None}
+        return {
+            "version": candidate.version,
+            "loss": loss_of(candidate),
+            "champion": champion.version if champion else None,
+            "champion_loss": loss_of(champion) if champion else None,
+        }
 
     @task
     def promote(scores: dict) -> str | None:
@@ -93,8 +114,10 @@ with DAG(dag_id="mlflow_promote", schedule=[MODEL_ASSET], start_date=pendulum.da
         from airflow_provider_horovod.hooks.mlflow import MlflowHook
 
         if scores["champion_loss"] is not None and scores["loss"] >= scores["champion_loss"]:
-            print(f"version {scores['version']} (loss {scores['loss']:.4f}) does not beat champion "
-                  f"{scores['champion']} ({scores['champion_loss']:.4f})")
+            print(
+                f"version {scores['version']} (loss {scores['loss']:.4f}) does not beat champion "
+                f"{scores['champion']} ({scores['champion_loss']:.4f})"
+            )
             return scores["champion"]
         MlflowHook("mlflow_default").get_conn().set_registered_model_alias(MODEL, "champion", scores["version"])
         print(f"champion is now version {scores['version']} (loss {scores['loss']:.4f})")

@@ -15,8 +15,10 @@ import os
 def latest_run(dag_id: str) -> dict:
     """Task states, try numbers and deserialized XComs of the newest run of ``dag_id``."""
     if not os.environ.get("AIRFLOW_HOME"):  # Airflow would make ~/airflow and an empty database there
-        raise SystemExit("AIRFLOW_HOME is not set: set it to the Airflow home of the run, e.g. "
-                         "AIRFLOW_HOME=$PWD/.airflow for `make demo`'s")
+        raise SystemExit(
+            "AIRFLOW_HOME is not set: set it to the Airflow home of the run, e.g. "
+            "AIRFLOW_HOME=$PWD/.airflow for `make demo`'s"
+        )
     from airflow.models import DagRun, TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -25,8 +27,7 @@ def latest_run(dag_id: str) -> dict:
         run = session.query(DagRun).filter(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).first()
         if run is None:
             raise SystemExit(f"no run of {dag_id} in this AIRFLOW_HOME")
-        tis = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id,
-                                                 TaskInstance.run_id == run.run_id).all()
+        tis = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run.run_id).all()
         xcoms = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run.run_id).all()
         return {
             "run_id": run.run_id,

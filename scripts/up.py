@@ -34,8 +34,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 HOME = Path(os.environ.get("HOROVOD_UP_HOME", REPO / ".airflow-up")).resolve()
 MARK = "HOROVOD_UP_MARK"
-PORTS = {"HOROVOD_UP_API_PORT": 8080, "HOROVOD_UP_SPARK_MASTER_PORT": 7077, "HOROVOD_UP_SPARK_MASTER_UI_PORT": 8081,
-         "HOROVOD_UP_SPARK_REST_PORT": 6066, "HOROVOD_UP_HISTORY_PORT": 18080, "HOROVOD_UP_SPARK_UI_PORT": 4040}
+PORTS = {
+    "HOROVOD_UP_API_PORT": 8080,
+    "HOROVOD_UP_SPARK_MASTER_PORT": 7077,
+    "HOROVOD_UP_SPARK_MASTER_UI_PORT": 8081,
+    "HOROVOD_UP_SPARK_REST_PORT": 6066,
+    "HOROVOD_UP_HISTORY_PORT": 18080,
+    "HOROVOD_UP_SPARK_UI_PORT": 4040,
+}
 PID_FILE, READY_FILE, LOG_FILE = HOME / "up.pid", HOME / "ready.json", HOME / "up.log"
 
 
@@ -59,28 +65,59 @@ def serve() -> None:
     events, spark_conf = HOME / "spark-events", HOME / "spark-conf"
     spark_conf.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(standalone_cluster(
-            workers=1, cores_per_worker=3, memory_per_worker="3g", work_dir=HOME / "spark", start_timeout_s=180,
-            ports=(port("HOROVOD_UP_SPARK_MASTER_PORT"), port("HOROVOD_UP_SPARK_MASTER_UI_PORT"),
-                   port("HOROVOD_UP_SPARK_REST_PORT"))))
+        cluster = stack.enter_context(
+            standalone_cluster(
+                workers=1,
+                cores_per_worker=3,
+                memory_per_worker="3g",
+                work_dir=HOME / "spark",
+                start_timeout_s=180,
+                ports=(
+                    port("HOROVOD_UP_SPARK_MASTER_PORT"),
+                    port("HOROVOD_UP_SPARK_MASTER_UI_PORT"),
+                    port("HOROVOD_UP_SPARK_REST_PORT"),
+                ),
+            )
+        )
         history = stack.enter_context(history_server(events, port=port("HOROVOD_UP_HISTORY_PORT")))
         # what spark-submit on the Airflow side reads: event logs for the history server, the drivers' UI port
         (spark_conf / "spark-defaults.conf").write_text(
             f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n"
-            f"spark.ui.port {port('HOROVOD_UP_SPARK_UI_PORT')}\n")
+            f"spark.ui.port {port('HOROVOD_UP_SPARK_UI_PORT')}\n"
+        )
         connection = json.loads(cluster.airflow_connection(deploy_mode="client"))
         connection["extra"]["spark.airflowProviderHorovod.historyServerUrl"] = history.url
-        airflow = stack.enter_context(airflow_deployment(
-            REPO / "example_dags", home=HOME / "airflow", port=port("HOROVOD_UP_API_PORT"), start_timeout_s=300,
-            extra_env={"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(connection), "SPARK_CONF_DIR": str(spark_conf),
-                       "AIRFLOW__HOROVOD__HISTORY_SERVER_URL": history.url,
-                       "AIRFLOW__API_AUTH__JWT_EXPIRATION_TIME": "86400"}))
-        username, password = next(iter(json.loads(
-            (airflow.home / "simple_auth_manager_passwords.json.generated").read_text()).items()))
-        READY_FILE.write_text(json.dumps({
-            "url": airflow.url, "username": username, "password": password, "spark_master": cluster.master_url,
-            "spark_master_ui": cluster.web_ui_url, "history_server": history.url,
-            "spark_ui_port": port("HOROVOD_UP_SPARK_UI_PORT"), "airflow_home": str(airflow.home)}))
+        airflow = stack.enter_context(
+            airflow_deployment(
+                REPO / "example_dags",
+                home=HOME / "airflow",
+                port=port("HOROVOD_UP_API_PORT"),
+                start_timeout_s=300,
+                extra_env={
+                    "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(connection),
+                    "SPARK_CONF_DIR": str(spark_conf),
+                    "AIRFLOW__HOROVOD__HISTORY_SERVER_URL": history.url,
+                    "AIRFLOW__API_AUTH__JWT_EXPIRATION_TIME": "86400",
+                },
+            )
+        )
+        username, password = next(
+            iter(json.loads((airflow.home / "simple_auth_manager_passwords.json.generated").read_text()).items())
+        )
+        READY_FILE.write_text(
+            json.dumps(
+                {
+                    "url": airflow.url,
+                    "username": username,
+                    "password": password,
+                    "spark_master": cluster.master_url,
+                    "spark_master_ui": cluster.web_ui_url,
+                    "history_server": history.url,
+                    "spark_ui_port": port("HOROVOD_UP_SPARK_UI_PORT"),
+                    "airflow_home": str(airflow.home),
+                }
+            )
+        )
         while not stop.wait(2):
             airflow._check_alive()
     READY_FILE.unlink(missing_ok=True)
@@ -98,30 +135,44 @@ def up(timeout_s: float = 420) -> int:
     HOME.mkdir(parents=True, exist_ok=True)
     READY_FILE.unlink(missing_ok=True)
     # the Airflow task's interpreter for the driver and (client mode: through the driver) the executors
-    env = {**os.environ, MARK: uuid.uuid4().hex, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        MARK: uuid.uuid4().hex,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     with open(LOG_FILE, "wb") as log:
-        proc = subprocess.Popen([sys.executable, __file__, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "serve"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO,
+        )
     PID_FILE.write_text(str(proc.pid))
     (HOME / "mark").write_text(env[MARK])
     started, deadline = time.monotonic(), time.monotonic() + timeout_s
     print(f"up: starting Spark (master + 1 worker), a history server and Airflow (log: {LOG_FILE}) ...")
     while not READY_FILE.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            print(f"up: failed to start; the end of {LOG_FILE}:\n" + LOG_FILE.read_text(errors="replace")[-4000:],
-                  file=sys.stderr)
+            print(
+                f"up: failed to start; the end of {LOG_FILE}:\n" + LOG_FILE.read_text(errors="replace")[-4000:],
+                file=sys.stderr,
+            )
             down()
             return 1
         time.sleep(1)  # waiting for the supervisor's ready file, bounded by the deadline
     ready = json.loads(READY_FILE.read_text())
     print(f"""up: ready in {time.monotonic() - started:.0f} s
-  Airflow UI        {ready['url']}   login {ready['username']} / {ready['password']}
-  Spark master      {ready['spark_master']} (web UI {ready['spark_master_ui']}); connection spark_default
-  History Server    {ready['history_server']}; a running driver's Spark UI: http://127.0.0.1:{ready['spark_ui_port']}
-  Example DAGs      {REPO / 'example_dags'}: unpause and trigger one; the train task's "Training progress" tab
-  AIRFLOW_HOME      {ready['airflow_home']}
+  Airflow UI        {ready["url"]}   login {ready["username"]} / {ready["password"]}
+  Spark master      {ready["spark_master"]} (web UI {ready["spark_master_ui"]}); connection spark_default
+  History Server    {ready["history_server"]}; a running driver's Spark UI: http://127.0.0.1:{ready["spark_ui_port"]}
+  Example DAGs      {REPO / "example_dags"}: unpause and trigger one; the train task's "Training progress" tab
+  AIRFLOW_HOME      {ready["airflow_home"]}
 `make down` stops everything.""")
     return 0
 

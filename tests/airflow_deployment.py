@@ -77,8 +77,13 @@ def copy_dags(folder: Path, *files: Path) -> Path:
     return folder
 
 
-def _poll(what: str, check: Callable[[], Any], timeout_s: float, interval_s: float = 1.0,
-          on_timeout: Callable[[], str] | None = None) -> Any:
+def _poll(
+    what: str,
+    check: Callable[[], Any],
+    timeout_s: float,
+    interval_s: float = 1.0,
+    on_timeout: Callable[[], str] | None = None,
+) -> Any:
     """Call ``check`` until it returns something truthy, for at most ``timeout_s``; return that value."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -101,9 +106,16 @@ class AirflowDeployment:
     :ivar env: the environment every component runs with.
     """
 
-    def __init__(self, home: Path, dags_folder: Path, *, extra_env: Mapping[str, str] | None = None,
-                 components: Iterable[str] = tuple(COMPONENTS), port: int | None = None,
-                 prepare: Iterable[Iterable[str]] = ()) -> None:
+    def __init__(
+        self,
+        home: Path,
+        dags_folder: Path,
+        *,
+        extra_env: Mapping[str, str] | None = None,
+        components: Iterable[str] = tuple(COMPONENTS),
+        port: int | None = None,
+        prepare: Iterable[Iterable[str]] = (),
+    ) -> None:
         self.home = Path(home)
         self.prepare = [list(args) for args in prepare]
         self.dags_folder = Path(dags_folder)
@@ -142,16 +154,27 @@ class AirflowDeployment:
         """
         (self.home / "components").mkdir(parents=True, exist_ok=True)
         for args in (["db", "migrate"], *self.prepare):
-            done = subprocess.run([str(VENV_BIN / "airflow"), *args], env=self.env, capture_output=True, text=True,
-                                  timeout=300, cwd=self.home)
+            done = subprocess.run(
+                [str(VENV_BIN / "airflow"), *args],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                cwd=self.home,
+            )
             if done.returncode != 0:
-                raise DeploymentError(f"airflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n"
-                                      f"{done.stderr[-3000:]}")
+                raise DeploymentError(f"airflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         for name in self.components:
             args = [a.format(port=self.port) for a in COMPONENTS[name]]
             with open(self.home / "components" / f"{name}.log", "wb") as out:
-                self.procs[name] = subprocess.Popen([str(VENV_BIN / "airflow"), *args], env=self.env, cwd=self.home,
-                                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                self.procs[name] = subprocess.Popen(
+                    [str(VENV_BIN / "airflow"), *args],
+                    env=self.env,
+                    cwd=self.home,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
         _poll("the deployment to report healthy", self._healthy, timeout_s, on_timeout=self.diagnostics)
 
     def _check_alive(self) -> None:
@@ -221,8 +244,10 @@ class AirflowDeployment:
                 proc.wait(timeout=5)
         left = [p for p in self.processes() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         if left:
-            raise DeploymentError("processes of the Airflow deployment left behind: " + ", ".join(
-                f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left))
+            raise DeploymentError(
+                "processes of the Airflow deployment left behind: "
+                + ", ".join(f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left)
+            )
 
     # --- REST API ------------------------------------------------------------------------------------------------
 
@@ -299,8 +324,9 @@ class AirflowDeployment:
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None, *, timeout_s: float = 120) -> str:
         """Unpause ``dag_id`` (waiting for it to be parsed) and start a run; return its run id."""
         self.unpause(dag_id, timeout_s=timeout_s)
-        response = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns",
-                            json={"logical_date": None, "conf": dict(conf or {})})
+        response = self.api(
+            "POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": dict(conf or {})}
+        )
         return response.json()["dag_run_id"]
 
     def run_state(self, dag_id: str, run_id: str) -> str | None:
@@ -314,8 +340,13 @@ class AirflowDeployment:
             state = self.run_state(dag_id, run_id)
             return state if state in FINISHED_RUN_STATES else None
 
-        return _poll(f"run {run_id} of {dag_id!r} to finish", finished, timeout_s, interval_s=2,
-                     on_timeout=lambda: f"; task states: {self.task_states(dag_id, run_id)}{self.diagnostics(20)}")
+        return _poll(
+            f"run {run_id} of {dag_id!r} to finish",
+            finished,
+            timeout_s,
+            interval_s=2,
+            on_timeout=lambda: f"; task states: {self.task_states(dag_id, run_id)}{self.diagnostics(20)}",
+        )
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         response = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})
@@ -333,15 +364,27 @@ class AirflowDeployment:
         """``{task_id: try_number}`` of each task's latest try."""
         return {ti["task_id"]: ti.get("try_number") for ti in self.task_instances(dag_id, run_id)}
 
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", *, map_index: int = -1,
-             default: Any = KeyError) -> Any:
+    def xcom(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        key: str = "return_value",
+        *,
+        map_index: int = -1,
+        default: Any = KeyError,
+    ) -> Any:
         """
         The XCom's value as the task stored it: JSON types as such, other types in Airflow's serialized form.
 
         :raises KeyError: no such XCom and no ``default`` given.
         """
-        response = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
-                            params={"map_index": map_index}, expect=(200, 404))
+        response = self.api(
+            "GET",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+            params={"map_index": map_index},
+            expect=(200, 404),
+        )
         if response.status_code == 404:
             if default is KeyError:
                 raise KeyError(f"no XCom {key!r} for {dag_id}.{task_id} in run {run_id}")
@@ -350,8 +393,11 @@ class AirflowDeployment:
 
     def xcoms(self, dag_id: str, run_id: str, task_id: str, *, map_index: int = -1) -> dict[str, Any]:
         """Every XCom of the task (``{key: value}``, each value as :meth:`xcom` reads it)."""
-        response = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries",
-                            params={"map_index": map_index, "limit": 1000})
+        response = self.api(
+            "GET",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries",
+            params={"map_index": map_index, "limit": 1000},
+        )
         keys = [entry["key"] for entry in response.json()["xcom_entries"]]
         return {key: self.xcom(dag_id, run_id, task_id, key, map_index=map_index) for key in keys}
 
@@ -360,12 +406,16 @@ class AirflowDeployment:
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
         return self.api("GET", path if map_index == -1 else f"{path}/{map_index}").json()
 
-    def task_log_events(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, *,
-                        map_index: int = -1) -> list[dict[str, Any]]:
+    def task_log_events(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, *, map_index: int = -1
+    ) -> list[dict[str, Any]]:
         """The structured records of the task's log (``event``, ``level``, ``error_detail``, ...)."""
-        response = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
-                            params={"full_content": "true", "map_index": map_index},
-                            headers={"Accept": "application/json"})
+        response = self.api(
+            "GET",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true", "map_index": map_index},
+            headers={"Accept": "application/json"},
+        )
         content = response.json().get("content") or []
         return [c if isinstance(c, dict) else {"event": str(c)} for c in content]
 
@@ -373,8 +423,11 @@ class AirflowDeployment:
         """The task's log as text: one line per record, exceptions with their type, message and frames."""
         lines = []
         for record in self.task_log_events(dag_id, run_id, task_id, try_number, map_index=map_index):
-            lines.append(" ".join(str(record[k]) for k in ("timestamp", "level", "logger") if record.get(k))
-                         + " " + str(record.get("event", "")))
+            lines.append(
+                " ".join(str(record[k]) for k in ("timestamp", "level", "logger") if record.get(k))
+                + " "
+                + str(record.get("event", ""))
+            )
             lines.extend(_format_error_detail(record.get("error_detail")))
         return "\n".join(lines)
 
@@ -412,10 +465,16 @@ def _format_error_detail(detail: Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def airflow_deployment(dags_folder: Path, *, home: Path | None = None, extra_env: Mapping[str, str] | None = None,
-                       components: Iterable[str] = tuple(COMPONENTS),
-                       start_timeout_s: float = 240, port: int | None = None,
-                       prepare: Iterable[Iterable[str]] = ()) -> Iterator[AirflowDeployment]:
+def airflow_deployment(
+    dags_folder: Path,
+    *,
+    home: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    components: Iterable[str] = tuple(COMPONENTS),
+    start_timeout_s: float = 240,
+    port: int | None = None,
+    prepare: Iterable[Iterable[str]] = (),
+) -> Iterator[AirflowDeployment]:
     """
     Start a real Airflow deployment serving ``dags_folder``; stop all of it on exit.
 
@@ -433,8 +492,9 @@ def airflow_deployment(dags_folder: Path, *, home: Path | None = None, extra_env
 
     owned = home is None
     home = Path(tempfile.mkdtemp(prefix="airflow-deployment-")) if owned else Path(home)
-    deployment = AirflowDeployment(home, dags_folder, extra_env=extra_env, components=components, port=port,
-                                   prepare=prepare)
+    deployment = AirflowDeployment(
+        home, dags_folder, extra_env=extra_env, components=components, port=port, prepare=prepare
+    )
     try:
         deployment.start(timeout_s=start_timeout_s)
         yield deployment

@@ -15,10 +15,16 @@ TAIL_CHARS = 4000
 """How much of the end of the script's stdout, and of its stderr, goes into a failure message."""
 
 
-def run_client_script(source: str, path: Path, args: Sequence[str] = (), *, timeout_s: float,
-                      env: Mapping[str, str] | None = None,
-                      context: Callable[[], str] | None = None,
-                      python: str = sys.executable) -> tuple[dict, str]:
+def run_client_script(
+    source: str,
+    path: Path,
+    args: Sequence[str] = (),
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    context: Callable[[], str] | None = None,
+    python: str = sys.executable,
+) -> tuple[dict, str]:
     """
     Write ``source`` to ``path``, run it with ``python`` (default: this interpreter) and parse its result line.
 
@@ -41,14 +47,13 @@ def run_client_script(source: str, path: Path, args: Sequence[str] = (), *, time
         raise AssertionError(message + ("\n" + context() if context else ""))
 
     try:
-        proc = subprocess.run([python, str(path), *args], env=env, capture_output=True, text=True,
-                              timeout=timeout_s)
+        proc = subprocess.run([python, str(path), *args], env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         fail(f"was killed after {timeout_s} s", exc.stdout, exc.stderr)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if not lines:
         fail(f"exited with code {proc.returncode} without a {RESULT_PREFIX.strip()} line", proc.stdout, proc.stderr)
-    return json.loads(lines[-1][len(RESULT_PREFIX):]), proc.stdout
+    return json.loads(lines[-1][len(RESULT_PREFIX) :]), proc.stdout
 
 
 def _text(output: bytes | str | None) -> str:

@@ -39,8 +39,15 @@ class CommandLines:
     :ivar samples: how many times every process was looked at.
     """
 
-    def __init__(self, *needles: str, watched: Path | None = None, period_s: float = 0.2, limit_s: float = 600.0,
-                 record: tuple[str, ...] = (), env_needles: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        *needles: str,
+        watched: Path | None = None,
+        period_s: float = 0.2,
+        limit_s: float = 600.0,
+        record: tuple[str, ...] = (),
+        env_needles: tuple[str, ...] = (),
+    ) -> None:
         self.needles = [n for n in needles if n]
         self.watched, self.period_s, self.limit_s = watched, period_s, limit_s
         self.record, self.env_needles = record, env_needles

@@ -94,14 +94,16 @@ def spark(spark_env: None):
 def airflow_env(home: Path, dags_folder: Path) -> dict[str, str]:
     """Environment for an ``airflow`` subprocess with its own SQLite home and DAG folder."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+    )
     return env
 
 
@@ -109,6 +111,11 @@ def airflow_env(home: Path, dags_folder: Path) -> dict[str, str]:
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A migrated Airflow home (SQLite) for ``airflow dags test`` runs."""
     home = tmp_path_factory.mktemp("airflow-home")
-    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=airflow_env(home, home / "dags"),
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [str(VENV_BIN / "airflow"), "db", "migrate"],
+        env=airflow_env(home, home / "dags"),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return home

@@ -34,19 +34,38 @@ def connect_server(work_dir: Path, slots: int = 2, timeout_s: float = 120) -> It
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     log = open(work_dir / "connect-server.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [str(VENV_BIN / "spark-submit"), "--master", f"local[{slots}]",
-         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-         "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-         "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-         "--conf", "spark.ui.enabled=false", "--conf", f"spark.pyspark.python={sys.executable}",
-         "spark-internal"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work_dir,
+        [
+            str(VENV_BIN / "spark-submit"),
+            "--master",
+            f"local[{slots}]",
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--conf",
+            f"spark.connect.grpc.binding.port={port}",
+            "--conf",
+            "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.driver.bindAddress=127.0.0.1",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            f"spark.pyspark.python={sys.executable}",
+            "spark-internal",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=work_dir,
     )
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"Spark Connect server exited: {(work_dir / 'connect-server.log').read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"Spark Connect server exited: {(work_dir / 'connect-server.log').read_text()[-3000:]}"
+                )
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
@@ -55,8 +74,11 @@ def connect_server(work_dir: Path, slots: int = 2, timeout_s: float = 120) -> It
             time.sleep(0.5)  # readiness poll of an external process
         yield f"sc://127.0.0.1:{port}"
     finally:
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)] \
-            if proc.poll() is None else []
+        tree = (
+            [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            if proc.poll() is None
+            else []
+        )
         for p in tree:
             with contextlib.suppress(psutil.Error):
                 p.terminate()

@@ -26,8 +26,13 @@ class DagProcess:
     """A running ``airflow dags test DAG_ID`` whose output is read line by line."""
 
     def __init__(self, env: dict[str, str], dag_id: str) -> None:
-        self.proc = subprocess.Popen([str(VENV_BIN / "airflow"), "dags", "test", dag_id], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [str(VENV_BIN / "airflow"), "dags", "test", dag_id],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.seen: list[str] = []
         self._lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -70,5 +75,3 @@ def dag_process(env: dict[str, str], dag_id: str) -> Iterator[DagProcess]:
                     child.kill()
             run.proc.kill()
             run.proc.wait(timeout=60)
-
-

@@ -49,8 +49,10 @@ class HistoryServer:
                 if response.status_code == 200:
                     return response.json()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the history server did not list {app_id} within {timeout_s:g} s\n"
-                                   + self.log_file.read_text(errors="replace")[-3000:])
+                raise TimeoutError(
+                    f"the history server did not list {app_id} within {timeout_s:g} s\n"
+                    + self.log_file.read_text(errors="replace")[-3000:]
+                )
             time.sleep(0.5)  # the server rescans the directory every second: a bounded poll
 
 
@@ -69,28 +71,47 @@ def history_server(log_dir: Path, *, start_timeout_s: float = 60.0, port: int | 
     port = port or free_port()
     log_file = log_dir.parent / f"history-server-{port}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
-    env.update({"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": HOST, "SPARK_DAEMON_MEMORY": "256m",
-                "SPARK_HISTORY_OPTS": " ".join(f"-D{k}={v}" for k, v in {
-                    "spark.history.fs.logDirectory": f"file://{log_dir}", "spark.history.ui.port": str(port),
-                    "spark.history.fs.update.interval": "1s", "spark.port.maxRetries": "0"}.items())})
+    env.update(
+        {
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": HOST,
+            "SPARK_DAEMON_MEMORY": "256m",
+            "SPARK_HISTORY_OPTS": " ".join(
+                f"-D{k}={v}"
+                for k, v in {
+                    "spark.history.fs.logDirectory": f"file://{log_dir}",
+                    "spark.history.ui.port": str(port),
+                    "spark.history.fs.update.interval": "1s",
+                    "spark.port.maxRetries": "0",
+                }.items()
+            ),
+        }
+    )
     with open(log_file, "wb") as out:
-        proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"),
-                                 "org.apache.spark.deploy.history.HistoryServer"],
-                                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.history.HistoryServer"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     server = HistoryServer(url=f"http://{HOST}:{port}", log_dir=log_dir, log_file=log_file)
     try:
         deadline = time.monotonic() + start_timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"the history server exited with {proc.returncode}\n"
-                                   + log_file.read_text(errors="replace")[-3000:])
+                raise RuntimeError(
+                    f"the history server exited with {proc.returncode}\n" + log_file.read_text(errors="replace")[-3000:]
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{server.url}/api/v1/applications", timeout=2).status_code == 200:
                     break
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the history server did not answer within {start_timeout_s:g} s\n"
-                                   + log_file.read_text(errors="replace")[-3000:])
+                raise TimeoutError(
+                    f"the history server did not answer within {start_timeout_s:g} s\n"
+                    + log_file.read_text(errors="replace")[-3000:]
+                )
             time.sleep(0.25)  # readiness poll of an external process, bounded by the deadline
         yield server
     finally:

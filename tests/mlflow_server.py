@@ -46,10 +46,24 @@ class MlflowServer:
         """Start it and wait until ``/health`` answers 200; its log is in the error when it does not."""
         with open(self.root / "server.log", "ab") as log:
             self._proc = subprocess.Popen(
-                [str(mlflow_server_binary()), "server", "--host", "127.0.0.1", "--port", str(self.port),
-                 "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-                 "--artifacts-destination", str(self.root / "art")],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    str(mlflow_server_binary()),
+                    "server",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    "1",
+                    "--backend-store-uri",
+                    f"sqlite:///{self.root / 'mlflow.db'}",
+                    "--artifacts-destination",
+                    str(self.root / "art"),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while True:
             try:

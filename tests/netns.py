@@ -58,8 +58,7 @@ class NetnsHost:
     @property
     def prefix(self) -> list[str]:
         """Command prefix that runs a program inside this namespace, under this host's name."""
-        return [*self.netns_prefix, "unshare", "--uts", "sh", "-c",
-                f'hostname {self.hostname} && exec "$@"', "sh"]
+        return [*self.netns_prefix, "unshare", "--uts", "sh", "-c", f'hostname {self.hostname} && exec "$@"', "sh"]
 
 
 @dataclass(frozen=True)

@@ -21,15 +21,23 @@ class S3Server:
     @property
     def env(self) -> dict[str, str]:
         """The standard AWS variables botocore (under s3fs) reads."""
-        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
-                "AWS_ENDPOINT_URL": self.endpoint_url, "AWS_DEFAULT_REGION": self.region}
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_DEFAULT_REGION": self.region,
+        }
 
     def fs(self):
         """An s3fs filesystem with these credentials, fresh (not fsspec's cached instance)."""
         import s3fs
 
-        return s3fs.S3FileSystem(key=self.access_key, secret=self.secret_key, skip_instance_cache=True,
-                                 client_kwargs={"endpoint_url": self.endpoint_url, "region_name": self.region})
+        return s3fs.S3FileSystem(
+            key=self.access_key,
+            secret=self.secret_key,
+            skip_instance_cache=True,
+            client_kwargs={"endpoint_url": self.endpoint_url, "region_name": self.region},
+        )
 
 
 def _free_port() -> int:
@@ -47,11 +55,15 @@ def s3_server() -> Iterator[S3Server]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     # moto keeps its buckets per process, not per server: start every module from an empty store
-    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"),
-                           timeout=30).close()
+    urllib.request.urlopen(
+        urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"), timeout=30
+    ).close()
     try:
         # a distinctive secret, so a leak anywhere is found by a plain substring search
-        yield S3Server(endpoint_url=f"http://127.0.0.1:{port}", access_key=f"AKID{uuid.uuid4().hex[:12].upper()}",
-                       secret_key=f"s3cr3t-{uuid.uuid4().hex}")
+        yield S3Server(
+            endpoint_url=f"http://127.0.0.1:{port}",
+            access_key=f"AKID{uuid.uuid4().hex[:12].upper()}",
+            secret_key=f"s3cr3t-{uuid.uuid4().hex}",
+        )
     finally:
         server.stop()

@@ -96,10 +96,14 @@ class StandaloneCluster:
         REST submission port and web UI port, and ``deploy_mode``.
         """
         master, rest, ui = (urlparse(u) for u in (self.master_url, self.rest_url, self.web_ui_url))
-        extra = {"deploy-mode": deploy_mode, "spark.airflowProviderHorovod.uiPort": ui.port,
-                 **({"spark.airflowProviderHorovod.restPort": rest.port} if rest.port else {})}
-        return json.dumps({"conn_type": "spark", "host": f"spark://{master.hostname}", "port": master.port,
-                           "extra": extra})
+        extra = {
+            "deploy-mode": deploy_mode,
+            "spark.airflowProviderHorovod.uiPort": ui.port,
+            **({"spark.airflowProviderHorovod.restPort": rest.port} if rest.port else {}),
+        }
+        return json.dumps(
+            {"conn_type": "spark", "host": f"spark://{master.hostname}", "port": master.port, "extra": extra}
+        )
 
     def master_json(self, timeout_s: float = 5.0) -> dict:
         """The master's ``/json/`` page, decoded (raw httpx: the fixture does not depend on the client under test)."""
@@ -110,8 +114,9 @@ class StandaloneCluster:
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of every log of the cluster: master, workers, and drivers/executors under the work dirs."""
         parts = []
-        logs = sorted(self.log_dir.glob("*.log")) + sorted(p for p in self.work_dir.glob("worker-*/**/std*")
-                                                            if p.is_file())
+        logs = sorted(self.log_dir.glob("*.log")) + sorted(
+            p for p in self.work_dir.glob("worker-*/**/std*") if p.is_file()
+        )
         for path in logs:
             try:
                 text = path.read_text(errors="replace").splitlines()[-lines:]
@@ -136,14 +141,20 @@ class StandaloneCluster:
                     found[proc.pid] = proc
         return [p for p in found.values() if _alive(p)]
 
-    def _start(self, name: str, main_class: str, args: list[str], env: dict[str, str],
-               prefix: Sequence[str] = ()) -> None:
+    def _start(
+        self, name: str, main_class: str, args: list[str], env: dict[str, str], prefix: Sequence[str] = ()
+    ) -> None:
         self._commands[name] = (main_class, args, env, prefix)
         with open(self.log_dir / f"{name}.log", "ab") as log:  # the JVM keeps its own copy of the descriptor
             self.processes[name] = subprocess.Popen(
                 [*prefix, str(Path(env["SPARK_HOME"]) / "bin" / "spark-class"), main_class, *args],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work_dir,
-                start_new_session=True)
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.work_dir,
+                start_new_session=True,
+            )
 
     def worker_running(self, pid: int) -> str:
         """The name (``worker-<i>``) of the worker whose process tree holds process ``pid`` (an executor, a rank).
@@ -178,8 +189,9 @@ class StandaloneCluster:
     def _check_running(self) -> None:
         for name, popen in self.processes.items():
             if popen.poll() is not None:
-                raise RuntimeError(f"Spark {name} exited with status {popen.returncode} while the cluster "
-                                   f"started\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"Spark {name} exited with status {popen.returncode} while the cluster started\n{self.log_tail()}"
+                )
 
     def _wait_ready(self, deadline: float, workers: int) -> None:
         """Poll until the master is ALIVE with ``workers`` ALIVE workers and its REST server answers."""
@@ -189,8 +201,13 @@ class StandaloneCluster:
             try:
                 state = self.master_json(timeout_s=2.0)
                 alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
-                rest = httpx.get(f"{self.rest_url}/v1/submissions/status/readiness-probe", timeout=2.0,
-                                 **self.http).status_code if self.rest_url else 200  # rest=False: nothing to wait for
+                rest = (
+                    httpx.get(
+                        f"{self.rest_url}/v1/submissions/status/readiness-probe", timeout=2.0, **self.http
+                    ).status_code
+                    if self.rest_url
+                    else 200
+                )  # rest=False: nothing to wait for
                 if state.get("status") == "ALIVE" and alive == workers and rest == 200:
                     return
                 last = f"master {state.get('status')}, {alive}/{workers} workers alive, REST {rest}"
@@ -220,7 +237,8 @@ class StandaloneCluster:
                 popen.wait(timeout=5)
         left = self.leftover_processes()
         assert not left, "processes of the standalone cluster survived: " + ", ".join(
-            f"{p.pid} {' '.join(_cmdline(p))[:120]}" for p in left)
+            f"{p.pid} {' '.join(_cmdline(p))[:120]}" for p in left
+        )
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -238,14 +256,24 @@ def _cmdline(proc: psutil.Process) -> list[str]:
 
 
 @contextlib.contextmanager
-def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_per_worker: str = "1g",
-                       work_dir: Path | None = None, start_timeout_s: float = 120.0,
-                       master_conf: Mapping[str, str] | None = None, worker_conf: Mapping[str, str] | None = None,
-                       extra_env: Mapping[str, str] | None = None, host: str = HOST,
-                       worker_hosts: Sequence[str] | None = None,
-                       worker_prefixes: Sequence[Sequence[str]] | None = None,
-                       ports: tuple[int, int, int] | None = None, rest: bool = True, web_ui_url: str | None = None,
-                       http: Mapping[str, object] | None = None) -> Iterator[StandaloneCluster]:
+def standalone_cluster(
+    workers: int = 2,
+    cores_per_worker: int = 1,
+    *,
+    memory_per_worker: str = "1g",
+    work_dir: Path | None = None,
+    start_timeout_s: float = 120.0,
+    master_conf: Mapping[str, str] | None = None,
+    worker_conf: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    host: str = HOST,
+    worker_hosts: Sequence[str] | None = None,
+    worker_prefixes: Sequence[Sequence[str]] | None = None,
+    ports: tuple[int, int, int] | None = None,
+    rest: bool = True,
+    web_ui_url: str | None = None,
+    http: Mapping[str, object] | None = None,
+) -> Iterator[StandaloneCluster]:
     """
     Start a Spark standalone master (REST submission server enabled) and ``workers`` workers on 127.0.0.1.
 
@@ -291,32 +319,76 @@ def standalone_cluster(workers: int = 2, cores_per_worker: int = 1, *, memory_pe
             raise ValueError(f"worker_hosts and worker_prefixes need one entry per worker ({workers})")
         marker = uuid.uuid4().hex
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
-        env.update({
-            "SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(conf_dir), "SPARK_LOCAL_IP": host,
-            "SPARK_LOCAL_HOSTNAME": host, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "SPARK_DAEMON_MEMORY": "256m", MARKER_ENV: marker, **(extra_env or {}),
-        })
+        env.update(
+            {
+                "SPARK_HOME": str(spark_home()),
+                "SPARK_CONF_DIR": str(conf_dir),
+                "SPARK_LOCAL_IP": host,
+                "SPARK_LOCAL_HOSTNAME": host,
+                "PYSPARK_PYTHON": sys.executable,
+                "PYSPARK_DRIVER_PYTHON": sys.executable,
+                "SPARK_DAEMON_MEMORY": "256m",
+                MARKER_ENV: marker,
+                **(extra_env or {}),
+            }
+        )
         cluster = StandaloneCluster(
-            master_url=f"spark://{host}:{master_port}", web_ui_url=web_ui_url or f"http://{host}:{ui_port}",
-            rest_url=f"http://{host}:{rest_port}" if rest else "", work_dir=work_dir, workers=workers,
-            cores_per_worker=cores_per_worker, marker=marker, env=env, http=dict(http or {}))
+            master_url=f"spark://{host}:{master_port}",
+            web_ui_url=web_ui_url or f"http://{host}:{ui_port}",
+            rest_url=f"http://{host}:{rest_port}" if rest else "",
+            work_dir=work_dir,
+            workers=workers,
+            cores_per_worker=cores_per_worker,
+            marker=marker,
+            env=env,
+            http=dict(http or {}),
+        )
         stack.callback(cluster.stop)
-        master_env = {**env, "SPARK_MASTER_OPTS": _opts({
-            "spark.master.rest.enabled": str(rest).lower(), "spark.master.rest.host": host,
-            "spark.master.rest.port": str(rest_port), "spark.port.maxRetries": "0",
-            "spark.ui.showConsoleProgress": "false", **(master_conf or {})})}
-        cluster._start("master", "org.apache.spark.deploy.master.Master",
-                       ["--host", host, "--port", str(master_port), "--webui-port", str(ui_port)], master_env)
+        master_env = {
+            **env,
+            "SPARK_MASTER_OPTS": _opts(
+                {
+                    "spark.master.rest.enabled": str(rest).lower(),
+                    "spark.master.rest.host": host,
+                    "spark.master.rest.port": str(rest_port),
+                    "spark.port.maxRetries": "0",
+                    "spark.ui.showConsoleProgress": "false",
+                    **(master_conf or {}),
+                }
+            ),
+        }
+        cluster._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            ["--host", host, "--port", str(master_port), "--webui-port", str(ui_port)],
+            master_env,
+        )
         deadline = time.monotonic() + start_timeout_s
         cluster._wait_ready(deadline, 0)  # workers started earlier would wait ~10 s before registering again
         worker_env = {**env, "SPARK_WORKER_OPTS": _opts(dict(worker_conf or {}))}
         for i in range(workers):
             worker_dir = work_dir / f"worker-{i}"
             worker_dir.mkdir(exist_ok=True)
-            cluster._start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
-                           ["--host", hosts[i], "--port", "0", "--webui-port", "0", "--cores", str(cores_per_worker),
-                            "--memory", memory_per_worker, "--work-dir", str(worker_dir), cluster.master_url],
-                           {**worker_env, "SPARK_LOCAL_IP": hosts[i], "SPARK_LOCAL_HOSTNAME": hosts[i]},
-                           prefixes[i])
+            cluster._start(
+                f"worker-{i}",
+                "org.apache.spark.deploy.worker.Worker",
+                [
+                    "--host",
+                    hosts[i],
+                    "--port",
+                    "0",
+                    "--webui-port",
+                    "0",
+                    "--cores",
+                    str(cores_per_worker),
+                    "--memory",
+                    memory_per_worker,
+                    "--work-dir",
+                    str(worker_dir),
+                    cluster.master_url,
+                ],
+                {**worker_env, "SPARK_LOCAL_IP": hosts[i], "SPARK_LOCAL_HOSTNAME": hosts[i]},
+                prefixes[i],
+            )
         cluster._wait_ready(deadline, workers)
         yield cluster

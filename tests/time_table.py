@@ -71,7 +71,8 @@ class TimeTable:
         terminalreporter.write_line(
             f"tests {tests_s / 60:.1f} min in {sum(1 for _, n, _ in rows if not n.startswith('set-up: '))} modules"
             + (f", set-up {setup_s / 60:.1f} min, together {(tests_s + setup_s) / 60:.1f} min" if setup_s else "")
-            + f"; this pytest session's wall time {(time.monotonic() - self.started) / 60:.1f} min")
+            + f"; this pytest session's wall time {(time.monotonic() - self.started) / 60:.1f} min"
+        )
         out = os.environ.get(TABLE_FILE_ENV)
         if out:
             Path(out).write_text("".join(f"{seconds:.1f}\t{name}\t{detail}\n" for seconds, name, detail in rows))

@@ -10,17 +10,30 @@ hooks and the Spark-side runtime can all use them.
 from __future__ import annotations
 
 from airflow_provider_horovod.clients.spark_app_models import (
-    ApplicationAttempt, ApplicationInfo, ExecutorInfo, JobInfo, StageInfo,
+    ApplicationAttempt,
+    ApplicationInfo,
+    ExecutorInfo,
+    JobInfo,
+    StageInfo,
 )
 from airflow_provider_horovod.clients.spark_master_models import (
-    DriverStatus, MasterApplication, MasterDriver, MasterState, SubmissionResponse, WorkerInfo,
+    DriverStatus,
+    MasterApplication,
+    MasterDriver,
+    MasterState,
+    SubmissionResponse,
+    WorkerInfo,
 )
 from airflow_provider_horovod.clients._spark_rest_base import SparkRestAccess
 from airflow_provider_horovod.clients.spark_rest import SparkRestClient
 from airflow_provider_horovod.clients.spark_rest_async import AsyncSparkRestClient
 from airflow_provider_horovod.clients.spark_rest_calls import RetryPolicy
 from airflow_provider_horovod.clients.spark_rest_errors import (
-    SparkRestAuthError, SparkRestError, SparkRestPayloadError, SparkRestTLSError, SparkRestUnavailableError,
+    SparkRestAuthError,
+    SparkRestError,
+    SparkRestPayloadError,
+    SparkRestTLSError,
+    SparkRestUnavailableError,
     SparkSubmissionError,
 )
 

@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, Strict, ValidationError,
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PlainSerializer,
+    Strict,
+    ValidationError,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -54,15 +60,26 @@ def _resources_in(value: Any) -> Any:
 
 
 Resources = Annotated[
-    dict[str, Strs], BeforeValidator(_resources_in),
+    dict[str, Strs],
+    BeforeValidator(_resources_in),
     PlainSerializer(lambda value: {name: {"name": name, "addresses": list(a)} for name, a in value.items()}),
 ]
 """``{"gpu": {"name": "gpu", "addresses": ["0", "1"]}}`` held as ``{"gpu": ("0", "1")}``."""
 
-_SCALARS = {"string_type": "a string", "int_type": "an integer", "int_parsing": "an integer",
-            "int_from_float": "an integer", "bool_type": "a boolean"}
-_CONTAINERS = {"tuple_type": "a JSON array", "list_type": "a JSON array", "dict_type": "a JSON object",
-               "model_type": "a JSON object", "model_attributes_type": "a JSON object"}
+_SCALARS = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "bool_type": "a boolean",
+}
+_CONTAINERS = {
+    "tuple_type": "a JSON array",
+    "list_type": "a JSON array",
+    "dict_type": "a JSON object",
+    "model_type": "a JSON object",
+    "model_attributes_type": "a JSON object",
+}
 
 M = TypeVar("M", bound="SparkModel")
 
@@ -70,8 +87,9 @@ M = TypeVar("M", bound="SparkModel")
 class SparkModel(BaseModel):
     """A value object read from one decoded JSON object of the Spark REST API (frozen, hashable)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", validate_by_alias=True, validate_by_name=True,
-                              defer_build=True)  # schemas built on first use, not when a DAG file is parsed
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", validate_by_alias=True, validate_by_name=True, defer_build=True
+    )  # schemas built on first use, not when a DAG file is parsed
 
     @model_validator(mode="before")
     @classmethod
@@ -135,6 +153,7 @@ def state_in(states: frozenset[str], doc: str, *, field: str = "status") -> prop
     :param doc: the property's docstring.
     :param field: the field holding the state.
     """
+
     def check(self: SparkModel) -> bool:
         return getattr(self, field) in states
 

@@ -54,8 +54,9 @@ class SparkRestAccess:
         try:
             return ssl.create_default_context(cafile=self.ca_bundle)
         except (OSError, ssl.SSLError) as exc:
-            raise SparkRestTLSError(f"cannot load the CA bundle {self.ca_bundle!r}"
-                                    f"{' of ' + self.origin if self.origin else ''}: {exc}") from exc
+            raise SparkRestTLSError(
+                f"cannot load the CA bundle {self.ca_bundle!r}{' of ' + self.origin if self.origin else ''}: {exc}"
+            ) from exc
 
 
 class SparkRestBase:
@@ -77,22 +78,35 @@ class SparkRestBase:
     _http_type: type[httpx.Client] | type[httpx.AsyncClient]
     """The subclass's httpx client: blocking or asyncio."""
 
-    def __init__(self, *, ui_url: str | None = None, master_ui_url: str | None = None, rest_url: str | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
-                 transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
-                 access: SparkRestAccess | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        ui_url: str | None = None,
+        master_ui_url: str | None = None,
+        rest_url: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+        access: SparkRestAccess | None = None,
+    ) -> None:
         timeout(timeout_s)  # validates
         self.endpoints = Endpoints(ui_url=ui_url, master_ui_url=master_ui_url, rest_url=rest_url)
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
         self.access = access or SparkRestAccess()
-        self._http = self._http_type(transport=transport, headers=self.access.headers(),  # type: ignore[arg-type]
-                                     follow_redirects=True, verify=self.access.verify())
+        self._http = self._http_type(
+            transport=transport,
+            headers=self.access.headers(),  # type: ignore[arg-type]
+            follow_redirects=True,
+            verify=self.access.verify(),
+        )
 
     def _timeout(self, timeout_s: float | None) -> httpx.Timeout:
         return timeout(self.timeout_s if timeout_s is None else timeout_s)
 
     def __repr__(self) -> str:
         e = self.endpoints
-        return (f"{type(self).__name__}(ui_url={e.ui_url!r}, master_ui_url={e.master_ui_url!r}, "
-                f"rest_url={e.rest_url!r}, timeout_s={self.timeout_s}, access={self.access!r})")
+        return (
+            f"{type(self).__name__}(ui_url={e.ui_url!r}, master_ui_url={e.master_ui_url!r}, "
+            f"rest_url={e.rest_url!r}, timeout_s={self.timeout_s}, access={self.access!r})"
+        )

@@ -17,12 +17,26 @@ from __future__ import annotations
 from pydantic import Field
 
 from airflow_provider_horovod.clients._spark_model import (
-    Bool, CamelCaseModel, EpochMs, Int, Ints, Resources, Str, StrMap, Strs, state_in,
+    Bool,
+    CamelCaseModel,
+    EpochMs,
+    Int,
+    Ints,
+    Resources,
+    Str,
+    StrMap,
+    Strs,
+    state_in,
 )
 
 __all__ = [
-    "JOB_TERMINAL_STATES", "STAGE_TERMINAL_STATES", "ApplicationAttempt", "ApplicationInfo", "ExecutorInfo",
-    "JobInfo", "StageInfo",
+    "JOB_TERMINAL_STATES",
+    "STAGE_TERMINAL_STATES",
+    "ApplicationAttempt",
+    "ApplicationInfo",
+    "ExecutorInfo",
+    "JobInfo",
+    "StageInfo",
 ]
 
 JOB_TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED"})

@@ -14,7 +14,12 @@ from __future__ import annotations
 from pydantic import Field
 
 from airflow_provider_horovod.clients._spark_model import (
-    Bool, CamelCaseModel, Int, RunTogetherModel, Str, state_in,
+    Bool,
+    CamelCaseModel,
+    Int,
+    RunTogetherModel,
+    Str,
+    state_in,
 )
 from airflow_provider_horovod.clients.spark_rest_errors import SparkSubmissionError
 
@@ -108,10 +113,13 @@ class MasterState(RunTogetherModel):
         """
         driver = self.driver(submission_id)
         if driver is None:
-            raise SparkSubmissionError(f"the master does not know submission {submission_id!r} (the state page "
-                                       f"of {self.url} lists no such driver)")
-        return DriverStatus(submission_id=submission_id, success=True, driver_state=driver.state,
-                            worker_id=driver.worker_id)
+            raise SparkSubmissionError(
+                f"the master does not know submission {submission_id!r} (the state page "
+                f"of {self.url} lists no such driver)"
+            )
+        return DriverStatus(
+            submission_id=submission_id, success=True, driver_state=driver.state, worker_id=driver.worker_id
+        )
 
 
 class SubmissionResponse(CamelCaseModel):
@@ -146,12 +154,16 @@ class DriverStatus(CamelCaseModel):
     message: Str | None = None
     server_spark_version: Str | None = None
 
-    is_terminal = _driver_state_in(DRIVER_TERMINAL_STATES,
-                                   "Whether the driver has ended (FINISHED, FAILED, KILLED or ERROR).")
+    is_terminal = _driver_state_in(
+        DRIVER_TERMINAL_STATES, "Whether the driver has ended (FINISHED, FAILED, KILLED or ERROR)."
+    )
     is_successful = _driver_state_in(DRIVER_SUCCESS_STATES, "Whether the driver ended successfully (FINISHED).")
-    is_failed = _driver_state_in(DRIVER_FAILURE_STATES,
-                                 "Whether the driver ended unsuccessfully (FAILED, KILLED or ERROR).")
-    is_active = _driver_state_in(DRIVER_ACTIVE_STATES,
-                                 "Whether the driver is waiting for a worker, running, or being relaunched.")
-    is_transient = _driver_state_in(DRIVER_TRANSIENT_STATES,
-                                    "Whether the state says nothing yet (UNKNOWN): poll again.")
+    is_failed = _driver_state_in(
+        DRIVER_FAILURE_STATES, "Whether the driver ended unsuccessfully (FAILED, KILLED or ERROR)."
+    )
+    is_active = _driver_state_in(
+        DRIVER_ACTIVE_STATES, "Whether the driver is waiting for a worker, running, or being relaunched."
+    )
+    is_transient = _driver_state_in(
+        DRIVER_TRANSIENT_STATES, "Whether the state says nothing yet (UNKNOWN): poll again."
+    )

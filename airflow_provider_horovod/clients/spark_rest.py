@@ -38,7 +38,11 @@ from airflow_provider_horovod.clients.spark_app_models import ApplicationInfo, E
 from airflow_provider_horovod.clients.spark_master_models import DriverStatus, MasterState, SubmissionResponse
 from airflow_provider_horovod.clients._spark_rest_base import SparkRestBase
 from airflow_provider_horovod.clients.spark_rest_calls import (
-    Call, Endpoints, decode, request_error, submission_request,
+    Call,
+    Endpoints,
+    decode,
+    request_error,
+    submission_request,
 )
 
 T = TypeVar("T")
@@ -130,8 +134,9 @@ class SparkRestClient(SparkRestBase):
         """
         return self._run(self.endpoints.stages(app_id, status), timeout_s)
 
-    def executors(self, app_id: str, *, include_dead: bool = False,
-                  timeout_s: float | None = None) -> list[ExecutorInfo]:
+    def executors(
+        self, app_id: str, *, include_dead: bool = False, timeout_s: float | None = None
+    ) -> list[ExecutorInfo]:
         """``GET /api/v1/applications/{app_id}/executors`` (or ``allexecutors``), the driver included.
 
         :param app_id: the application id.
@@ -151,11 +156,17 @@ class SparkRestClient(SparkRestBase):
         """
         return self._run(self.endpoints.master_state(), timeout_s)
 
-    def create_submission(self, *, app_resource: str, main_class: str, app_args: Sequence[str] = (),
-                          spark_properties: Mapping[str, str] | None = None,
-                          environment_variables: Mapping[str, str] | None = None,
-                          client_spark_version: str | None = None,
-                          timeout_s: float | None = None) -> SubmissionResponse:
+    def create_submission(
+        self,
+        *,
+        app_resource: str,
+        main_class: str,
+        app_args: Sequence[str] = (),
+        spark_properties: Mapping[str, str] | None = None,
+        environment_variables: Mapping[str, str] | None = None,
+        client_spark_version: str | None = None,
+        timeout_s: float | None = None,
+    ) -> SubmissionResponse:
         """
         ``POST {rest_url}/v1/submissions/create``: launch a driver in cluster deploy mode.
 
@@ -173,9 +184,14 @@ class SparkRestClient(SparkRestBase):
         :raises SparkSubmissionError: when the master refuses (``"success": false``, e.g. a standby master).
         :raises SparkRestError: on HTTP 4xx (malformed request) with the server's message.
         """
-        body = submission_request(app_resource=app_resource, main_class=main_class, app_args=app_args,
-                                  spark_properties=spark_properties, environment_variables=environment_variables,
-                                  client_spark_version=client_spark_version)
+        body = submission_request(
+            app_resource=app_resource,
+            main_class=main_class,
+            app_args=app_args,
+            spark_properties=spark_properties,
+            environment_variables=environment_variables,
+            client_spark_version=client_spark_version,
+        )
         return self._run(self.endpoints.create_submission(body), timeout_s)
 
     def driver_status(self, submission_id: str, *, timeout_s: float | None = None) -> DriverStatus:
@@ -213,8 +229,15 @@ class SparkRestClient(SparkRestBase):
         """
         self._run(self.endpoints.kill_driver_ui(submission_id), timeout_s)
 
-    def request_json(self, method: str, url: str, *, body: Mapping[str, Any] | None = None,
-                     idempotent: bool | None = None, timeout_s: float | None = None) -> Any:
+    def request_json(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        idempotent: bool | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
         """Any call, with the same timeout, retries and errors, returning the decoded JSON as is.
 
         :param method: the HTTP method.

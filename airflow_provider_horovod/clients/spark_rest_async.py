@@ -15,7 +15,11 @@ from airflow_provider_horovod.clients._spark_rest_base import SparkRestBase
 from airflow_provider_horovod.clients.spark_app_models import ApplicationInfo, ExecutorInfo, JobInfo, StageInfo
 from airflow_provider_horovod.clients.spark_master_models import DriverStatus, MasterState, SubmissionResponse
 from airflow_provider_horovod.clients.spark_rest_calls import (
-    Call, Endpoints, decode, request_error, submission_request,
+    Call,
+    Endpoints,
+    decode,
+    request_error,
+    submission_request,
 )
 
 T = TypeVar("T")
@@ -63,18 +67,19 @@ class AsyncSparkRestClient(SparkRestBase):
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.application`."""
         return await self._run(self.endpoints.application(app_id), timeout_s)
 
-    async def jobs(self, app_id: str, *, status: str | None = None,
-                   timeout_s: float | None = None) -> list[JobInfo]:
+    async def jobs(self, app_id: str, *, status: str | None = None, timeout_s: float | None = None) -> list[JobInfo]:
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.jobs`."""
         return await self._run(self.endpoints.jobs(app_id, status), timeout_s)
 
-    async def stages(self, app_id: str, *, status: str | None = None,
-                     timeout_s: float | None = None) -> list[StageInfo]:
+    async def stages(
+        self, app_id: str, *, status: str | None = None, timeout_s: float | None = None
+    ) -> list[StageInfo]:
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.stages`."""
         return await self._run(self.endpoints.stages(app_id, status), timeout_s)
 
-    async def executors(self, app_id: str, *, include_dead: bool = False,
-                        timeout_s: float | None = None) -> list[ExecutorInfo]:
+    async def executors(
+        self, app_id: str, *, include_dead: bool = False, timeout_s: float | None = None
+    ) -> list[ExecutorInfo]:
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.executors`."""
         return await self._run(self.endpoints.executors(app_id, include_dead), timeout_s)
 
@@ -82,15 +87,26 @@ class AsyncSparkRestClient(SparkRestBase):
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.master_state`."""
         return await self._run(self.endpoints.master_state(), timeout_s)
 
-    async def create_submission(self, *, app_resource: str, main_class: str, app_args: Sequence[str] = (),
-                                spark_properties: Mapping[str, str] | None = None,
-                                environment_variables: Mapping[str, str] | None = None,
-                                client_spark_version: str | None = None,
-                                timeout_s: float | None = None) -> SubmissionResponse:
+    async def create_submission(
+        self,
+        *,
+        app_resource: str,
+        main_class: str,
+        app_args: Sequence[str] = (),
+        spark_properties: Mapping[str, str] | None = None,
+        environment_variables: Mapping[str, str] | None = None,
+        client_spark_version: str | None = None,
+        timeout_s: float | None = None,
+    ) -> SubmissionResponse:
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.create_submission`."""
-        body = submission_request(app_resource=app_resource, main_class=main_class, app_args=app_args,
-                                  spark_properties=spark_properties, environment_variables=environment_variables,
-                                  client_spark_version=client_spark_version)
+        body = submission_request(
+            app_resource=app_resource,
+            main_class=main_class,
+            app_args=app_args,
+            spark_properties=spark_properties,
+            environment_variables=environment_variables,
+            client_spark_version=client_spark_version,
+        )
         return await self._run(self.endpoints.create_submission(body), timeout_s)
 
     async def driver_status(self, submission_id: str, *, timeout_s: float | None = None) -> DriverStatus:
@@ -105,7 +121,14 @@ class AsyncSparkRestClient(SparkRestBase):
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.kill_driver_ui`."""
         await self._run(self.endpoints.kill_driver_ui(submission_id), timeout_s)
 
-    async def request_json(self, method: str, url: str, *, body: Mapping[str, Any] | None = None,
-                           idempotent: bool | None = None, timeout_s: float | None = None) -> Any:
+    async def request_json(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        idempotent: bool | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.request_json`."""
         return await self._run(Endpoints.raw(method, url, body, idempotent), timeout_s)

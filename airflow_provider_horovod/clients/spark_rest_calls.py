@@ -20,8 +20,13 @@ from airflow_provider_horovod.clients import spark_app_models as app
 from airflow_provider_horovod.clients import spark_master_models as master
 from airflow_provider_horovod.clients._spark_model import parse_list
 from airflow_provider_horovod.clients.spark_rest_errors import (
-    SparkRestAuthError, SparkRestError, SparkRestPayloadError, SparkRestTLSError, SparkRestUnavailableError,
-    SparkSubmissionError, certificate_error,
+    SparkRestAuthError,
+    SparkRestError,
+    SparkRestPayloadError,
+    SparkRestTLSError,
+    SparkRestUnavailableError,
+    SparkSubmissionError,
+    certificate_error,
 )
 
 log = logging.getLogger(__name__)
@@ -101,8 +106,15 @@ def is_retryable(call: Call[Any], exc: BaseException) -> bool:
 def _log_retry(call: Call[Any]) -> Callable[[tenacity.RetryCallState], None]:
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        log.warning("Spark REST %s %s failed (attempt %d): %s; retrying in %.2f s", call.method, call.url,
-                    state.attempt_number, exc, state.next_action.sleep if state.next_action else 0.0)
+        log.warning(
+            "Spark REST %s %s failed (attempt %d): %s; retrying in %.2f s",
+            call.method,
+            call.url,
+            state.attempt_number,
+            exc,
+            state.next_action.sleep if state.next_action else 0.0,
+        )
+
     return before_sleep
 
 
@@ -131,7 +143,9 @@ def request_error(call: Call[Any], exc: httpx.RequestError, origin: str | None =
         return SparkRestTLSError(
             f"Spark REST {call.method}: the server's TLS certificate could not be verified "
             f"({cert.verify_message or cert}): set the CA bundle{_named(origin)} to the PEM file of the CA that "
-            "signed it (its extra spark.airflowProviderHorovod.caBundle; see docs/security.md, HTTPS)", url=call.url)
+            "signed it (its extra spark.airflowProviderHorovod.caBundle; see docs/security.md, HTTPS)",
+            url=call.url,
+        )
     if not isinstance(exc, httpx.TransportError):
         return SparkRestError(f"Spark REST {call.method} failed: {type(exc).__name__}: {exc}", url=call.url)
     kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not connect or read"
@@ -155,19 +169,27 @@ def decode(call: Call[T], response: httpx.Response, origin: str | None = None) -
         raise SparkRestAuthError(
             f"Spark REST {call.method} answered HTTP {status} ({response.reason_phrase or 'refused'}): the server "
             f"refused the request, which carried {sent}; the password{_named(origin)} must be a JWS signed with the "
-            "key of the server's org.apache.spark.ui.JWSFilter (see docs/security.md)", status_code=status,
-            url=call.url)
+            "key of the server's org.apache.spark.ui.JWSFilter (see docs/security.md)",
+            status_code=status,
+            url=call.url,
+        )
     if status >= 400:
         cls = SparkRestUnavailableError if status >= 500 else SparkRestError
-        raise cls(f"Spark REST {call.method} answered HTTP {status}: {_server_message(response)}",
-                  status_code=status, url=call.url)
+        raise cls(
+            f"Spark REST {call.method} answered HTTP {status}: {_server_message(response)}",
+            status_code=status,
+            url=call.url,
+        )
     if call.form:
         return call.parse(None)
     try:
         data = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SparkRestPayloadError(f"Spark REST {call.method} answered HTTP {status} with a body that is not JSON: "
-                                    f"{response.text[:200]!r}", status_code=status, url=call.url) from exc
+        raise SparkRestPayloadError(
+            f"Spark REST {call.method} answered HTTP {status} with a body that is not JSON: {response.text[:200]!r}",
+            status_code=status,
+            url=call.url,
+        ) from exc
     try:
         return call.parse(data)
     except SparkRestError as exc:
@@ -208,15 +230,22 @@ def _created(data: Any) -> master.SubmissionResponse:
 def _status(data: Any) -> master.DriverStatus:
     status = master.DriverStatus.from_json(data)
     if not status.success:
-        raise SparkSubmissionError(f"the master does not know submission {status.submission_id!r}"
-                                   + (f": {status.message}" if status.message else ""))
+        raise SparkSubmissionError(
+            f"the master does not know submission {status.submission_id!r}"
+            + (f": {status.message}" if status.message else "")
+        )
     return status
 
 
-def submission_request(*, app_resource: str, main_class: str, app_args: Sequence[str] = (),
-                       spark_properties: Mapping[str, str] | None = None,
-                       environment_variables: Mapping[str, str] | None = None,
-                       client_spark_version: str | None = None) -> dict[str, Any]:
+def submission_request(
+    *,
+    app_resource: str,
+    main_class: str,
+    app_args: Sequence[str] = (),
+    spark_properties: Mapping[str, str] | None = None,
+    environment_variables: Mapping[str, str] | None = None,
+    client_spark_version: str | None = None,
+) -> dict[str, Any]:
     """The body of ``POST /v1/submissions/create`` (see :meth:`SparkRestClient.create_submission`)."""
     if client_spark_version is None:
         try:
@@ -252,49 +281,65 @@ class Endpoints:
         return _join(self.ui_url, "ui_url", "/api/v1" + path)
 
     def applications(self) -> Call[list[app.ApplicationInfo]]:
-        return Call("GET", self._ui("/applications"),
-                    lambda d: parse_list(app.ApplicationInfo, d, "applications"))
+        return Call("GET", self._ui("/applications"), lambda d: parse_list(app.ApplicationInfo, d, "applications"))
 
     def application(self, app_id: str) -> Call[app.ApplicationInfo]:
         return Call("GET", self._ui(f"/applications/{_seg(app_id)}"), app.ApplicationInfo.from_json)
 
     def jobs(self, app_id: str, status: str | None = None) -> Call[list[app.JobInfo]]:
         query = f"?status={_seg(status.lower())}" if status else ""
-        return Call("GET", self._ui(f"/applications/{_seg(app_id)}/jobs{query}"),
-                    lambda d: parse_list(app.JobInfo, d, "jobs"))
+        return Call(
+            "GET", self._ui(f"/applications/{_seg(app_id)}/jobs{query}"), lambda d: parse_list(app.JobInfo, d, "jobs")
+        )
 
     def stages(self, app_id: str, status: str | None = None) -> Call[list[app.StageInfo]]:
         query = f"?status={_seg(status.lower())}" if status else ""
-        return Call("GET", self._ui(f"/applications/{_seg(app_id)}/stages{query}"),
-                    lambda d: parse_list(app.StageInfo, d, "stages"))
+        return Call(
+            "GET",
+            self._ui(f"/applications/{_seg(app_id)}/stages{query}"),
+            lambda d: parse_list(app.StageInfo, d, "stages"),
+        )
 
     def executors(self, app_id: str, include_dead: bool = False) -> Call[list[app.ExecutorInfo]]:
         path = "allexecutors" if include_dead else "executors"
-        return Call("GET", self._ui(f"/applications/{_seg(app_id)}/{path}"),
-                    lambda d: parse_list(app.ExecutorInfo, d, path))
+        return Call(
+            "GET", self._ui(f"/applications/{_seg(app_id)}/{path}"), lambda d: parse_list(app.ExecutorInfo, d, path)
+        )
 
     def master_state(self) -> Call[master.MasterState]:
         return Call("GET", _join(self.master_ui_url, "master_ui_url", "/json/"), master.MasterState.from_json)
 
     def create_submission(self, request: Mapping[str, Any]) -> Call[master.SubmissionResponse]:
-        return Call("POST", _join(self.rest_url, "rest_url", "/v1/submissions/create"),
-                    _created, body=request, idempotent=False)
+        return Call(
+            "POST", _join(self.rest_url, "rest_url", "/v1/submissions/create"), _created, body=request, idempotent=False
+        )
 
     def driver_status(self, submission_id: str) -> Call[master.DriverStatus]:
-        return Call("GET", _join(self.rest_url, "rest_url", f"/v1/submissions/status/{_seg(submission_id)}"),
-                    _status)
+        return Call("GET", _join(self.rest_url, "rest_url", f"/v1/submissions/status/{_seg(submission_id)}"), _status)
 
     def kill_submission(self, submission_id: str) -> Call[master.SubmissionResponse]:
         # Killing twice is harmless (the second answer says the driver already finished): idempotent.
-        return Call("POST", _join(self.rest_url, "rest_url", f"/v1/submissions/kill/{_seg(submission_id)}"),
-                    master.SubmissionResponse.from_json)
+        return Call(
+            "POST",
+            _join(self.rest_url, "rest_url", f"/v1/submissions/kill/{_seg(submission_id)}"),
+            master.SubmissionResponse.from_json,
+        )
 
     def kill_driver_ui(self, submission_id: str) -> Call[None]:  # the master UI's kill link; it answers a redirect
-        return Call("POST", _join(self.master_ui_url, "master_ui_url", "/driver/kill/"), lambda _: None,
-                    body={"id": submission_id, "terminate": "true"}, form=True)
+        return Call(
+            "POST",
+            _join(self.master_ui_url, "master_ui_url", "/driver/kill/"),
+            lambda _: None,
+            body={"id": submission_id, "terminate": "true"},
+            form=True,
+        )
 
     @staticmethod
-    def raw(method: str, url: str, body: Mapping[str, Any] | None = None,
-            idempotent: bool | None = None) -> Call[Any]:
-        return Call(method.upper(), url, lambda d: d, body=body,
-                    idempotent=method.upper() in ("GET", "HEAD") if idempotent is None else idempotent)
+    def raw(method: str, url: str, body: Mapping[str, Any] | None = None, idempotent: bool | None = None) -> Call[Any]:
+        return Call(
+            method.upper(),
+            url,
+            lambda d: d,
+            body=body,
+            idempotent=method.upper() in ("GET", "HEAD") if idempotent is None else idempotent,
+        )

@@ -38,8 +38,11 @@ class SparkRestError(Exception):
         self.url = url
 
     def __str__(self) -> str:
-        where = f" [{self.status_code if self.status_code is not None else 'no answer'} from {self.url}]" \
-            if self.url else ""
+        where = (
+            f" [{self.status_code if self.status_code is not None else 'no answer'} from {self.url}]"
+            if self.url
+            else ""
+        )
         return f"{self.message}{where}"
 
     def __reduce__(self):  # keep the keyword-only attributes through pickling (triggers, multiprocessing)

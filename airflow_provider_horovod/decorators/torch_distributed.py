@@ -57,5 +57,9 @@ def torch_distributed_task(
     :return: a TaskFlow decorator.
     :raises ValueError: an argument is invalid (when the DAG is parsed), as for the operator.
     """
-    return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,
-                                  decorated_operator_class=_TorchDistributedDecoratedOperator, **kwargs)
+    return task_decorator_factory(
+        python_callable=python_callable,
+        multiple_outputs=multiple_outputs,
+        decorated_operator_class=_TorchDistributedDecoratedOperator,
+        **kwargs,
+    )

@@ -67,15 +67,22 @@ class HorovodConnectHook(BaseHook):
         except RankFailedError as err:  # the rank's own traceback is in the message
             raise rank_job_error(str(err), err.to_dict(), app_id=app_id) from None
         except (ExecutorLostError, JobCancelledError) as err:
-            raise (facts_job_error(type(err).__name__, str(err), err.facts(), app_id=app_id)
-                   or HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id)) from err
+            raise (
+                facts_job_error(type(err).__name__, str(err), err.facts(), app_id=app_id)
+                or HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id)
+            ) from err
         except HorovodRuntimeError as err:
             raise HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id) from err
         finally:
             self._session.stop()
             self._session = None
-        return JobResult(app_id=app_id, ui_url=None, artifact_paths=list_artifacts(artifact_dir), return_value=result,
-                         metrics=runner.last_metrics)
+        return JobResult(
+            app_id=app_id,
+            ui_url=None,
+            artifact_paths=list_artifacts(artifact_dir),
+            return_value=result,
+            metrics=runner.last_metrics,
+        )
 
     def application_id(self, session: Any) -> str | None:
         """

@@ -32,8 +32,15 @@ from airflow_provider_horovod.utils.job_result import JobResult, read_job_result
 from airflow_provider_horovod.utils.process_tree import die_with_parent, terminate_tree
 from airflow_provider_horovod.utils.spark_auth import AUTH_PROPERTIES_FILE, auth_submit_kwargs
 from airflow_provider_horovod.utils.spark_conf import (
-    BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, SPARK_LOG4J2, check_reachable, executor_jvm_conf, local_spark_conf,
-    master_addresses, python_daemon_conf, spark_defaults_keys,
+    BASE_SPARK_CONF,
+    JVM_STARTUP_OPTIONS,
+    SPARK_LOG4J2,
+    check_reachable,
+    executor_jvm_conf,
+    local_spark_conf,
+    master_addresses,
+    python_daemon_conf,
+    spark_defaults_keys,
 )
 from airflow_provider_horovod.utils.spark_connection import rest_access
 
@@ -48,8 +55,14 @@ class _SparkSubmit(SparkSubmitHook):
     ``spark-defaults.conf`` too, which a properties file alone hides).
     """
 
-    def __init__(self, *, local_master: str | None, on_line: Callable[[str], None], load_spark_defaults: bool = False,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        local_master: str | None,
+        on_line: Callable[[str], None],
+        load_spark_defaults: bool = False,
+        **kwargs: Any,
+    ) -> None:
         self._local_master = local_master
         self._on_line = on_line
         self._load_spark_defaults = load_spark_defaults
@@ -64,10 +77,18 @@ class _SparkSubmit(SparkSubmitHook):
     def _resolve_connection(self) -> dict[str, Any]:
         if self._local_master is None:
             return super()._resolve_connection()
-        return {"master": self._local_master, "queue": None, "deploy_mode": "client",
-                "spark_binary": self.spark_binary or "spark-submit", "namespace": None,
-                "principal": self._principal, "keytab": self._keytab, "rest_scheme": "http",
-                "rest_port": 6066, "rest_endpoint": None}
+        return {
+            "master": self._local_master,
+            "queue": None,
+            "deploy_mode": "client",
+            "spark_binary": self.spark_binary or "spark-submit",
+            "namespace": None,
+            "principal": self._principal,
+            "keytab": self._keytab,
+            "rest_scheme": "http",
+            "rest_port": 6066,
+            "rest_endpoint": None,
+        }
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         def watched() -> Iterator[Any]:
@@ -185,9 +206,12 @@ class HorovodHook(BaseHook):
         conn = None if local or self.conn_id is None else self.get_connection(self.conn_id)
         if conn is not None:  # a wrong address fails here, not after Spark's own retries (over a minute)
             master = f"{conn.host}:{conn.port}" if conn.port else (conn.host or "")
-            check_reachable(master, master_addresses(master),
-                            hint=f"Check the host and port of the Airflow connection {self.conn_id!r} and that the "
-                                 "master is running (its log says 'Starting Spark master at spark://...')")
+            check_reachable(
+                master,
+                master_addresses(master),
+                hint=f"Check the host and port of the Airflow connection {self.conn_id!r} and that the "
+                "master is running (its log says 'Starting Spark master at spark://...')",
+            )
         staging = Path(staging_dir)
         zip_path = staging / RUNTIME_ZIP_NAME
         zip_path.write_bytes(runtime_zip())
@@ -206,9 +230,15 @@ class HorovodHook(BaseHook):
         if conn is not None and (standalone := standalone_master(conn)) is not None:
             sized = {**submit_kwargs_conf(self.spark_submit_kwargs), **conf}
             conf = {**standalone_defaults(job.np, standalone[1], sized), **conf}
-            check_standalone_fits(master_url=standalone[0], master_ui_url=standalone[1], np=job.np,
-                                  conf={**sized, **conf}, cluster_mode=False, log=self.log,
-                                  access=rest_access(conn, require_token_shape=False))
+            check_standalone_fits(
+                master_url=standalone[0],
+                master_ui_url=standalone[1],
+                np=job.np,
+                conf={**sized, **conf},
+                cluster_mode=False,
+                log=self.log,
+                access=rest_access(conn, require_token_shape=False),
+            )
         env = {**user_env, driver_program.KEY_ENV: job.key.hex()}
         if user_env:
             env[RANK_ENV_NAMES] = ",".join(sorted(user_env))
@@ -216,15 +246,26 @@ class HorovodHook(BaseHook):
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
         if local and "SPARK_LOCAL_IP" not in {**os.environ, **user_env}:
             env["SPARK_LOCAL_IP"] = "127.0.0.1"  # Spark would bind to the machine's outside address
-        args = ["--payload", payload_path, "--result-dir", str(staging), "--artifact-dir", job.artifact_dir,
-                *settings.to_args()]
+        args = [
+            "--payload",
+            payload_path,
+            "--result-dir",
+            str(staging),
+            "--artifact-dir",
+            job.artifact_dir,
+            *settings.to_args(),
+        ]
         submit_kwargs, load_defaults = auth_submit_kwargs(conn, staging, self.spark_submit_kwargs)
         self._submit = _SparkSubmit(
             local_master=f"local[{np}]" if local else None,
             on_line=self._watch(on_app_started, on_output),
             load_spark_defaults=load_defaults,
             conn_id=self.conn_id or self.default_conn_name,
-            conf=conf, py_files=str(zip_path), name=job.app_name, application_args=args, env_vars=env,
+            conf=conf,
+            py_files=str(zip_path),
+            name=job.app_name,
+            application_args=args,
+            env_vars=env,
             deploy_mode="client",  # this hook's driver runs here; cluster mode is HorovodStandaloneHook
             **submit_kwargs,
         )
@@ -255,8 +296,10 @@ class HorovodHook(BaseHook):
         if self._submit is None:
             return
         self._killed = True
-        self.log.info("Stopping the Spark job%s: terminating the spark-submit process tree",
-                      f" (application {self.app_id})" if self.app_id else "")
+        self.log.info(
+            "Stopping the Spark job%s: terminating the spark-submit process tree",
+            f" (application {self.app_id})" if self.app_id else "",
+        )
         proc = getattr(self._submit, "_submit_sp", None)
         if proc is not None and proc.poll() is None:
             terminate_tree(proc.pid, timeout_s=15)

@@ -63,8 +63,10 @@ class MlflowHook(BaseHook):
         if self._env is None:
             conn = self.get_connection(self.mlflow_conn_id)
             if not conn.host:
-                raise ValueError(f"mlflow_conn_id={self.mlflow_conn_id!r}: the connection's host must be the "
-                                 "tracking URI, e.g. http://mlflow:5000")
+                raise ValueError(
+                    f"mlflow_conn_id={self.mlflow_conn_id!r}: the connection's host must be the "
+                    "tracking URI, e.g. http://mlflow:5000"
+                )
             # an ``https`` connection (``AIRFLOW_CONN_X='https://host'`` parses so) keeps its scheme
             scheme = conn.schema or ("https" if conn.conn_type == "https" else "http")
             uri = conn.host if "://" in conn.host else f"{scheme}://{conn.host}"
@@ -94,8 +96,9 @@ class MlflowHook(BaseHook):
             self._client = MlflowClient(tracking_uri=env[ENV_TRACKING_URI])
         return self._client
 
-    def start_run(self, experiment: str, *, tags: dict[str, Any], params: dict[str, Any],
-                  run_name: str | None = None) -> dict[str, str]:
+    def start_run(
+        self, experiment: str, *, tags: dict[str, Any], params: dict[str, Any], run_name: str | None = None
+    ) -> dict[str, str]:
         """
         Create a run (and the experiment, when it does not exist yet).
 
@@ -142,8 +145,9 @@ class MlflowHook(BaseHook):
             client.set_tag(run_id, key, str(value))
         client.set_terminated(run_id, status)
 
-    async def end_run_async(self, run_id: str, status: str, tags: dict[str, Any] | None = None, *,
-                            timeout_s: float = 20.0) -> None:
+    async def end_run_async(
+        self, run_id: str, status: str, tags: dict[str, Any] | None = None, *, timeout_s: float = 20.0
+    ) -> None:
         """
         :meth:`end_run` for an event loop (the triggerer): the tracking server's REST API (``runs/set-tag``,
         ``runs/update``) through httpx, with the connection's credentials as the request's auth, not
@@ -166,20 +170,27 @@ class MlflowHook(BaseHook):
         env = self._env or {}
         uri = env[ENV_TRACKING_URI]
         if not uri.startswith(("http://", "https://")):
-            raise ValueError(f"mlflow_conn_id={self.mlflow_conn_id!r}: tracking URI {uri!r} is not http(s)://; "
-                             "cannot end the run from the triggerer")
+            raise ValueError(
+                f"mlflow_conn_id={self.mlflow_conn_id!r}: tracking URI {uri!r} is not http(s)://; "
+                "cannot end the run from the triggerer"
+            )
         auth, headers = None, {}
         if "MLFLOW_TRACKING_USERNAME" in env:  # as MLflow's own REST client: basic auth first, else the token
             auth = httpx.BasicAuth(env["MLFLOW_TRACKING_USERNAME"], env.get("MLFLOW_TRACKING_PASSWORD", ""))
         elif "MLFLOW_TRACKING_TOKEN" in env:
             headers["Authorization"] = f"Bearer {env['MLFLOW_TRACKING_TOKEN']}"
-        async with httpx.AsyncClient(base_url=f"{uri}/api/2.0/mlflow", auth=auth, headers=headers,
-                                     verify=_verify(env), timeout=timeout_s) as client:
+        async with httpx.AsyncClient(
+            base_url=f"{uri}/api/2.0/mlflow", auth=auth, headers=headers, verify=_verify(env), timeout=timeout_s
+        ) as client:
             for key, value in (tags or {}).items():
-                (await client.post("/runs/set-tag", json={"run_id": run_id, "key": key,
-                                                          "value": str(value)})).raise_for_status()
-            (await client.post("/runs/update", json={"run_id": run_id, "status": status,
-                                                     "end_time": int(time.time() * 1000)})).raise_for_status()
+                (
+                    await client.post("/runs/set-tag", json={"run_id": run_id, "key": key, "value": str(value)})
+                ).raise_for_status()
+            (
+                await client.post(
+                    "/runs/update", json={"run_id": run_id, "status": status, "end_time": int(time.time() * 1000)}
+                )
+            ).raise_for_status()
 
     def log_outputs(self, run_id: str, artifact_dir: str | None, artifact_paths: list[str]) -> None:
         """
@@ -193,11 +204,13 @@ class MlflowHook(BaseHook):
         client = self.get_conn()
         if artifact_dir:
             client.set_tag(run_id, "horovod.artifact_dir", artifact_dir)
-        client.log_dict(run_id, {"artifact_dir": artifact_dir, "artifact_paths": artifact_paths},
-                        "horovod/artifact_paths.json")
+        client.log_dict(
+            run_id, {"artifact_dir": artifact_dir, "artifact_paths": artifact_paths}, "horovod/artifact_paths.json"
+        )
 
-    def register_model(self, run_id: str, name: str, *, alias: str | None, model_file: str | None = None,
-                       model_uri: str | None = None) -> str:
+    def register_model(
+        self, run_id: str, name: str, *, alias: str | None, model_file: str | None = None, model_uri: str | None = None
+    ) -> str:
         """
         Register a new version of the model ``name`` (created when new) and point ``alias`` at it.
 

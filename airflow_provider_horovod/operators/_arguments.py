@@ -25,10 +25,23 @@ SETTING_NAMES = tuple(f.name for f in fields(JobSettings) if f.name not in PER_T
 """The operator's arguments that are :class:`JobSettings` fields, kept under the same attribute names."""
 
 
-def checked_settings(*, np: int, driver_log_verbosity: str, gloo_timeout_s: int, start_timeout_s: float | None,
-                     training_timeout_s: float | None, slot_wait_timeout_s: float | str | None, use_gpu: bool,
-                     gpu_visibility: str, timeline: bool, max_return_value_bytes: int, conf: Any, env_vars: Any,
-                     spark_submit_kwargs: Any, launcher: str = DEFAULT_LAUNCHER) -> JobSettings:
+def checked_settings(
+    *,
+    np: int,
+    driver_log_verbosity: str,
+    gloo_timeout_s: int,
+    start_timeout_s: float | None,
+    training_timeout_s: float | None,
+    slot_wait_timeout_s: float | str | None,
+    use_gpu: bool,
+    gpu_visibility: str,
+    timeline: bool,
+    max_return_value_bytes: int,
+    conf: Any,
+    env_vars: Any,
+    spark_submit_kwargs: Any,
+    launcher: str = DEFAULT_LAUNCHER,
+) -> JobSettings:
     """
     Check the operator's arguments when the DAG file is parsed; return the job's knobs.
 
@@ -54,11 +67,18 @@ def checked_settings(*, np: int, driver_log_verbosity: str, gloo_timeout_s: int,
     check_spark_arguments(conf=conf, env_vars=env_vars, spark_submit_kwargs=spark_submit_kwargs)
     check_barrier_conf(conf)
     return JobSettings(
-        np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
-        start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
+        np=np,
+        driver_log_verbosity=driver_log_verbosity,
+        gloo_timeout_s=gloo_timeout_s,
+        start_timeout_s=start_timeout_s,
+        training_timeout_s=training_timeout_s,
         slot_wait_timeout_s=None if isinstance(slot_wait_timeout_s, str) else slot_wait_timeout_s,
-        use_gpu=use_gpu, gpu_visibility=gpu_visibility, timeline=timeline,
-        max_return_value_bytes=max_return_value_bytes, launcher=launcher)
+        use_gpu=use_gpu,
+        gpu_visibility=gpu_visibility,
+        timeline=timeline,
+        max_return_value_bytes=max_return_value_bytes,
+        launcher=launcher,
+    )
 
 
 def rendered_slot_wait_timeout(value: float | str | None) -> float | None:
@@ -75,12 +95,14 @@ def rendered_slot_wait_timeout(value: float | str | None) -> float | None:
     try:
         return None if text.lower() in ("none", "") else float(text)
     except ValueError:
-        raise ValueError(f"slot_wait_timeout_s must be a positive number of seconds or None, got {text!r} "
-                         "after rendering") from None
+        raise ValueError(
+            f"slot_wait_timeout_s must be a positive number of seconds or None, got {text!r} after rendering"
+        ) from None
 
 
-def signed_payload(python_callable: Callable[..., Any], op_args: Collection[Any], op_kwargs: Mapping[str, Any], *,
-                   log: Any) -> tuple[bytes, bytes]:
+def signed_payload(
+    python_callable: Callable[..., Any], op_args: Collection[Any], op_kwargs: Mapping[str, Any], *, log: Any
+) -> tuple[bytes, bytes]:
     """
     ``(key, payload)``: the callable and its arguments, signed with a key made for this try.
 
@@ -96,7 +118,9 @@ def signed_payload(python_callable: Callable[..., Any], op_args: Collection[Any]
     except PayloadError as err:
         raise HorovodJobError(str(err)) from err
     if len(payload) > LARGE_PAYLOAD_BYTES:
-        log.warning("The training payload is %.0f MiB: data captured in the callable or its arguments "
-                    "travels with every task; pass a path and load it inside the function instead",
-                    len(payload) / 2**20)
+        log.warning(
+            "The training payload is %.0f MiB: data captured in the callable or its arguments "
+            "travels with every task; pass a path and load it inside the function instead",
+            len(payload) / 2**20,
+        )
     return key, payload

@@ -76,8 +76,9 @@ class JobReporter:
         self.spark_ui_url = ui_url
         if not self.poll_interval_s:
             return None
-        return ProgressWatcher(ui_url, app_id, self.log.info, poll_interval_s=self.poll_interval_s,
-                               access=self._access()).start()
+        return ProgressWatcher(
+            ui_url, app_id, self.log.info, poll_interval_s=self.poll_interval_s, access=self._access()
+        ).start()
 
     def _access(self) -> SparkRestAccess | None:
         """The connection's bearer token and CA bundle for the monitoring API (best effort: progress only)."""

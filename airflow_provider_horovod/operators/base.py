@@ -24,17 +24,24 @@ from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.links import MlflowRunLink, SparkUILink
 from airflow_provider_horovod.operators._arguments import (
-    SETTING_NAMES, checked_settings, rendered_slot_wait_timeout, signed_payload,
+    SETTING_NAMES,
+    checked_settings,
+    rendered_slot_wait_timeout,
+    signed_payload,
 )
 from airflow_provider_horovod.standalone.durable import DurableClusterJob
 from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.common import (
-    DEFAULT_MAX_RETURN_BYTES, _default_deferrable, validate_deploy_mode,
+    DEFAULT_MAX_RETURN_BYTES,
+    _default_deferrable,
+    validate_deploy_mode,
 )
 from airflow_provider_horovod.operators.lineage import LineageObserver, completed_lineage, default_inject_flag
 from airflow_provider_horovod.operators.mlflow_tracking import (
-    MlflowRunObserver, MlflowSettings, check_mlflow_arguments,
+    MlflowRunObserver,
+    MlflowSettings,
+    check_mlflow_arguments,
 )
 from airflow_provider_horovod.operators.modes import resolve_deploy_mode
 from airflow_provider_horovod.operators.modes.base import DeployMode
@@ -45,7 +52,12 @@ from airflow_provider_horovod.operators.observers import FinishedTry, ModelAsset
 from airflow_provider_horovod.paths import default_artifact_dir, default_checkpoint_dir
 from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.settings import (
-    DEFAULT_GLOO_TIMEOUT_S, DEFAULT_GPU_VISIBILITY, DEFAULT_LAUNCHER, DEFAULT_SLOT_WAIT_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, JobSettings,
+    DEFAULT_GLOO_TIMEOUT_S,
+    DEFAULT_GPU_VISIBILITY,
+    DEFAULT_LAUNCHER,
+    DEFAULT_SLOT_WAIT_TIMEOUT_S,
+    DEFAULT_START_TIMEOUT_S,
+    JobSettings,
     validate_timeout,
 )
 from airflow_provider_horovod.utils.storage import credentials_env, shared_conn_id, storage_location
@@ -55,6 +67,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["DistributedTrainingOperator"]
+
 
 class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
     """
@@ -150,9 +163,19 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
     :raises TypeError: ``python_callable`` is not callable.
     """
 
-    template_fields: Sequence[str] = ("op_args", "op_kwargs", "conn_id", "conf", "env_vars", "artifact_dir",
-                                      "checkpoint_dir", "spark_name", "staging_dir", "slot_wait_timeout_s",
-                                      "mlflow_experiment")
+    template_fields: Sequence[str] = (
+        "op_args",
+        "op_kwargs",
+        "conn_id",
+        "conf",
+        "env_vars",
+        "artifact_dir",
+        "checkpoint_dir",
+        "spark_name",
+        "staging_dir",
+        "slot_wait_timeout_s",
+        "mlflow_experiment",
+    )
     template_fields_renderers = {"op_kwargs": "py", "op_args": "py", "conf": "json", "env_vars": "json"}
     operator_extra_links = (SparkUILink(), MlflowRunLink())
     external_id_key = DurableClusterJob.external_id_key
@@ -218,12 +241,16 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
             kwargs["durable"] = durable
         super().__init__(**kwargs)
         self._durable_explicit = durable is not None
-        self.openlineage_inject_parent_job_info = (default_inject_flag("spark_inject_parent_job_info")
-                                                   if openlineage_inject_parent_job_info is None
-                                                   else openlineage_inject_parent_job_info)
-        self.openlineage_inject_transport_info = (default_inject_flag("spark_inject_transport_info")
-                                                  if openlineage_inject_transport_info is None
-                                                  else openlineage_inject_transport_info)
+        self.openlineage_inject_parent_job_info = (
+            default_inject_flag("spark_inject_parent_job_info")
+            if openlineage_inject_parent_job_info is None
+            else openlineage_inject_parent_job_info
+        )
+        self.openlineage_inject_transport_info = (
+            default_inject_flag("spark_inject_transport_info")
+            if openlineage_inject_transport_info is None
+            else openlineage_inject_transport_info
+        )
         if not callable(python_callable):
             raise TypeError(f"python_callable must be callable, got {type(python_callable).__name__}")
         self.python_callable = python_callable
@@ -232,11 +259,21 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         # every knob the runtime shares is checked by JobSettings, as in HorovodRunner and the hooks; a templated
         # slot_wait_timeout_s is checked once rendered (job_settings)
         settings = checked_settings(
-            np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
-            start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
-            slot_wait_timeout_s=slot_wait_timeout_s, use_gpu=use_gpu, gpu_visibility=gpu_visibility,
-            timeline=timeline, max_return_value_bytes=max_return_value_bytes, conf=conf, env_vars=env_vars,
-            spark_submit_kwargs=spark_submit_kwargs, launcher=launcher)
+            np=np,
+            driver_log_verbosity=driver_log_verbosity,
+            gloo_timeout_s=gloo_timeout_s,
+            start_timeout_s=start_timeout_s,
+            training_timeout_s=training_timeout_s,
+            slot_wait_timeout_s=slot_wait_timeout_s,
+            use_gpu=use_gpu,
+            gpu_visibility=gpu_visibility,
+            timeline=timeline,
+            max_return_value_bytes=max_return_value_bytes,
+            conf=conf,
+            env_vars=env_vars,
+            spark_submit_kwargs=spark_submit_kwargs,
+            launcher=launcher,
+        )
         for name in SETTING_NAMES:  # np, ..., launcher: the checked values, under the same names (job_settings)
             setattr(self, name, getattr(settings, name))
         if isinstance(slot_wait_timeout_s, str):
@@ -253,9 +290,13 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         self.deferrable = deferrable
         self.cancel_on_kill = cancel_on_kill
         self.staging_dir = staging_dir
-        check_mlflow_arguments(mlflow_conn_id=mlflow_conn_id, mlflow_experiment=mlflow_experiment,
-                               mlflow_register_model=mlflow_register_model, mlflow_model_alias=mlflow_model_alias,
-                               mlflow_model_path=mlflow_model_path)
+        check_mlflow_arguments(
+            mlflow_conn_id=mlflow_conn_id,
+            mlflow_experiment=mlflow_experiment,
+            mlflow_register_model=mlflow_register_model,
+            mlflow_model_alias=mlflow_model_alias,
+            mlflow_model_path=mlflow_model_path,
+        )
         self.mlflow_conn_id = mlflow_conn_id
         self.mlflow_experiment = mlflow_experiment
         self.mlflow_register_model = mlflow_register_model
@@ -311,21 +352,40 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         storage_env = credentials_env(conn_id) if conn_id else {}
         key, payload = self._payload()
         settings = self.job_settings().replace(checkpoint_dir=checkpoint_dir, try_number=ti.try_number)
-        return TrainingJob(key=key, payload=payload, settings=settings, artifact_dir=artifact_dir,
-                           env={**storage_env, **self.env_vars}, conf=dict(self.conf),
-                           app_name=self.spark_name or f"airflow-{get_launcher(self.launcher).name}-{self.dag_id}-"
-                                                       f"{self.task_id}",
-                           label=f"{self.dag_id}.{self.task_id}", has_storage_credentials=bool(storage_env))
+        return TrainingJob(
+            key=key,
+            payload=payload,
+            settings=settings,
+            artifact_dir=artifact_dir,
+            env={**storage_env, **self.env_vars},
+            conf=dict(self.conf),
+            app_name=self.spark_name or f"airflow-{get_launcher(self.launcher).name}-{self.dag_id}-{self.task_id}",
+            label=f"{self.dag_id}.{self.task_id}",
+            has_storage_credentials=bool(storage_env),
+        )
 
     def _new_observers(self) -> Observers:
         """This try's observers, from the rendered arguments: OpenLineage, the model's asset events, MLflow."""
-        self._mlflow = None if self.mlflow_conn_id is None else MlflowRunObserver(MlflowSettings(
-            conn_id=self.mlflow_conn_id, experiment=self.mlflow_experiment, register_model=self.mlflow_register_model,
-            model_alias=self.mlflow_model_alias, model_path=self.mlflow_model_path,
-            params={**{f"arg{i}": v for i, v in enumerate(self.op_args)}, **self.op_kwargs}),
-            self.log, self.outlets)
-        lineage = LineageObserver(inject_parent_job_info=self.openlineage_inject_parent_job_info,
-                                  inject_transport_info=self.openlineage_inject_transport_info)
+        self._mlflow = (
+            None
+            if self.mlflow_conn_id is None
+            else MlflowRunObserver(
+                MlflowSettings(
+                    conn_id=self.mlflow_conn_id,
+                    experiment=self.mlflow_experiment,
+                    register_model=self.mlflow_register_model,
+                    model_alias=self.mlflow_model_alias,
+                    model_path=self.mlflow_model_path,
+                    params={**{f"arg{i}": v for i, v in enumerate(self.op_args)}, **self.op_kwargs},
+                ),
+                self.log,
+                self.outlets,
+            )
+        )
+        lineage = LineageObserver(
+            inject_parent_job_info=self.openlineage_inject_parent_job_info,
+            inject_transport_info=self.openlineage_inject_transport_info,
+        )
         observers = [lineage, ModelAssetEvents(self.outlets, self.log)]
         self._observers = Observers([*observers, *([self._mlflow] if self._mlflow is not None else [])])
         return self._observers
@@ -336,8 +396,12 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         return self._observers if self._observers is not None else self._new_observers()
 
     def _new_reporter(self) -> JobReporter:
-        self._reporter = JobReporter(log=self.log, conn_id=self.conn_id, poll_interval_s=self.poll_interval_s,
-                                     max_return_value_bytes=self.max_return_value_bytes)
+        self._reporter = JobReporter(
+            log=self.log,
+            conn_id=self.conn_id,
+            poll_interval_s=self.poll_interval_s,
+            max_return_value_bytes=self.max_return_value_bytes,
+        )
         return self._reporter
 
     def _deploy_mode(self, job: TrainingJob) -> DeployMode:
@@ -348,11 +412,22 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
             hook = HorovodHook(conn_id=self.conn_id, spark_submit_kwargs=self.spark_submit_kwargs)
             return ClientMode(job, hook, reporter, deferrable=self.deferrable)
         if name == "connect":
-            return ConnectMode(job, HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name),
-                               reporter)
-        return ClusterMode(job, self._cluster_hook(), reporter, ClusterOptions(
-            defer=self.defer, deferrable=self.deferrable, cancel_on_kill=self.cancel_on_kill,
-            poll_interval_s=self.poll_interval_s, staging_dir=self.staging_dir, conf=dict(job.conf)))
+            return ConnectMode(
+                job, HorovodConnectHook(conn_id=self.conn_id or HorovodConnectHook.default_conn_name), reporter
+            )
+        return ClusterMode(
+            job,
+            self._cluster_hook(),
+            reporter,
+            ClusterOptions(
+                defer=self.defer,
+                deferrable=self.deferrable,
+                cancel_on_kill=self.cancel_on_kill,
+                poll_interval_s=self.poll_interval_s,
+                staging_dir=self.staging_dir,
+                conf=dict(job.conf),
+            ),
+        )
 
     def _resumed_cluster_mode(self) -> ClusterMode:
         """The cluster mode a try resumes in after its trigger (no new job)."""
@@ -379,17 +454,27 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         job = self.observers.created(context, self.training_job(context))
         mode = self._mode = self._deploy_mode(job)
         mode.check()
-        self.log.info("%s job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s, checkpoint_dir %s (try %d)",
-                      get_launcher(self.launcher).label, self.np, mode.name, len(job.payload), job.artifact_dir,
-                      job.checkpoint_dir, ti.try_number)
+        self.log.info(
+            "%s job: np=%d, %s deploy mode, payload %d bytes, artifact_dir %s, checkpoint_dir %s (try %d)",
+            get_launcher(self.launcher).label,
+            self.np,
+            mode.name,
+            len(job.payload),
+            job.artifact_dir,
+            job.checkpoint_dir,
+            ti.try_number,
+        )
         ti.xcom_push(key=XCOM_ARTIFACT_DIR, value=job.artifact_dir)
         ti.xcom_push(key=XCOM_CHECKPOINT_DIR, value=job.checkpoint_dir)
         if mode.resumable:
             return self.execute_resumable(context)  # submit_job, poll_until_complete, get_job_result below
         if self.durable and self._durable_explicit:
-            self.log.warning("durable=True has no effect in %s deploy mode: the Spark driver runs in this task's "
-                             "process and ends with it, so a retry starts the training again; use "
-                             "deploy_mode='cluster' to reattach after a worker crash", mode.name)
+            self.log.warning(
+                "durable=True has no effect in %s deploy mode: the Spark driver runs in this task's "
+                "process and ends with it, so a retry starts the training again; use "
+                "deploy_mode='cluster' to reattach after a worker crash",
+                mode.name,
+            )
         external_id = self.submit_job(context)
         self.poll_until_complete(external_id, context)
         return self.get_job_result(external_id, context)
@@ -426,8 +511,11 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
             return super().resume_execution(next_method, next_kwargs, context)
         if self.cancel_on_kill:
             self._resumed_cluster_mode().kill_after_trigger_failure(context)
-        return self._observed(context, lambda ctx: super(DistributedTrainingOperator, self).resume_execution(
-            next_method, next_kwargs, ctx), resumed=True)
+        return self._observed(
+            context,
+            lambda ctx: super(DistributedTrainingOperator, self).resume_execution(next_method, next_kwargs, ctx),
+            resumed=True,
+        )
 
     def defer(self, *, trigger: Any, **kwargs: Any) -> Any:
         """
@@ -449,8 +537,14 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         :param task_instance: the finished task instance.
         :return: an ``OperatorLineage``.
         """
-        return completed_lineage(task_instance, np=self.np, launcher=self.launcher, inlets=self.inlets,
-                                 op_args=self.op_args, op_kwargs=self.op_kwargs)
+        return completed_lineage(
+            task_instance,
+            np=self.np,
+            launcher=self.launcher,
+            inlets=self.inlets,
+            op_args=self.op_args,
+            op_kwargs=self.op_kwargs,
+        )
 
     # -- the job methods of ResumableJobMixin, each done by the try's deploy mode ------------------------------------
     @property
@@ -477,8 +571,9 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         """The stored job's state (see :meth:`DeployMode.get_job_status`), which the observers are told."""
         mode = self.mode
         status = mode.get_job_status(external_id, context)
-        self.observers.found(context, external_id, status, active=mode.is_job_active(status),
-                             succeeded=mode.is_job_succeeded(status))
+        self.observers.found(
+            context, external_id, status, active=mode.is_job_active(status), succeeded=mode.is_job_succeeded(status)
+        )
         return status
 
     def is_job_active(self, status: str) -> bool:

@@ -15,8 +15,9 @@ from airflow_provider_horovod.exceptions import HorovodResultError
 from airflow_provider_horovod.utils.spark_auth import check_no_auth_secret
 
 DEFAULT_MAX_RETURN_BYTES = 1024 * 1024
-RESERVED_SPARK_SUBMIT_KWARGS = frozenset({"conn_id", "conf", "py_files", "name", "application_args", "env_vars",
-                                          "deploy_mode", "application"})
+RESERVED_SPARK_SUBMIT_KWARGS = frozenset(
+    {"conn_id", "conf", "py_files", "name", "application_args", "env_vars", "deploy_mode", "application"}
+)
 """``SparkSubmitHook`` arguments the hook sets itself (client mode): passing them in ``spark_submit_kwargs`` is refused."""
 
 
@@ -125,7 +126,9 @@ def check_spark_arguments(*, conf: Any, env_vars: Any, spark_submit_kwargs: Any)
     check_no_auth_secret(conf, env_vars)
     reserved = sorted(set(spark_submit_kwargs or {}) & RESERVED_SPARK_SUBMIT_KWARGS)
     if reserved:
-        raise ValueError(f"spark_submit_kwargs: {reserved} are set by the provider (allowed: any other "
-                         f"SparkSubmitHook argument; reserved: {sorted(RESERVED_SPARK_SUBMIT_KWARGS)}); give Spark "
-                         "properties in conf=, environment variables in env_vars=, and install extra modules on "
-                         "the executors")
+        raise ValueError(
+            f"spark_submit_kwargs: {reserved} are set by the provider (allowed: any other "
+            f"SparkSubmitHook argument; reserved: {sorted(RESERVED_SPARK_SUBMIT_KWARGS)}); give Spark "
+            "properties in conf=, environment variables in env_vars=, and install extra modules on "
+            "the executors"
+        )

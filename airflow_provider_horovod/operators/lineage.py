@@ -99,7 +99,9 @@ def _training_facet_class() -> type:
     return HorovodTrainingRunFacet
 
 
-def operator_lineage(artifact_dir: str | None, inputs: Iterable[str], run_facets: Mapping[str, Any] | None = None) -> Any:
+def operator_lineage(
+    artifact_dir: str | None, inputs: Iterable[str], run_facets: Mapping[str, Any] | None = None
+) -> Any:
     """
     An ``OperatorLineage`` with ``inputs`` as input datasets and ``artifact_dir`` as the output dataset.
 
@@ -111,8 +113,9 @@ def operator_lineage(artifact_dir: str | None, inputs: Iterable[str], run_facets
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     outputs = [Dataset(*dataset_name(artifact_dir))] if artifact_dir else []
-    return OperatorLineage(inputs=[Dataset(*dataset_name(loc)) for loc in inputs], outputs=outputs,
-                           run_facets=dict(run_facets or {}))
+    return OperatorLineage(
+        inputs=[Dataset(*dataset_name(loc)) for loc in inputs], outputs=outputs, run_facets=dict(run_facets or {})
+    )
 
 
 def default_inject_flag(option: str) -> bool:
@@ -158,8 +161,15 @@ class LineageObserver(JobObserver):
         return job.with_conf(conf)
 
 
-def completed_lineage(task_instance: Any, *, np: int, launcher: str, inlets: Iterable[Any],
-                      op_args: Iterable[Any], op_kwargs: Mapping[str, Any]) -> Any:
+def completed_lineage(
+    task_instance: Any,
+    *,
+    np: int,
+    launcher: str,
+    inlets: Iterable[Any],
+    op_args: Iterable[Any],
+    op_kwargs: Mapping[str, Any],
+) -> Any:
     """
     A finished training task's lineage: the model's artifact directory as the output dataset; ``inlets`` (or the
     training function's path arguments) as inputs; the ``horovod_training`` run facet (:func:`training_run_facet`).
@@ -178,5 +188,6 @@ def completed_lineage(task_instance: Any, *, np: int, launcher: str, inlets: Ite
         return task_instance.xcom_pull(task_ids=task_instance.task_id, key=key, map_indexes=task_instance.map_index)
 
     facet = training_run_facet(np=np, launcher=launcher, metrics=pull(XCOM_METRICS))
-    return operator_lineage(pull(XCOM_ARTIFACT_DIR), input_locations(inlets, op_args, op_kwargs),
-                            run_facets={TRAINING_FACET: facet})
+    return operator_lineage(
+        pull(XCOM_ARTIFACT_DIR), input_locations(inlets, op_args, op_kwargs), run_facets={TRAINING_FACET: facet}
+    )

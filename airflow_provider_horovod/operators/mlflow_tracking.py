@@ -37,9 +37,14 @@ def _headline(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"[:500]
 
 
-def check_mlflow_arguments(*, mlflow_conn_id: str | None, mlflow_experiment: str | None,
-                           mlflow_register_model: str | None, mlflow_model_alias: str | None,
-                           mlflow_model_path: str | None) -> None:
+def check_mlflow_arguments(
+    *,
+    mlflow_conn_id: str | None,
+    mlflow_experiment: str | None,
+    mlflow_register_model: str | None,
+    mlflow_model_alias: str | None,
+    mlflow_model_path: str | None,
+) -> None:
     """
     Check the operator's MLflow arguments when the DAG is parsed (:class:`MlflowSettings` says what each means).
 
@@ -48,8 +53,12 @@ def check_mlflow_arguments(*, mlflow_conn_id: str | None, mlflow_experiment: str
     """
     if mlflow_conn_id is None and (mlflow_experiment or mlflow_register_model or mlflow_model_path):
         raise ValueError("mlflow_experiment, mlflow_register_model and mlflow_model_path need mlflow_conn_id")
-    for name, value in (("mlflow_conn_id", mlflow_conn_id), ("mlflow_register_model", mlflow_register_model),
-                        ("mlflow_model_alias", mlflow_model_alias), ("mlflow_model_path", mlflow_model_path)):
+    for name, value in (
+        ("mlflow_conn_id", mlflow_conn_id),
+        ("mlflow_register_model", mlflow_register_model),
+        ("mlflow_model_alias", mlflow_model_alias),
+        ("mlflow_model_path", mlflow_model_path),
+    ):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
     if mlflow_conn_id is not None:
@@ -148,8 +157,10 @@ class MlflowRunObserver(JobObserver):
     def resumed(self, context: Any) -> None:
         """Back from the trigger: the run is the one this try created before deferring (its id is in XCom)."""
         ti = context["ti"]
-        self._adopt_run({RUN_ID_RECORD_KEY: ti.xcom_pull(task_ids=ti.task_id, key=XCOM_MLFLOW_RUN_ID,
-                                                         map_indexes=ti.map_index)}, context)
+        self._adopt_run(
+            {RUN_ID_RECORD_KEY: ti.xcom_pull(task_ids=ti.task_id, key=XCOM_MLFLOW_RUN_ID, map_indexes=ti.map_index)},
+            context,
+        )
 
     def killed(self) -> None:
         """The task is being killed: the run ends ``KILLED`` when the try fails."""
@@ -188,25 +199,37 @@ class MlflowRunObserver(JobObserver):
         settings = self.settings
         if settings.register_model:
             model_uri, model_file = self._model_source(outcome.value, artifact_dir, paths)
-            version = hook.register_model(run_id, settings.register_model, alias=settings.model_alias,
-                                          model_file=model_file, model_uri=model_uri)
+            version = hook.register_model(
+                run_id, settings.register_model, alias=settings.model_alias, model_file=model_file, model_uri=model_uri
+            )
             ti.xcom_push(key=XCOM_MODEL_VERSION, value=version)
             extra.update(model_name=settings.register_model, model_version=version)
-            self.log.info("Registered %s version %s%s", settings.register_model, version,
-                          f" (alias {settings.model_alias})" if settings.model_alias else "")
+            self.log.info(
+                "Registered %s version %s%s",
+                settings.register_model,
+                version,
+                f" (alias {settings.model_alias})" if settings.model_alias else "",
+            )
         hook.end_run(run_id, "FINISHED", {"spark.app_id": pulled(XCOM_SPARK_APP_ID) or ""})
         self._extend_model_events(context, extra)
 
     # -- the run -------------------------------------------------------------------------------------------------
     def _start_run(self, context: Any, job: TrainingJob) -> None:
         ti = context["ti"]
-        tags = {"airflow.dag_id": ti.dag_id, "airflow.run_id": ti.run_id, "airflow.task_id": ti.task_id,
-                "airflow.try_number": ti.try_number, "airflow.map_index": ti.map_index,
-                "mlflow.source.name": f"airflow:{ti.dag_id}.{ti.task_id}", "mlflow.source.type": "JOB"}
+        tags = {
+            "airflow.dag_id": ti.dag_id,
+            "airflow.run_id": ti.run_id,
+            "airflow.task_id": ti.task_id,
+            "airflow.try_number": ti.try_number,
+            "airflow.map_index": ti.map_index,
+            "mlflow.source.name": f"airflow:{ti.dag_id}.{ti.task_id}",
+            "mlflow.source.type": "JOB",
+        }
         params = {"np": job.settings.np, "launcher": job.settings.launcher, **(self.settings.params or {})}
         run_name = f"{ti.task_id}{'' if ti.map_index < 0 else f'-{ti.map_index}'}-try{ti.try_number}"
-        self.run_env = self.hook.start_run(self.settings.experiment or ti.dag_id, tags=tags, params=params,
-                                           run_name=run_name)
+        self.run_env = self.hook.start_run(
+            self.settings.experiment or ti.dag_id, tags=tags, params=params, run_name=run_name
+        )
         self._publish_run(ti, "created")
 
     def _end_left_run(self, run_id: str, job_status: str) -> None:
@@ -214,9 +237,16 @@ class MlflowRunObserver(JobObserver):
             if self.hook.run_status(run_id) != "RUNNING":
                 return
             status = "KILLED" if job_status == ABANDONED else "FAILED"
-            self.hook.end_run(run_id, status, {"horovod.error": (
-                f"the job ended {job_status} with no try watching it (its task process was gone); a retry submits a "
-                "new job with a new run")})
+            self.hook.end_run(
+                run_id,
+                status,
+                {
+                    "horovod.error": (
+                        f"the job ended {job_status} with no try watching it (its task process was gone); a retry submits a "
+                        "new job with a new run"
+                    )
+                },
+            )
             self.log.info("MLflow run %s of an earlier try ended %s: its job is %s", run_id, status, job_status)
         except Exception as err:  # noqa: BLE001 - the retry goes on
             self.log.warning("Could not end MLflow run %s of an earlier try: %s", run_id, err)
@@ -249,15 +279,17 @@ class MlflowRunObserver(JobObserver):
         if settings.model_path:
             prefix = (artifact_dir or "").rstrip("/") + "/"
             for path in paths:
-                if fnmatch.fnmatch(path[len(prefix):] if path.startswith(prefix) else path, settings.model_path):
+                if fnmatch.fnmatch(path[len(prefix) :] if path.startswith(prefix) else path, settings.model_path):
                     return None, path
             raise ValueError(f"mlflow_model_path={settings.model_path!r} matches none of the job's files: {paths}")
         if isinstance(value, dict) and isinstance(value.get("model_uri"), str):
             return value["model_uri"], None
         if isinstance(value, dict) and isinstance(value.get("model_path"), str):
             return None, value["model_path"]
-        raise ValueError(f"mlflow_register_model={settings.register_model!r}: set mlflow_model_path, or return "
-                         "{'model_path': ...} or {'model_uri': ...} from rank 0")
+        raise ValueError(
+            f"mlflow_register_model={settings.register_model!r}: set mlflow_model_path, or return "
+            "{'model_path': ...} or {'model_uri': ...} from rank 0"
+        )
 
     def _extend_model_events(self, context: Any, extra: dict[str, Any]) -> None:
         from airflow.sdk import Asset

@@ -221,8 +221,13 @@ class ModelAssetEvents(JobObserver):
         if not self.outlets or outcome.result is None or outcome.artifact_dir is None:
             return
         result = outcome.result
-        extra = model_event_extra(artifact_dir=outcome.artifact_dir, artifact_paths=result.artifact_paths,
-                                  app_id=result.app_id, return_value=outcome.value, metrics=result.metrics)
+        extra = model_event_extra(
+            artifact_dir=outcome.artifact_dir,
+            artifact_paths=result.artifact_paths,
+            app_id=result.app_id,
+            return_value=outcome.value,
+            metrics=result.metrics,
+        )
         attached = attach_model_events(context.get("outlet_events"), self.outlets, extra)
         if attached:
             self.log.info("Asset events of %s carry the model's location: %s", ", ".join(attached), extra)

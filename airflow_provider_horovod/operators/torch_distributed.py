@@ -28,8 +28,12 @@ def torch_launcher(launcher: object) -> str:
     :return: ``"torch"``.
     :raises ValueError: not one of the launchers (the message is ``JobSettings``'), or ``"horovod"``.
     """
-    return require_launcher(launcher, TORCH, entry_points="TorchDistributedOperator and @task.torch_distributed",
-                            instead="use HorovodRunnerOperator or @task.horovod for launcher='horovod'")
+    return require_launcher(
+        launcher,
+        TORCH,
+        entry_points="TorchDistributedOperator and @task.torch_distributed",
+        instead="use HorovodRunnerOperator or @task.horovod for launcher='horovod'",
+    )
 
 
 def script_path(script: object) -> str:
@@ -45,8 +49,10 @@ def script_path(script: object) -> str:
         raise ValueError(f"script must be the path of a Python training script, got {type(script).__name__}")
     path = os.path.abspath(os.fspath(script))
     if not os.path.isfile(path):
-        raise ValueError(f"script: no training script at {path!r}; give the path of a Python script that exists "
-                         "where the DAG is parsed and, at the same path, where the ranks run")
+        raise ValueError(
+            f"script: no training script at {path!r}; give the path of a Python script that exists "
+            "where the DAG is parsed and, at the same path, where the ranks run"
+        )
     return path
 
 
@@ -100,20 +106,25 @@ class TorchDistributedOperator(DistributedTrainingOperator):
     ) -> None:
         launcher = torch_launcher(launcher)
         if (python_callable is None) == (script is None):
-            raise ValueError("give one of python_callable (a training function) or script (the path of a torchrun "
-                             f"training script); got {'both' if script is not None else 'neither'}")
+            raise ValueError(
+                "give one of python_callable (a training function) or script (the path of a torchrun "
+                f"training script); got {'both' if script is not None else 'neither'}"
+            )
         self.script = None if script is None else script_path(script)
         if self.script is None and script_args:
-            raise ValueError("script_args are the command-line arguments of script=; pass a function's arguments "
-                             "in op_args/op_kwargs")
+            raise ValueError(
+                "script_args are the command-line arguments of script=; pass a function's arguments "
+                "in op_args/op_kwargs"
+            )
         if self.script is not None and (op_args or op_kwargs):
             raise ValueError("op_args/op_kwargs are python_callable's arguments; give a script's in script_args")
         self.script_args = list(script_args or [])
         if self.script is not None:
             python_callable = script_call(self.script, ())[0]  # run_script, shipped by reference
         assert python_callable is not None  # given, or the script's call
-        super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, launcher=launcher,
-                         **kwargs)
+        super().__init__(
+            python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, launcher=launcher, **kwargs
+        )
 
     def _payload(self) -> tuple[bytes, bytes]:
         """A script's call with its rendered ``script_args``; a function's as the base operator's."""

@@ -38,17 +38,24 @@ from airflow_provider_horovod.runtime.observability import TENSORBOARD_DIR_NAME
 from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_SPARK_UI_URL, XCOM_TENSORBOARD_DIR
 
 STATIC_DIR = Path(__file__).parent / "static"
-RUNNING_STATES = frozenset({"queued", "scheduled", "running", "deferred", "up_for_retry", "up_for_reschedule",
-                            "restarting"})
+RUNNING_STATES = frozenset(
+    {"queued", "scheduled", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
+)
 """Task instance states in which the page keeps polling (the try may still write progress)."""
 
 
 def _xcom_values(session: Any, dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[str, Any]:
     """The XComs the page needs, decoded; a value a custom backend stored as a reference is resolved by it."""
     keys = [XCOM_ARTIFACT_DIR, XCOM_TENSORBOARD_DIR, XCOM_SPARK_UI_URL, SparkUILink().xcom_key]
-    rows = session.scalars(select(XComModel).where(
-        XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.task_id == task_id,
-        XComModel.map_index == map_index, XComModel.key.in_(keys)))
+    rows = session.scalars(
+        select(XComModel).where(
+            XComModel.dag_id == dag_id,
+            XComModel.run_id == run_id,
+            XComModel.task_id == task_id,
+            XComModel.map_index == map_index,
+            XComModel.key.in_(keys),
+        )
+    )
     values = {}
     for row in rows:
         value = XComModel.deserialize_value(row)
@@ -61,9 +68,15 @@ def _xcom_values(session: Any, dag_id: str, run_id: str, task_id: str, map_index
     return values
 
 
-def progress(session: SessionDep, dag_id: str, run_id: str, task_id: str,
-             map_index: Annotated[int, Query(ge=-1)] = -1, try_number: Annotated[int | None, Query(ge=1)] = None,
-             max_points: Annotated[int, Query(ge=0, le=100_000)] = DEFAULT_MAX_POINTS) -> dict[str, Any]:
+def progress(
+    session: SessionDep,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: Annotated[int, Query(ge=-1)] = -1,
+    try_number: Annotated[int | None, Query(ge=1)] = None,
+    max_points: Annotated[int, Query(ge=0, le=100_000)] = DEFAULT_MAX_POINTS,
+) -> dict[str, Any]:
     """
     One task instance's training progress.
 
@@ -80,30 +93,50 @@ def progress(session: SessionDep, dag_id: str, run_id: str, task_id: str,
         ``None``), ``history``, and ``error`` (why the files could not be read, or ``None``).
     :raises HTTPException: 404 when there is no such task instance or try.
     """
-    return progress_of(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index,
-                       try_number=try_number, max_points=max_points)
+    return progress_of(
+        session,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=task_id,
+        map_index=map_index,
+        try_number=try_number,
+        max_points=max_points,
+    )
 
 
-def progress_of(session: Any, *, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int | None,
-                max_points: int) -> dict[str, Any]:
+def progress_of(
+    session: Any, *, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int | None, max_points: int
+) -> dict[str, Any]:
     """:func:`progress`'s answer, read with ``session`` (the route's work, behind its access checks)."""
-    ti = session.execute(select(TaskInstance.state, TaskInstance.try_number).where(
-        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id,
-        TaskInstance.map_index == map_index)).first()
+    ti = session.execute(
+        select(TaskInstance.state, TaskInstance.try_number).where(
+            TaskInstance.dag_id == dag_id,
+            TaskInstance.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index,
+        )
+    ).first()
     if ti is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"task instance {dag_id}.{task_id}[{map_index}] of run "
-                            f"{run_id!r} not found")
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"task instance {dag_id}.{task_id}[{map_index}] of run {run_id!r} not found"
+        )
     state = ti.state.value if hasattr(ti.state, "value") else ti.state
     current_try = ti.try_number or 0
     if (try_number or current_try) > max(current_try, 1):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"try {try_number} not found (latest: {current_try})")
     xcoms = _xcom_values(session, dag_id, run_id, task_id, map_index)
-    return {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index,
-            **build_answer(state, current_try, try_number or current_try, xcoms, max_points=max_points)}
+    return {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "map_index": map_index,
+        **build_answer(state, current_try, try_number or current_try, xcoms, max_points=max_points),
+    }
 
 
-def build_answer(state: str | None, current_try: int, wanted_try: int, xcoms: dict[str, Any], *,
-                 max_points: int = DEFAULT_MAX_POINTS) -> dict[str, Any]:
+def build_answer(
+    state: str | None, current_try: int, wanted_try: int, xcoms: dict[str, Any], *, max_points: int = DEFAULT_MAX_POINTS
+) -> dict[str, Any]:
     """
     The endpoint's answer for one try, from what the database says (state, try, XComs) and the try's files.
 
@@ -119,12 +152,16 @@ def build_answer(state: str | None, current_try: int, wanted_try: int, xcoms: di
     if artifact_dir and not latest:
         artifact_dir = try_artifact_dir(artifact_dir, current_try, wanted_try)
     answer: dict[str, Any] = {
-        "try_number": wanted_try, "tries": list(range(1, max(current_try, 1) + 1)),
-        "state": state if latest else None, "active": latest and state in RUNNING_STATES,
+        "try_number": wanted_try,
+        "tries": list(range(1, max(current_try, 1) + 1)),
+        "state": state if latest else None,
+        "active": latest and state in RUNNING_STATES,
         "artifact_dir": artifact_dir,
         "spark_ui_url": http_url(xcoms.get(XCOM_SPARK_UI_URL)) if latest else None,
         "tensorboard_dir": xcoms.get(XCOM_TENSORBOARD_DIR) if latest else None,
-        "progress": None, "history": {"x": "step", "count": 0, "metrics": {}}, "error": None,
+        "progress": None,
+        "history": {"x": "step", "count": 0, "metrics": {}},
+        "error": None,
     }
     if artifact_dir:
         if answer["tensorboard_dir"] is None:  # the XCom comes at the end; the directory exists from the start
@@ -173,10 +210,15 @@ def create_app() -> FastAPI:
     The plugin's FastAPI app: ``/progress`` (JSON, access-checked), ``/page`` and ``/static/*`` (the page's files).
     """
     app = FastAPI(title="Horovod training progress", docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_api_route("/progress", progress, methods=["GET"], dependencies=[
-        Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)),
-        Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM)),
-    ])
+    app.add_api_route(
+        "/progress",
+        progress,
+        methods=["GET"],
+        dependencies=[
+            Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)),
+            Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM)),
+        ],
+    )
     app.add_api_route("/page", page, methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

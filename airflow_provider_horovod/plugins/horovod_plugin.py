@@ -59,10 +59,12 @@ class HorovodProgressPlugin(AirflowPlugin):
 
     name = "horovod"
     fastapi_apps = _BuiltOnAccess()  # type: ignore[assignment]
-    external_views = [{
-        "name": "Training progress",
-        "href": f"{base_path()}{URL_PREFIX}/page?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}"
-                "&map_index={MAP_INDEX}",
-        "destination": "task_instance",
-        "url_route": PAGE_ROUTE,
-    }]
+    external_views = [
+        {
+            "name": "Training progress",
+            "href": f"{base_path()}{URL_PREFIX}/page?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}"
+            "&map_index={MAP_INDEX}",
+            "destination": "task_instance",
+            "url_route": PAGE_ROUTE,
+        }
+    ]

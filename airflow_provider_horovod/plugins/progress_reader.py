@@ -31,8 +31,12 @@ def storage_options(conn_id: str | None) -> dict[str, Any]:
     if not conn_id:
         return {}
     env = credentials_env(conn_id)
-    names = {"AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "token",
-             "AWS_ENDPOINT_URL": "endpoint_url"}
+    names = {
+        "AWS_ACCESS_KEY_ID": "key",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_SESSION_TOKEN": "token",
+        "AWS_ENDPOINT_URL": "endpoint_url",
+    }
     options: dict[str, Any] = {names[k]: v for k, v in env.items() if k in names}
     if env.get("AWS_DEFAULT_REGION"):
         options["client_kwargs"] = {"region_name": env["AWS_DEFAULT_REGION"]}
@@ -109,8 +113,11 @@ def history(records: Iterable[Mapping[str, Any]], *, max_points: int = DEFAULT_M
         for name, value in (record.get("metrics") or {}).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:  # not NaN
                 series.setdefault(str(name), []).append([x, value])
-    return {"x": "step" if by_step else "time_s", "count": len(records),
-            "metrics": {name: _thin(points, max_points) for name, points in series.items()}}
+    return {
+        "x": "step" if by_step else "time_s",
+        "count": len(records),
+        "metrics": {name: _thin(points, max_points) for name, points in series.items()},
+    }
 
 
 def read_progress(location: Any, *, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, Any]:
@@ -123,5 +130,7 @@ def read_progress(location: Any, *, max_points: int = DEFAULT_MAX_POINTS) -> dic
     :raises OSError: the storage could not be read.
     """
     snapshot = parse_snapshot(read_text(location, PROGRESS_FILE))
-    return {"progress": snapshot,
-            "history": history(parse_records(read_text(location, METRICS_FILE)), max_points=max_points)}
+    return {
+        "progress": snapshot,
+        "history": history(parse_records(read_text(location, METRICS_FILE)), max_points=max_points),
+    }

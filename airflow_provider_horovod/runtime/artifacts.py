@@ -57,8 +57,11 @@ def artifact_dir() -> str:
     :return: a local path or a URI (``s3://...``, ``gs://...``, ``file://...``), as given by the caller.
     :raises RuntimeError: called outside a job that was given an artifact directory.
     """
-    return env_location(ARTIFACT_DIR_ENV, "HorovodRunner(..., artifact_dir=...) or HorovodRunnerOperator (which always "
-                                          "sets one).", name="artifact_dir()")
+    return env_location(
+        ARTIFACT_DIR_ENV,
+        "HorovodRunner(..., artifact_dir=...) or HorovodRunnerOperator (which always sets one).",
+        name="artifact_dir()",
+    )
 
 
 def env_location(env: str, hint: str, *, name: str) -> str:
@@ -94,8 +97,11 @@ def list_artifacts(location: str) -> list[str]:
         if not fs.exists(path):
             return []
         top = path.rstrip("/")
-        return sorted(fs.unstrip_protocol(p) for p in fs.find(path) if p.rsplit("/", 1)[0] != top
-                      or p.rsplit("/", 1)[-1] not in _PROGRESS_FILES)
+        return sorted(
+            fs.unstrip_protocol(p)
+            for p in fs.find(path)
+            if p.rsplit("/", 1)[0] != top or p.rsplit("/", 1)[-1] not in _PROGRESS_FILES
+        )
     root = local_path(location)
     found: list[str] = []
     for dirpath, _dirs, files in os.walk(root):

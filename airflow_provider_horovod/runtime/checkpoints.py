@@ -58,9 +58,13 @@ def checkpoint_dir() -> str:
     :return: a local path or a URI (``s3://...``, ``file://...``), as the caller gave it.
     :raises RuntimeError: called outside a job that was given a checkpoint directory.
     """
-    return env_location(CHECKPOINT_DIR_ENV, "HorovodRunnerOperator (which always sets one), or give "
-                        "HorovodRunner(..., checkpoint_dir=...) / TorchDistributor(..., checkpoint_dir=...) a "
-                        "directory every rank can reach", name="checkpoint_dir()")
+    return env_location(
+        CHECKPOINT_DIR_ENV,
+        "HorovodRunnerOperator (which always sets one), or give "
+        "HorovodRunner(..., checkpoint_dir=...) / TorchDistributor(..., checkpoint_dir=...) a "
+        "directory every rank can reach",
+        name="checkpoint_dir()",
+    )
 
 
 def try_number() -> int | None:
@@ -137,8 +141,9 @@ def _check_step(step: object) -> int:
     return step
 
 
-def save_checkpoint(state: dict[str, Any], step: int, keep: int = DEFAULT_KEEP, *,
-                    directory: str | None = None) -> str | None:
+def save_checkpoint(
+    state: dict[str, Any], step: int, keep: int = DEFAULT_KEEP, *, directory: str | None = None
+) -> str | None:
     """
     Save ``state`` as the checkpoint of ``step`` (rank 0 only: on every other rank this does nothing).
 
@@ -171,12 +176,22 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = DEFAULT_KEEP, 
     data = buffer.getvalue()
     name = f"step-{step:012d}-{uuid.uuid4().hex[:12]}.pt"
     store.write(name, data)
-    manifest = {"format": 1, "step": step, "file": name, "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(), "try_number": try_number(), "time": time.time()}
+    manifest = {
+        "format": 1,
+        "step": step,
+        "file": name,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "try_number": try_number(),
+        "time": time.time(),
+    }
     store.write(f"step-{step:012d}.json", json.dumps(manifest).encode())
     _prune(store, keep)
-    print(f"{_PREFIX} saved checkpoint step {step}{_try_text(try_number())} ({len(data) / 2**20:.1f} MiB) to "
-          f"{store.where(name)}", flush=True)
+    print(
+        f"{_PREFIX} saved checkpoint step {step}{_try_text(try_number())} ({len(data) / 2**20:.1f} MiB) to "
+        f"{store.where(name)}",
+        flush=True,
+    )
     return store.where(name)
 
 
@@ -211,13 +226,16 @@ def _complete(store: _Store, manifest_name: str) -> tuple[int, bytes, dict[str, 
     except FileNotFoundError:
         raise ValueError(f"its data file {manifest['file']} is missing") from None
     if len(data) != manifest.get("bytes") or hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
-        raise ValueError(f"its data file {manifest['file']} has {len(data)} bytes that do not match the manifest's "
-                         f"{manifest.get('bytes')} bytes and SHA-256")
+        raise ValueError(
+            f"its data file {manifest['file']} has {len(data)} bytes that do not match the manifest's "
+            f"{manifest.get('bytes')} bytes and SHA-256"
+        )
     return int(manifest["step"]), data, manifest
 
 
-def load_checkpoint(map_location: Any = "cpu", *, weights_only: bool = True,
-                    directory: str | None = None) -> tuple[Any, int] | None:
+def load_checkpoint(
+    map_location: Any = "cpu", *, weights_only: bool = True, directory: str | None = None
+) -> tuple[Any, int] | None:
     """
     The latest complete checkpoint, on every rank that calls it: ``(state, step)``, or ``None`` when there is none.
 
@@ -247,12 +265,17 @@ def load_checkpoint(map_location: Any = "cpu", *, weights_only: bool = True,
             continue
         state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
         if loud:
-            resumed = {"step": step, "try_number": try_number(), "saved_by": manifest.get("try_number"),
-                       "location": store.where(name)}
+            resumed = {
+                "step": step,
+                "try_number": try_number(),
+                "saved_by": manifest.get("try_number"),
+                "location": store.where(name),
+            }
             print(f"{_PREFIX} {resume_line(resumed)}", flush=True)
             send_event("resumed", **resumed)  # progress.json: the Airflow side logs it in cluster mode
         return state, step
     if loud:
-        print(f"{_PREFIX} no checkpoint in {location}: starting from the beginning{_try_text(try_number())}",
-              flush=True)
+        print(
+            f"{_PREFIX} no checkpoint in {location}: starting from the beginning{_try_text(try_number())}", flush=True
+        )
     return None

@@ -51,15 +51,17 @@ def rank_shard(
         size = hvd.size() if size is None else size
     if size < 1 or not 0 <= rank < size:
         raise ValueError(f"rank must be in 0..size-1 and size >= 1, got rank={rank}, size={size}")
-    dataset = ds.dataset(path, format="parquet", filesystem=filesystem, exclude_invalid_files=False,
-                         ignore_prefixes=[".", "_"])
+    dataset = ds.dataset(
+        path, format="parquet", filesystem=filesystem, exclude_invalid_files=False, ignore_prefixes=[".", "_"]
+    )
     fragments = sorted(dataset.get_fragments(), key=lambda fragment: fragment.path)
     counts = [fragment.count_rows() for fragment in fragments]  # from the footers: no data is read
     total = sum(counts)
     per_rank = total // size
     if per_rank == 0:
-        raise ValueError(f"the dataset at {path} has {total} rows, fewer than size={size} ranks: every rank needs "
-                         "at least one")
+        raise ValueError(
+            f"the dataset at {path} has {total} rows, fewer than size={size} ranks: every rank needs at least one"
+        )
     start, stop = rank * per_rank, (rank + 1) * per_rank
     pieces = []
     offset = 0

@@ -53,8 +53,17 @@ class ExecutorLostError(LaunchError):
     :param exit_code: the executor process's exit status, when the reason gives one (137: SIGKILL).
     """
 
-    def __init__(self, message: str, *, executor: str, host: str | None = None, rank: int | None = None,
-                 partition: int | None = None, reason: str | None = None, exit_code: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        executor: str,
+        host: str | None = None,
+        rank: int | None = None,
+        partition: int | None = None,
+        reason: str | None = None,
+        exit_code: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.executor = executor
         self.host = host
@@ -65,8 +74,14 @@ class ExecutorLostError(LaunchError):
 
     def facts(self) -> dict[str, Any]:
         """The loss as JSON-able data: ``executor``, ``host``, ``rank``, ``partition``, ``reason``, ``exit_code``."""
-        return {"executor": self.executor, "host": self.host, "rank": self.rank, "partition": self.partition,
-                "reason": self.reason, "exit_code": self.exit_code}
+        return {
+            "executor": self.executor,
+            "host": self.host,
+            "rank": self.rank,
+            "partition": self.partition,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+        }
 
 
 class JobCancelledError(LaunchError):
@@ -117,8 +132,10 @@ class ReturnValueRefused:
         :return: e.g. ``"rank 0's return value (a bytes) is 120000009 bytes pickled, above
             max_return_value_bytes=67108864: it is not sent to the driver"``.
         """
-        return (f"rank 0's return value (a {self.type_name}) is {self.size} bytes pickled, above "
-                f"max_return_value_bytes={self.limit}: it is not sent to the driver")
+        return (
+            f"rank 0's return value (a {self.type_name}) is {self.size} bytes pickled, above "
+            f"max_return_value_bytes={self.limit}: it is not sent to the driver"
+        )
 
 
 class ReturnValueTooLargeError(HorovodRuntimeError):
@@ -139,4 +156,5 @@ class ReturnValueTooLargeError(HorovodRuntimeError):
             f"max_return_value_bytes={refused.limit}; it was not sent to the driver. Write large results (models, "
             "tensors, data) under artifact_dir() and return their paths, or raise max_return_value_bytes (the "
             "value then travels through the executor's and the driver's JVM memory, which must hold a few copies "
-            "of it); the files the ranks wrote are kept")
+            "of it); the files the ranks wrote are kept"
+        )

@@ -15,8 +15,11 @@ from airflow_provider_horovod.runtime.reports import report
 
 
 def _numbers(logs: dict[str, Any] | None) -> dict[str, Any]:
-    return {name: float(value) for name, value in (logs or {}).items()
-            if isinstance(value, numbers.Number) or getattr(value, "shape", None) == ()}
+    return {
+        name: float(value)
+        for name, value in (logs or {}).items()
+        if isinstance(value, numbers.Number) or getattr(value, "shape", None) == ()
+    }
 
 
 class ProgressCallback(tf.keras.callbacks.Callback):

@@ -60,17 +60,25 @@ class Launcher:
 
 LAUNCHERS = {
     HOROVOD: Launcher(
-        name=HOROVOD, label="Horovod", init_call="hvd.init()",
+        name=HOROVOD,
+        label="Horovod",
+        init_call="hvd.init()",
         required_modules=("horovod.runner.http.http_server", "horovod.torch", "cloudpickle"),
         frameworks=("horovod.torch", "horovod.tensorflow", "horovod.keras"),
         install_hint="Horovod built with Gloo and PyTorch: pip install 'airflow-provider-horovod[horovod]' where "
-                     "it builds, or scripts/build_horovod.sh",
-        imports_devices_late=True, timeline=True),
+        "it builds, or scripts/build_horovod.sh",
+        imports_devices_late=True,
+        timeline=True,
+    ),
     TORCH: Launcher(
-        name=TORCH, label="torch.distributed", init_call="init_process_group()",
+        name=TORCH,
+        label="torch.distributed",
+        init_call="init_process_group()",
         required_modules=("torch.distributed", "cloudpickle"),
         always_preimport=("torch.distributed",),
-        install_hint="PyTorch", sets_omp_threads=True),
+        install_hint="PyTorch",
+        sets_omp_threads=True,
+    ),
 }
 """The launchers by the ``launcher`` setting's value."""
 

@@ -24,8 +24,13 @@ from typing import Any
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_RUN_ID = "MLFLOW_RUN_ID"
 ENV_EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
-CREDENTIAL_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
-                  "MLFLOW_TRACKING_INSECURE_TLS", "MLFLOW_TRACKING_SERVER_CERT_PATH")
+CREDENTIAL_ENV = (
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_INSECURE_TLS",
+    "MLFLOW_TRACKING_SERVER_CERT_PATH",
+)
 """The variables MLflow's REST client reads its credentials and TLS settings from (never logged, never in XCom)."""
 REQUEST_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 """Bounds for the driver's requests (MLflow's defaults retry for minutes): set unless the environment sets them."""
@@ -45,8 +50,10 @@ def check_mlflow_installed(parameter: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec("mlflow") is None:
-        raise ValueError(f"{parameter} needs the MLflow client, which is not installed: {INSTALL_HINT} (mlflow-skinny; "
-                         "on the Spark driver and executors too)")
+        raise ValueError(
+            f"{parameter} needs the MLflow client, which is not installed: {INSTALL_HINT} (mlflow-skinny; "
+            "on the Spark driver and executors too)"
+        )
 
 
 def run_env(run_id: str | None = None) -> dict[str, str]:
@@ -92,8 +99,15 @@ class MlflowMetricsSink:
     :param final_wait_s: how long :meth:`close` keeps trying to deliver what is left, seconds.
     """
 
-    def __init__(self, env: Mapping[str, str], *, buffer_points: int = 100_000, retry_initial_s: float = 1.0,
-                 retry_max_s: float = 30.0, final_wait_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        buffer_points: int = 100_000,
+        retry_initial_s: float = 1.0,
+        retry_max_s: float = 30.0,
+        final_wait_s: float = 30.0,
+    ) -> None:
         self.run_id = env[ENV_RUN_ID]
         self.tracking_uri = env.get(ENV_TRACKING_URI)
         self._env = {name: env[name] for name in CREDENTIAL_ENV if name in env}
@@ -147,8 +161,12 @@ class MlflowMetricsSink:
 
         :param records: records not logged yet, oldest first.
         """
-        points = [(str(key), float(value), int(float(rec.get("time") or 0) * 1000), rec.get("step") or 0)
-                  for rec in records for key, value in (rec.get("metrics") or {}).items() if value is not None]
+        points = [
+            (str(key), float(value), int(float(rec.get("time") or 0) * 1000), rec.get("step") or 0)
+            for rec in records
+            for key, value in (rec.get("metrics") or {}).items()
+            if value is not None
+        ]
         if not points:
             return
         with self._cond:
@@ -169,8 +187,10 @@ class MlflowMetricsSink:
             with self._cond:
                 self.dropped += len(self._pending)
                 self._pending.clear()
-            _say(f"cannot log the metrics to MLflow run {self.run_id}: {err}; the driver's Python needs the MLflow "
-                 f"client ({INSTALL_HINT})")
+            _say(
+                f"cannot log the metrics to MLflow run {self.run_id}: {err}; the driver's Python needs the MLflow "
+                f"client ({INSTALL_HINT})"
+            )
             return None
         try:
             while True:
@@ -187,9 +207,11 @@ class MlflowMetricsSink:
             self.failures += 1
             if not self.behind:
                 self.behind = True
-                _say(f"cannot log the metrics to MLflow run {self.run_id}: {type(err).__name__}: "
-                     f"{str(err).splitlines()[0] if str(err) else ''}; keeping them ({self.undelivered} points so "
-                     "far) and trying again with back-off")
+                _say(
+                    f"cannot log the metrics to MLflow run {self.run_id}: {type(err).__name__}: "
+                    f"{str(err).splitlines()[0] if str(err) else ''}; keeping them ({self.undelivered} points so "
+                    "far) and trying again with back-off"
+                )
             return False
 
     def _run(self) -> None:
@@ -206,8 +228,10 @@ class MlflowMetricsSink:
             if sent:
                 if self.behind:
                     self.behind = False
-                    _say(f"MLflow run {self.run_id} caught up: the metrics kept during the outage are logged "
-                         f"({self.logged} points in all)")
+                    _say(
+                        f"MLflow run {self.run_id} caught up: the metrics kept during the outage are logged "
+                        f"({self.logged} points in all)"
+                    )
                 delay = self._retry_initial_s
                 continue
             if self._closed.is_set():
@@ -233,10 +257,12 @@ class MlflowMetricsSink:
             thread.join(self.final_wait_s + 30)  # a request under way ends within MLflow's request timeout
         left = self.undelivered
         if left:
-            _say(f"{left} metric {'point was' if left == 1 else 'points were'} not delivered to MLflow run "
-                 f"{self.run_id} (the tracking server did "
-                 f"not take them within {self.final_wait_s:.0f} s of the job's end; {self.logged} were); the "
-                 "training itself is unaffected")
+            _say(
+                f"{left} metric {'point was' if left == 1 else 'points were'} not delivered to MLflow run "
+                f"{self.run_id} (the tracking server did "
+                f"not take them within {self.final_wait_s:.0f} s of the job's end; {self.logged} were); the "
+                "training itself is unaffected"
+            )
 
 
 def _say(line: str) -> None:

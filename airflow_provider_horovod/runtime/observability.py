@@ -59,8 +59,11 @@ def _upload(local: str, remote: str) -> None:
         elif os.path.exists(local):
             fs.put_file(local, path)
     except Exception as err:  # noqa: BLE001 - at exit there is nobody to raise to: say it where the rank logs
-        print(f"airflow-provider-horovod: could not copy {local} to {remote} (kept there): "
-              f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        print(
+            f"airflow-provider-horovod: could not copy {local} to {remote} (kept there): {type(err).__name__}: {err}",
+            file=sys.stderr,
+            flush=True,
+        )
         return
     shutil.rmtree(local if os.path.isdir(local) else os.path.dirname(local), ignore_errors=True)
 

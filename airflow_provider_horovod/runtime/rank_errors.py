@@ -86,8 +86,11 @@ class RankFailedError(HorovodRuntimeError):
         self.exit_code = exit_code
         self.exc_type = exc_type
         self.exc_message = None if exc_message is None else cut(exc_message, MAX_EXC_MESSAGE_CHARS)
-        self.traceback = None if traceback is None else keep_end(
-            "\n".join(cut(line, MAX_LINE_CHARS) for line in traceback.split("\n")), MAX_TRACEBACK_CHARS)
+        self.traceback = (
+            None
+            if traceback is None
+            else keep_end("\n".join(cut(line, MAX_LINE_CHARS) for line in traceback.split("\n")), MAX_TRACEBACK_CHARS)
+        )
         self.output_tail: list[str] = []
         self.host = host
         self.failed_at = failed_at
@@ -118,8 +121,10 @@ class RankFailedError(HorovodRuntimeError):
         """
         if not self.exc_type:
             return False
-        if self.exc_type.endswith(("HorovodInternalError", "DistBackendError", "DistNetworkError")) \
-                or self.exc_type == WAITING_FOR_PEERS:
+        if (
+            self.exc_type.endswith(("HorovodInternalError", "DistBackendError", "DistNetworkError"))
+            or self.exc_type == WAITING_FOR_PEERS
+        ):
             return True
         return any(s in (self.exc_message or "") for s in _PEER_GONE)
 
@@ -145,8 +150,10 @@ class RankFailedError(HorovodRuntimeError):
         if self.exc_type == PEER_LEFT:
             return f"{label} rank {self.rank}{where} was stopped: {self.exc_message}"
         if self.exc_type == LOAD_ERROR:
-            return (f"{label} rank {self.rank}{where} could not load the training function ({self.exit_reason}): "
-                    f"{self.exc_message}{_module_hint(self.exc_message)}")
+            return (
+                f"{label} rank {self.rank}{where} could not load the training function ({self.exit_reason}): "
+                f"{self.exc_message}{_module_hint(self.exc_message)}"
+            )
         head = f"{label} rank {self.rank}{where} failed ({self.exit_reason})"
         if self.exc_type == "SystemExit":
             return f"{head}: {self.exc_message}"
@@ -154,8 +161,10 @@ class RankFailedError(HorovodRuntimeError):
             hint = _module_hint(self.exc_message) if self.exc_type == "ModuleNotFoundError" else ""
             return f"{head}: {self.exc_type}: {self.exc_message}{hint}"
         if self.exit_code is not None and self.exit_code > 0:
-            return (f"{head}: the process ended without a Python exception from the training function "
-                    "(os._exit() or a crash in native code)")
+            return (
+                f"{head}: the process ended without a Python exception from the training function "
+                "(os._exit() or a crash in native code)"
+            )
         return head
 
     def _format(self) -> str:
@@ -166,7 +175,7 @@ class RankFailedError(HorovodRuntimeError):
         tail = self.output_tail
         if self.traceback:  # the worker also printed its traceback: show it once
             tb_lines = self.traceback.rstrip().splitlines()
-            if tail[-len(tb_lines):] == tb_lines:
+            if tail[-len(tb_lines) :] == tb_lines:
                 tail = tail[: -len(tb_lines)]
         if tail:
             parts.append(f"Output of rank {self.rank} before that ({len(tail)} lines):\n" + "\n".join(tail))
@@ -189,8 +198,10 @@ class RankFailedError(HorovodRuntimeError):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankFailedError:
         """Rebuild the error from :meth:`to_dict` output, as the kind of failure it records (:func:`rank_failed`)."""
-        fields: dict[str, Any] = {k: data.get(k) for k in ("rank", "exit_code", "exc_type", "exc_message",
-                                                            "traceback", "output_tail", "host", "failed_at")}
+        fields: dict[str, Any] = {
+            k: data.get(k)
+            for k in ("rank", "exit_code", "exc_type", "exc_message", "traceback", "output_tail", "host", "failed_at")
+        }
         return rank_failed(**fields, launcher=data.get("launcher") or HOROVOD)
 
     def marker(self) -> str:
@@ -262,9 +273,11 @@ def _module_hint(message: str | None) -> str:
     match = re.search(r"No module named '([^']+)'", message or "")
     if match is None:
         return ""
-    return (f". If {match.group(1)!r} is importable where the DAG was parsed, this rank's Python lacks it: install "
-            "it on the executors, or keep it in the DAG folder and import it at the top of the DAG file (not inside "
-            "the function) so it travels with the function by value")
+    return (
+        f". If {match.group(1)!r} is importable where the DAG was parsed, this rank's Python lacks it: install "
+        "it on the executors, or keep it in the DAG folder and import it at the top of the DAG file (not inside "
+        "the function) so it travels with the function by value"
+    )
 
 
 def root_cause(failures: list[RankFailedError]) -> RankFailedError:
@@ -279,8 +292,9 @@ def root_cause(failures: list[RankFailedError]) -> RankFailedError:
     """
     if not failures:
         raise ValueError("no failures to choose from")
-    chosen = min(failures, key=lambda f: (f.is_secondary, f.failed_at if f.failed_at is not None else float("inf"),
-                                          f.rank))
+    chosen = min(
+        failures, key=lambda f: (f.is_secondary, f.failed_at if f.failed_at is not None else float("inf"), f.rank)
+    )
     never_joined = sorted({f.rank for f in failures if f.exc_type == START_TIMEOUT})
     if never_joined:
         init_call = get_launcher(chosen.launcher).init_call

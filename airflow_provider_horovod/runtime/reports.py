@@ -149,8 +149,9 @@ def _get_sender() -> _Sender | None:
 
 def _number(name: str, value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) and not hasattr(value, "__float__"):
-        raise TypeError(f"report(): metric {name}={value!r} must be a number (an int, a float, or a one-element "
-                        "tensor/array)")
+        raise TypeError(
+            f"report(): metric {name}={value!r} must be a number (an int, a float, or a one-element tensor/array)"
+        )
     number = float(value)
     return number if math.isfinite(number) else None  # JSON has no NaN/Infinity: a diverged loss reads as null
 
@@ -163,8 +164,14 @@ def _count(name: str, value: Any) -> int | None:
     return value
 
 
-def report(step: int | None = None, total_steps: int | None = None, epoch: int | None = None, *,
-           sample: bool = True, **metrics: Any) -> None:
+def report(
+    step: int | None = None,
+    total_steps: int | None = None,
+    epoch: int | None = None,
+    *,
+    sample: bool = True,
+    **metrics: Any,
+) -> None:
     """
     Report this rank's progress and metrics; call it from the training function as often as every step.
 
@@ -186,8 +193,13 @@ def report(step: int | None = None, total_steps: int | None = None, epoch: int |
     sender = _get_sender()
     if sender is None:
         return
-    record: dict[str, Any] = {"time": time.time(), "rank": sender.rank, "step": _count("step", step),
-                              "total_steps": _count("total_steps", total_steps), "epoch": _count("epoch", epoch)}
+    record: dict[str, Any] = {
+        "time": time.time(),
+        "rank": sender.rank,
+        "step": _count("step", step),
+        "total_steps": _count("total_steps", total_steps),
+        "epoch": _count("epoch", epoch),
+    }
     if sender.rank == 0:
         record["metrics"] = {str(k): _number(k, v) for k, v in metrics.items()}
     sender.put(record, keep=not sample)

@@ -51,11 +51,15 @@ def validate_np(np: object) -> int:
     :raises ValueError: ``np`` is 0 or not an ``int`` (``bool`` included).
     """
     if isinstance(np, bool) or not isinstance(np, int):
-        raise ValueError(f"np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
-                         f"driver), got {np!r} of type {type(np).__name__}")
+        raise ValueError(
+            f"np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
+            f"driver), got {np!r} of type {type(np).__name__}"
+        )
     if np == 0:
-        raise ValueError("np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
-                         "driver); np=0 ('all task slots') is not supported because Spark's slot count is unreliable")
+        raise ValueError(
+            "np must be a non-zero int (> 0: that many Spark barrier tasks; < 0: -np processes on the "
+            "driver); np=0 ('all task slots') is not supported because Spark's slot count is unreliable"
+        )
     return np
 
 
@@ -140,8 +144,10 @@ def check_barrier_conf(conf: Mapping[str, Any] | None, *, source: str = "conf") 
         allocation (SPARK-24942).
     """
     if conf and str(conf.get("spark.dynamicAllocation.enabled", "false")).strip().lower() == "true":
-        raise ValueError(f"{source}: spark.dynamicAllocation.enabled=true cannot be used; Spark refuses barrier "
-                         "stages with dynamic allocation (SPARK-24942). Allowed: false or unset")
+        raise ValueError(
+            f"{source}: spark.dynamicAllocation.enabled=true cannot be used; Spark refuses barrier "
+            "stages with dynamic allocation (SPARK-24942). Allowed: false or unset"
+        )
 
 
 def validate_location(name: str, value: object) -> str | None:
@@ -203,8 +209,9 @@ class JobSettings:
     def __post_init__(self) -> None:
         checked = {
             "np": validate_np(self.np),
-            "driver_log_verbosity": validate_choice("driver_log_verbosity", self.driver_log_verbosity,
-                                                    DRIVER_LOG_VERBOSITIES),
+            "driver_log_verbosity": validate_choice(
+                "driver_log_verbosity", self.driver_log_verbosity, DRIVER_LOG_VERBOSITIES
+            ),
             "gloo_timeout_s": validate_positive_int("gloo_timeout_s", self.gloo_timeout_s, "seconds"),
             "start_timeout_s": validate_timeout("start_timeout_s", self.start_timeout_s),
             "training_timeout_s": validate_timeout("training_timeout_s", self.training_timeout_s),
@@ -212,16 +219,20 @@ class JobSettings:
             "use_gpu": validate_flag("use_gpu", self.use_gpu),
             "gpu_visibility": validate_gpu_visibility(self.gpu_visibility),
             "timeline": validate_flag("timeline", self.timeline),
-            "max_return_value_bytes": validate_positive_int("max_return_value_bytes", self.max_return_value_bytes,
-                                                            "bytes"),
+            "max_return_value_bytes": validate_positive_int(
+                "max_return_value_bytes", self.max_return_value_bytes, "bytes"
+            ),
             "launcher": validate_choice("launcher", self.launcher, LAUNCHER_NAMES),
             "checkpoint_dir": validate_location("checkpoint_dir", self.checkpoint_dir),
-            "try_number": None if self.try_number is None else validate_positive_int("try_number", self.try_number,
-                                                                                     "the Airflow try, from 1"),
+            "try_number": None
+            if self.try_number is None
+            else validate_positive_int("try_number", self.try_number, "the Airflow try, from 1"),
         }
         if checked["timeline"] and not LAUNCHERS[str(checked["launcher"])].timeline:
-            raise ValueError("timeline=True records the Horovod Timeline and needs launcher='horovod', got "
-                             f"launcher={self.launcher!r}; with torch.distributed use torch.profiler")
+            raise ValueError(
+                "timeline=True records the Horovod Timeline and needs launcher='horovod', got "
+                f"launcher={self.launcher!r}; with torch.distributed use torch.profiler"
+            )
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -259,15 +270,27 @@ class JobSettings:
 
         :param parser: the driver program's parser.
         """
-        kinds = {"np": int, "gloo_timeout_s": int, "max_return_value_bytes": int, "driver_log_verbosity": str,
-                 "gpu_visibility": str, "launcher": str, "checkpoint_dir": str, "try_number": int}
+        kinds = {
+            "np": int,
+            "gloo_timeout_s": int,
+            "max_return_value_bytes": int,
+            "driver_log_verbosity": str,
+            "gpu_visibility": str,
+            "launcher": str,
+            "checkpoint_dir": str,
+            "try_number": int,
+        }
         for f in fields(cls):
             flag = "--" + f.name.replace("_", "-")
             if f.type in ("bool", bool):
                 parser.add_argument(flag, dest=f.name, action="store_true")
             else:
-                parser.add_argument(flag, dest=f.name, type=kinds.get(f.name, _seconds_or_none),
-                                    default=None if f.name == "np" else f.default)  # a missing --np: refused
+                parser.add_argument(
+                    flag,
+                    dest=f.name,
+                    type=kinds.get(f.name, _seconds_or_none),
+                    default=None if f.name == "np" else f.default,
+                )  # a missing --np: refused
 
     @classmethod
     def from_args(cls, namespace: argparse.Namespace) -> JobSettings:

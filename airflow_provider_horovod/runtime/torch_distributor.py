@@ -44,8 +44,10 @@ def script_call(train_object: str, args: tuple[Any, ...]) -> tuple[Callable[...,
     """
     path = os.path.abspath(train_object)
     if not os.path.isfile(path):
-        raise ValueError(f"train_object: no training script at {path!r}; pass a function, or the path of a Python "
-                         "script that exists at that path where the ranks run (a shared or installed location)")
+        raise ValueError(
+            f"train_object: no training script at {path!r}; pass a function, or the path of a Python "
+            "script that exists at that path where the ranks run (a shared or installed location)"
+        )
     return run_script, (path, [str(a) for a in args])
 
 
@@ -78,13 +80,21 @@ class TorchDistributor(BarrierRunner):
     :raises TypeError: an argument that is none of these.
     """
 
-    def __init__(self, num_processes: int = 1, local_mode: bool = True, use_gpu: bool = True,
-                 _ssl_conf: str | None = None, **settings: Any) -> None:
+    def __init__(
+        self,
+        num_processes: int = 1,
+        local_mode: bool = True,
+        use_gpu: bool = True,
+        _ssl_conf: str | None = None,
+        **settings: Any,
+    ) -> None:
         np = validate_num_processes(num_processes)
         for name in ("np", "launcher", "timeline"):
             if name in settings:
-                raise ValueError(f"{name} is not a TorchDistributor argument (num_processes and local_mode set the "
-                                 "ranks; the launcher is torch.distributed's)")
+                raise ValueError(
+                    f"{name} is not a TorchDistributor argument (num_processes and local_mode set the "
+                    "ranks; the launcher is torch.distributed's)"
+                )
         self.num_processes = np
         self.local_mode = bool(local_mode)
         self.use_gpu = bool(use_gpu)
@@ -92,8 +102,10 @@ class TorchDistributor(BarrierRunner):
         unknown = sorted(set(settings) - _SETTING_NAMES)
         if unknown:
             raise TypeError(f"TorchDistributor() got unexpected keyword arguments {unknown}")
-        super().__init__(JobSettings(np=-np if self.local_mode else np, use_gpu=self.use_gpu, launcher=TORCH,
-                                     **settings), **runner_args)
+        super().__init__(
+            JobSettings(np=-np if self.local_mode else np, use_gpu=self.use_gpu, launcher=TORCH, **settings),
+            **runner_args,
+        )
 
     def run(self, train_object: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
         """
@@ -110,12 +122,14 @@ class TorchDistributor(BarrierRunner):
         """
         if isinstance(train_object, str | os.PathLike):
             if kwargs:
-                raise ValueError(f"a training script takes command-line arguments only, got keyword arguments "
-                                 f"{sorted(kwargs)}")
+                raise ValueError(
+                    f"a training script takes command-line arguments only, got keyword arguments {sorted(kwargs)}"
+                )
             fn, args = script_call(os.fspath(train_object), args)
         elif callable(train_object):
             fn = train_object
         else:
-            raise ValueError(f"train_object must be a function or the path of a training script, got "
-                             f"{type(train_object).__name__}")
+            raise ValueError(
+                f"train_object must be a function or the path of a training script, got {type(train_object).__name__}"
+            )
         return self.run_call(fn, args, kwargs)

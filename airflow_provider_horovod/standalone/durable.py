@@ -66,8 +66,9 @@ def cluster_job(external_id: Any) -> dict[str, str]:
     return {k: str(external_id[k]) for k in ("submission_id", "staging", "artifact_dir")}
 
 
-def job_record(*, submission_id: str, staging: str, artifact_dir: str, try_number: int, deferred: bool,
-               cancel_on_kill: bool) -> dict[str, Any]:
+def job_record(
+    *, submission_id: str, staging: str, artifact_dir: str, try_number: int, deferred: bool, cancel_on_kill: bool
+) -> dict[str, Any]:
     """
     The record a try persists right after submitting (the job's external id).
 
@@ -79,8 +80,14 @@ def job_record(*, submission_id: str, staging: str, artifact_dir: str, try_numbe
     :param cancel_on_kill: whether killing that try kills the driver.
     :return: a JSON-serializable dict that :func:`cluster_job` and :func:`abandoned_by` read.
     """
-    return {"submission_id": submission_id, "staging": staging, "artifact_dir": artifact_dir,
-            "try_number": try_number, "deferred": deferred, "cancel_on_kill": cancel_on_kill}
+    return {
+        "submission_id": submission_id,
+        "staging": staging,
+        "artifact_dir": artifact_dir,
+        "try_number": try_number,
+        "deferred": deferred,
+        "cancel_on_kill": cancel_on_kill,
+    }
 
 
 def abandoned_by(record: Mapping[str, Any], *, current_try: int, kill_recorded: bool) -> str | None:
@@ -97,10 +104,16 @@ def abandoned_by(record: Mapping[str, Any], *, current_try: int, kill_recorded: 
     if kill_recorded:
         return "the task that waited for it was killed (cleared, marked failed, timed out or stopped) and is killing it"
     submitted_try = record.get("try_number")
-    if (record.get("deferred") is True and record.get("cancel_on_kill", True) is True
-            and isinstance(submitted_try, int) and submitted_try < current_try):
-        return (f"try {submitted_try} handed it to the trigger and ended without its result (cleared, marked failed, "
-                "or its trigger failed), so the trigger's on_kill is killing it")
+    if (
+        record.get("deferred") is True
+        and record.get("cancel_on_kill", True) is True
+        and isinstance(submitted_try, int)
+        and submitted_try < current_try
+    ):
+        return (
+            f"try {submitted_try} handed it to the trigger and ended without its result (cleared, marked failed, "
+            "or its trigger failed), so the trigger's on_kill is killing it"
+        )
     return None
 
 

@@ -43,8 +43,15 @@ from airflow_provider_horovod.utils.process_tree import die_with_parent
 from airflow_provider_horovod.utils.spark_auth import AUTH_PROPERTIES_FILE, write_auth_properties
 from airflow_provider_horovod.utils.staging import Staging
 
-__all__ = ["GATEWAY_JAR", "SUBMITTED", "gateway_command", "gateway_env", "parse_driver_id", "stage_gateway_jar",
-           "submit_through_gateway"]
+__all__ = [
+    "GATEWAY_JAR",
+    "SUBMITTED",
+    "gateway_command",
+    "gateway_env",
+    "parse_driver_id",
+    "stage_gateway_jar",
+    "submit_through_gateway",
+]
 
 GATEWAY_JAR = "horovod_driver.jar"
 """The application resource spark-submit sends: the driver program as the ``__main__.py`` of a zip."""
@@ -97,8 +104,20 @@ def gateway_command(submission: DriverSubmission, *, master_url: str, jar_url: s
     :param jar_url: :func:`stage_gateway_jar`'s URL.
     :param properties_file: the owner-only properties file.
     """
-    return ["spark-submit", "--master", master_url, "--deploy-mode", "cluster", "--class", PYTHON_RUNNER,
-            "--properties-file", properties_file, "--verbose", jar_url, *submission.app_args]
+    return [
+        "spark-submit",
+        "--master",
+        master_url,
+        "--deploy-mode",
+        "cluster",
+        "--class",
+        PYTHON_RUNNER,
+        "--properties-file",
+        properties_file,
+        "--verbose",
+        jar_url,
+        *submission.app_args,
+    ]
 
 
 def parse_driver_id(output: str) -> str | None:
@@ -111,8 +130,9 @@ def parse_driver_id(output: str) -> str | None:
     return found.group(1) if found else None
 
 
-def submit_through_gateway(staging: Staging, submission: DriverSubmission, *, master_url: str, secret: str,
-                           timeout_s: float = 180.0) -> str:
+def submit_through_gateway(
+    staging: Staging, submission: DriverSubmission, *, master_url: str, secret: str, timeout_s: float = 180.0
+) -> str:
     """
     Send the driver to the master through spark-submit's legacy gateway (the module docstring says how).
 
@@ -131,21 +151,32 @@ def submit_through_gateway(staging: Staging, submission: DriverSubmission, *, ma
         path = write_auth_properties(Path(private) / AUTH_PROPERTIES_FILE, secret, properties=properties)
         command = gateway_command(submission, master_url=master_url, jar_url=jar_url, properties_file=path)
         try:
-            done = subprocess.run(command, env=gateway_env(submission.env), stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
-                                  preexec_fn=die_with_parent)  # a killed task takes its spark-submit along
+            done = subprocess.run(
+                command,
+                env=gateway_env(submission.env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                check=False,
+                preexec_fn=die_with_parent,
+            )  # a killed task takes its spark-submit along
         except subprocess.TimeoutExpired as err:
             output = (err.output or b"").decode(errors="replace")
             if (driver_id := parse_driver_id(output)) is not None:
                 return driver_id
-            raise HorovodJobError(f"spark-submit did not submit the driver to {master_url} within {timeout_s:g} s: "
-                                  f"{_tail(output, secret)}") from None
+            raise HorovodJobError(
+                f"spark-submit did not submit the driver to {master_url} within {timeout_s:g} s: "
+                f"{_tail(output, secret)}"
+            ) from None
         except OSError as err:
             raise HorovodJobError(f"cannot run spark-submit for {master_url}: {err}") from err
     output = done.stdout.decode(errors="replace")
     if (driver_id := parse_driver_id(output)) is None:
-        raise HorovodJobError(f"spark-submit did not submit the driver to {master_url} (exit status "
-                              f"{done.returncode}); the end of its output:\n{_tail(output, secret)}")
+        raise HorovodJobError(
+            f"spark-submit did not submit the driver to {master_url} (exit status "
+            f"{done.returncode}); the end of its output:\n{_tail(output, secret)}"
+        )
     return driver_id
 
 

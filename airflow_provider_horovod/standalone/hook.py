@@ -29,7 +29,11 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_provider_horovod.clients import (
-    AsyncSparkRestClient, DriverStatus, RetryPolicy, SparkRestAccess, SparkRestClient,
+    AsyncSparkRestClient,
+    DriverStatus,
+    RetryPolicy,
+    SparkRestAccess,
+    SparkRestClient,
 )
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.exceptions import HorovodJobError
@@ -68,8 +72,9 @@ class HorovodStandaloneHook(BaseHook):
     default_conn_name = "spark_default"
     hook_name = "Horovod on Spark standalone (cluster mode)"
 
-    def __init__(self, *, conn_id: str | None, timeout_s: float = 30.0, transport: Any = None,
-                 route: DriverRoute | None = None) -> None:
+    def __init__(
+        self, *, conn_id: str | None, timeout_s: float = 30.0, transport: Any = None, route: DriverRoute | None = None
+    ) -> None:
         super().__init__()
         self.conn_id = conn_id
         self.timeout_s = timeout_s
@@ -89,8 +94,10 @@ class HorovodStandaloneHook(BaseHook):
     def _rpc_secret(self) -> str | None:
         return None if self.conn_id is None else connection_auth_secret(self.get_connection(self.conn_id))
 
-    uses_gateway = property(lambda self: self._rpc_secret is not None,
-                            doc="Whether the connection has the RPC secret: spark-submit's gateway, not REST.")
+    uses_gateway = property(
+        lambda self: self._rpc_secret is not None,
+        doc="Whether the connection has the RPC secret: spark-submit's gateway, not REST.",
+    )
 
     @cached_property
     def route(self) -> DriverRoute:
@@ -123,8 +130,14 @@ class HorovodStandaloneHook(BaseHook):
         :param retry: the retry policy of its calls (default: :class:`RetryPolicy`'s defaults).
         """
         e = self.endpoints
-        return SparkRestClient(rest_url=e.rest_url, master_ui_url=e.master_ui_url, timeout_s=self.timeout_s,
-                               retry=retry or RetryPolicy(), transport=self.transport, access=self.access)
+        return SparkRestClient(
+            rest_url=e.rest_url,
+            master_ui_url=e.master_ui_url,
+            timeout_s=self.timeout_s,
+            retry=retry or RetryPolicy(),
+            transport=self.transport,
+            access=self.access,
+        )
 
     def check_access(self) -> None:
         """
@@ -161,27 +174,46 @@ class HorovodStandaloneHook(BaseHook):
         staging.create()
         stage_job(staging, job.payload)
         submission = driver_submission(
-            staging, master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
-            name=job.app_name, np=job.np, conf={str(k): str(v) for k, v in job.conf.items()},
-            env_vars={str(k): str(v) for k, v in job.env.items()}, key=job.key,
-            artifact_dir=job.artifact_dir, settings=job.settings)
-        check_standalone_fits(master_url=self.endpoints.master_url, master_ui_url=self.endpoints.master_ui_url,
-                              np=job.np, conf=submission.properties, cluster_mode=True, log=self.log,
-                              access=self.access)
+            staging,
+            master_url=self.endpoints.master_url,
+            master_ui_url=self.endpoints.master_ui_url,
+            name=job.app_name,
+            np=job.np,
+            conf={str(k): str(v) for k, v in job.conf.items()},
+            env_vars={str(k): str(v) for k, v in job.env.items()},
+            key=job.key,
+            artifact_dir=job.artifact_dir,
+            settings=job.settings,
+        )
+        check_standalone_fits(
+            master_url=self.endpoints.master_url,
+            master_ui_url=self.endpoints.master_ui_url,
+            np=job.np,
+            conf=submission.properties,
+            cluster_mode=True,
+            log=self.log,
+            access=self.access,
+        )
         if self._rpc_secret is not None:
-            submission_id = submit_through_gateway(staging, submission, master_url=self.endpoints.master_url,
-                                                   secret=self._rpc_secret)
+            submission_id = submit_through_gateway(
+                staging, submission, master_url=self.endpoints.master_url, secret=self._rpc_secret
+            )
         else:
             with self.client(RetryPolicy(max_attempts=3)) as client:
                 response = client.create_submission(
-                    app_resource=submission.app_resource, main_class=PYTHON_RUNNER, app_args=submission.app_args,
-                    spark_properties=submission.properties, environment_variables=submission.env)
+                    app_resource=submission.app_resource,
+                    main_class=PYTHON_RUNNER,
+                    app_args=submission.app_args,
+                    spark_properties=submission.properties,
+                    environment_variables=submission.env,
+                )
             if not response.success or not response.submission_id:
                 raise HorovodJobError(f"the standalone master refused the submission: {response.message}")
             submission_id = response.submission_id
         staging.write_bytes(SUBMISSION_FILE, json.dumps({"submission_id": submission_id}).encode())
-        self.log.info("Submitted driver %s to %s (staging %s)", submission_id, self.endpoints.master_url,
-                      staging.record)
+        self.log.info(
+            "Submitted driver %s to %s (staging %s)", submission_id, self.endpoints.master_url, staging.record
+        )
         return submission_id
 
     def check_master_reachable(self) -> None:
@@ -196,14 +228,25 @@ class HorovodStandaloneHook(BaseHook):
 
     def _route_client(self, retry: RetryPolicy | None = None) -> SparkRestClient:
         route = self.route
-        return SparkRestClient(rest_url=route.rest_url, master_ui_url=route.master_ui_url, timeout_s=self.timeout_s,
-                               retry=retry or RetryPolicy(), transport=self.transport, access=self.access)
+        return SparkRestClient(
+            rest_url=route.rest_url,
+            master_ui_url=route.master_ui_url,
+            timeout_s=self.timeout_s,
+            retry=retry or RetryPolicy(),
+            transport=self.transport,
+            access=self.access,
+        )
 
     async def _a_route_client(self, retry: RetryPolicy | None = None) -> AsyncSparkRestClient:
         route = await self._off_the_loop("route")
-        return AsyncSparkRestClient(rest_url=route.rest_url, master_ui_url=route.master_ui_url,
-                                    timeout_s=self.timeout_s, retry=retry or RetryPolicy(), transport=self.transport,
-                                    access=await self.a_access())
+        return AsyncSparkRestClient(
+            rest_url=route.rest_url,
+            master_ui_url=route.master_ui_url,
+            timeout_s=self.timeout_s,
+            retry=retry or RetryPolicy(),
+            transport=self.transport,
+            access=await self.a_access(),
+        )
 
     def status(self, submission_id: str) -> DriverStatus:
         """
@@ -298,8 +341,9 @@ class HorovodStandaloneHook(BaseHook):
         for sibling in Staging.of(staging).siblings_with(SUBMISSION_FILE):
             submission_id = json.loads(sibling.read_bytes(SUBMISSION_FILE) or b"{}").get("submission_id")
             if submission_id and not self.status(submission_id).is_terminal:
-                self.log.warning("Driver %s of an earlier try (%s) is still running: killing it", submission_id,
-                                 sibling.record)
+                self.log.warning(
+                    "Driver %s of an earlier try (%s) is still running: killing it", submission_id, sibling.record
+                )
                 self.kill(submission_id)
                 killed.append(submission_id)
         return killed

@@ -39,9 +39,11 @@ class StandaloneEndpoints:
         if not host:
             raise HorovodJobError(f"conn_id={conn.conn_id!r}: cluster deploy mode needs a spark://host:port master")
         extra = connection_extras(conn)
-        return cls(master_url=f"spark://{host}:{conn.port or 7077}",
-                   rest_url=f"{extra.rest_scheme}://{host}:{extra.rest_port}",
-                   master_ui_url=f"{extra.ui_scheme}://{host}:{extra.ui_port}")
+        return cls(
+            master_url=f"spark://{host}:{conn.port or 7077}",
+            rest_url=f"{extra.rest_scheme}://{host}:{extra.rest_port}",
+            master_ui_url=f"{extra.ui_scheme}://{host}:{extra.ui_port}",
+        )
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,15 @@ def check_master_reachable(endpoints: StandaloneEndpoints, *, conn_id: str | Non
     if gateway:  # spark-submit's gateway talks to the master itself, which runs no REST server
         return
     rest = urlparse(e.rest_url)
-    check_reachable(e.rest_url, [(rest.hostname or "", rest.port or 6066)],
-                    what="the Spark master's REST submission server",
-                    hint=f"{hint}, with spark.master.rest.enabled=true (the default from Spark 4.1) and its "
-                         "spark.master.rest.port in the connection's spark.airflowProviderHorovod.restPort extra "
-                         "(default 6066); a master with Spark RPC authentication runs none: give the connection "
-                         "the spark.authenticate.secret extra to submit through spark-submit's gateway")
+    check_reachable(
+        e.rest_url,
+        [(rest.hostname or "", rest.port or 6066)],
+        what="the Spark master's REST submission server",
+        hint=f"{hint}, with spark.master.rest.enabled=true (the default from Spark 4.1) and its "
+        "spark.master.rest.port in the connection's spark.airflowProviderHorovod.restPort extra "
+        "(default 6066); a master with Spark RPC authentication runs none: give the connection "
+        "the spark.authenticate.secret extra to submit through spark-submit's gateway",
+    )
 
 
 def standalone_master(conn: Any) -> tuple[str, str] | None:

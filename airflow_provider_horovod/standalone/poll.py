@@ -23,8 +23,21 @@ from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.wire.progress_format import PROGRESS_FILE, progress_line, resume_line
 from airflow_provider_horovod.utils.job_result import JobResult, Kill, read_job_result
 
-__all__ = ["EVENT_KEYS", "FAILED", "RUNNING", "SUCCESS", "DriverPoll", "ProgressLog", "driver_failure",
-           "outside_kill", "read_app", "read_poll", "read_progress", "read_result", "validate_event"]
+__all__ = [
+    "EVENT_KEYS",
+    "FAILED",
+    "RUNNING",
+    "SUCCESS",
+    "DriverPoll",
+    "ProgressLog",
+    "driver_failure",
+    "outside_kill",
+    "read_app",
+    "read_poll",
+    "read_progress",
+    "read_result",
+    "validate_event",
+]
 
 RUNNING, SUCCESS, FAILED = "running", "success", "failed"
 """A poll's outcome: the driver goes on, ended FINISHED, or ended otherwise (or its state could not be read)."""
@@ -76,8 +89,15 @@ class DriverPoll:
         """
         if not self.done:
             raise ValueError(f"driver {self.submission_id} is still {self.driver_state}: no event yet")
-        return {"status": self.outcome, "submission_id": self.submission_id, "driver_state": self.driver_state,
-                "app_id": self.app_id, "ui_url": self.ui_url, "message": self.message, "staging": staging}
+        return {
+            "status": self.outcome,
+            "submission_id": self.submission_id,
+            "driver_state": self.driver_state,
+            "app_id": self.app_id,
+            "ui_url": self.ui_url,
+            "message": self.message,
+            "staging": staging,
+        }
 
 
 def driver_failure(driver_state: str | None, message: str | None) -> RuntimeError:
@@ -91,8 +111,9 @@ def driver_failure(driver_state: str | None, message: str | None) -> RuntimeErro
     return RuntimeError(f"driver state {driver_state}: {message or 'no message'}")
 
 
-def outside_kill(submission_id: str, driver_state: str | None, app_id: str | None,
-                 app_state: str | None = None) -> str | None:
+def outside_kill(
+    submission_id: str, driver_state: str | None, app_id: str | None, app_state: str | None = None
+) -> str | None:
     """
     The headline for a driver that was killed through the master rather than failing on its own, else ``None``.
 
@@ -109,13 +130,17 @@ def outside_kill(submission_id: str, driver_state: str | None, app_id: str | Non
     """
     app = f" (application {app_id})" if app_id else ""
     if driver_state == "KILLED":
-        return (f"Spark driver {submission_id}{app} was KILLED from outside this task, through the standalone "
-                f"master (its REST API's kill or the master UI's kill link); driver state {driver_state}")
+        return (
+            f"Spark driver {submission_id}{app} was KILLED from outside this task, through the standalone "
+            f"master (its REST API's kill or the master UI's kill link); driver state {driver_state}"
+        )
     if not app_id or driver_state == "FINISHED" or app_state != "KILLED":
         return None
-    return (f"Spark application {app_id} of driver {submission_id} was KILLED from outside this task, through "
-            f"the standalone master (the master UI's kill link or its REST API); application state KILLED, "
-            f"driver state {driver_state}")
+    return (
+        f"Spark application {app_id} of driver {submission_id} was KILLED from outside this task, through "
+        f"the standalone master (the master UI's kill link or its REST API); application state KILLED, "
+        f"driver state {driver_state}"
+    )
 
 
 def read_result(staging: Any, status: DriverStatus | None = None, *, killed: Kill | None = None) -> JobResult:
@@ -228,8 +253,12 @@ def read_app(staging: Any) -> tuple[str | None, str | None]:
     return data.get("app_id"), data.get("ui_url")
 
 
-def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tuple[str | None, str | None],
-              last: DriverPoll | None = None) -> DriverPoll:
+def read_poll(
+    submission_id: str,
+    status: DriverStatus | SparkRestError,
+    app: tuple[str | None, str | None],
+    last: DriverPoll | None = None,
+) -> DriverPoll:
     """
     What one poll of the driver says, for both waits (the task's own loop and the deferral trigger): whether it
     still runs, finished or failed, what changed since the previous poll, and the trigger's event once it ended.
@@ -249,10 +278,23 @@ def read_poll(submission_id: str, status: DriverStatus | SparkRestError, app: tu
     app_id, ui_url = known or app
     last_state = None if last is None else last.driver_state
     if isinstance(status, SparkRestError):
-        return DriverPoll(submission_id, FAILED, last_state,
-                          f"cannot read driver {submission_id}'s state: {status}", app_id, ui_url,
-                          app_started=app_id is not None and known is None)
+        return DriverPoll(
+            submission_id,
+            FAILED,
+            last_state,
+            f"cannot read driver {submission_id}'s state: {status}",
+            app_id,
+            ui_url,
+            app_started=app_id is not None and known is None,
+        )
     outcome = RUNNING if not status.is_terminal else SUCCESS if status.is_successful else FAILED
-    return DriverPoll(submission_id, outcome, status.driver_state, status.message, app_id, ui_url,
-                      state_changed=status.driver_state != last_state,
-                      app_started=app_id is not None and known is None)
+    return DriverPoll(
+        submission_id,
+        outcome,
+        status.driver_state,
+        status.message,
+        app_id,
+        ui_url,
+        state_changed=status.driver_state != last_state,
+        app_started=app_id is not None and known is None,
+    )

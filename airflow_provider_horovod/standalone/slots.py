@@ -27,20 +27,28 @@ from airflow_provider_horovod.utils.poller import Poller
 MASTER_STATE_TIMEOUT_S = 10.0
 """Timeout of one read of the master's state page from the Airflow side, seconds."""
 
-SUBMIT_KWARGS_CONF = {"executor_cores": "spark.executor.cores", "executor_memory": "spark.executor.memory",
-                      "total_executor_cores": "spark.cores.max", "driver_memory": "spark.driver.memory",
-                      "num_executors": "spark.executor.instances"}
+SUBMIT_KWARGS_CONF = {
+    "executor_cores": "spark.executor.cores",
+    "executor_memory": "spark.executor.memory",
+    "total_executor_cores": "spark.cores.max",
+    "driver_memory": "spark.driver.memory",
+    "num_executors": "spark.executor.instances",
+}
 """``SparkSubmitHook`` arguments that size executors, and the Spark properties they set."""
 
 
 def submit_kwargs_conf(spark_submit_kwargs: Mapping[str, Any]) -> dict[str, str]:
     """The Spark properties the executor-sizing ``SparkSubmitHook`` arguments set (see :data:`SUBMIT_KWARGS_CONF`)."""
-    return {prop: str(spark_submit_kwargs[kw]) for kw, prop in SUBMIT_KWARGS_CONF.items()
-            if spark_submit_kwargs.get(kw) is not None}
+    return {
+        prop: str(spark_submit_kwargs[kw])
+        for kw, prop in SUBMIT_KWARGS_CONF.items()
+        if spark_submit_kwargs.get(kw) is not None
+    }
 
 
-def read_master_state(master_ui_url: str, timeout_s: float = MASTER_STATE_TIMEOUT_S,
-                      access: SparkRestAccess | None = None) -> dict:
+def read_master_state(
+    master_ui_url: str, timeout_s: float = MASTER_STATE_TIMEOUT_S, access: SparkRestAccess | None = None
+) -> dict:
     """
     The master's ``/json/`` page with Spark's keys (through :class:`SparkRestClient`, two attempts).
 
@@ -50,13 +58,25 @@ def read_master_state(master_ui_url: str, timeout_s: float = MASTER_STATE_TIMEOU
     :raises SparkRestError: the master's web UI did not answer, or not with its state (401/403:
         :class:`~airflow_provider_horovod.clients.SparkRestAuthError`).
     """
-    with SparkRestClient(master_ui_url=master_ui_url, timeout_s=timeout_s, access=access,
-                         retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.5)) as client:
+    with SparkRestClient(
+        master_ui_url=master_ui_url,
+        timeout_s=timeout_s,
+        access=access,
+        retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.5),
+    ) as client:
         return client.master_state().to_dict()
 
 
-def check_standalone_fits(*, master_url: str, master_ui_url: str, np: int, conf: Mapping[str, Any],
-                          cluster_mode: bool, log: Any, access: SparkRestAccess | None = None) -> ClusterView | None:
+def check_standalone_fits(
+    *,
+    master_url: str,
+    master_ui_url: str,
+    np: int,
+    conf: Mapping[str, Any],
+    cluster_mode: bool,
+    log: Any,
+    access: SparkRestAccess | None = None,
+) -> ClusterView | None:
     """
     Before submitting: refuse a job the standalone cluster could never run, with the numbers.
 
@@ -74,15 +94,22 @@ def check_standalone_fits(*, master_url: str, master_ui_url: str, np: int, conf:
         HTTP 403 and the connection when the UI refused the token, and the job is submitted unchecked).
     :raises HorovodJobError: ``np`` task slots can never be had at the same time.
     """
-    res = AppResources.from_conf({**{k: str(v) for k, v in conf.items()}, "spark.master": master_url},
-                                 assume_defaults=False, cluster_mode=cluster_mode)
+    res = AppResources.from_conf(
+        {**{k: str(v) for k, v in conf.items()}, "spark.master": master_url},
+        assume_defaults=False,
+        cluster_mode=cluster_mode,
+    )
     try:
         state = read_master_state(master_ui_url, access=access)
     except (SparkRestError, OSError) as err:
-        log.warning("Cannot read the Spark master's state at %s/json/ (%s): submitting without checking that "
-                    "np=%d task slots can fit; set the connection's spark.airflowProviderHorovod.uiPort extra to "
-                    "the master's web UI port",
-                    master_ui_url, err, np)
+        log.warning(
+            "Cannot read the Spark master's state at %s/json/ (%s): submitting without checking that "
+            "np=%d task slots can fit; set the connection's spark.airflowProviderHorovod.uiPort extra to "
+            "the master's web UI port",
+            master_ui_url,
+            err,
+            np,
+        )
         return None
     view = cluster_view(state, res)
     message = never_fits_message(np, res, view)
@@ -121,8 +148,9 @@ def standalone_defaults(np: int, master_ui_url: str, conf: Mapping[str, Any]) ->
     return added
 
 
-def cluster_wait_message(state: Mapping[str, Any], res: AppResources, np: int, *, submission_id: str,
-                         app_id: str | None) -> str | None:
+def cluster_wait_message(
+    state: Mapping[str, Any], res: AppResources, np: int, *, submission_id: str, app_id: str | None
+) -> str | None:
     """
     Cluster deploy mode: what the job waits for according to the master, or ``None`` when it waits for nothing.
 
@@ -137,8 +165,10 @@ def cluster_wait_message(state: Mapping[str, Any], res: AppResources, np: int, *
     view = cluster_view(state, res, app_id=app_id, driver_id=submission_id)
     if driver is not None and driver.get("state") == "SUBMITTED" and not driver.get("worker"):
         memory = f" and {res.driver_memory_mb} MiB" if res.driver_memory_mb is not None else ""
-        return (f"driver {submission_id} is waiting for a worker with {res.driver_cores} free "
-                f"core{'s' if res.driver_cores != 1 else ''}{memory}; {view.describe()}")
+        return (
+            f"driver {submission_id} is waiting for a worker with {res.driver_cores} free "
+            f"core{'s' if res.driver_cores != 1 else ''}{memory}; {view.describe()}"
+        )
     if app_id is None or view.app_cores is None:
         return None
     need = res.cores_for(np)
@@ -168,9 +198,18 @@ class ClusterSlotsWatcher(Poller):
     :param access: the connection's bearer token and CA bundle for the master's web UI.
     """
 
-    def __init__(self, *, master_ui_url: str, submission_id: str, app_id: Callable[[], str | None], np: int,
-                 conf: Mapping[str, Any], log: Callable[[str], None], poll_interval_s: float = 5.0,
-                 access: SparkRestAccess | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        master_ui_url: str,
+        submission_id: str,
+        app_id: Callable[[], str | None],
+        np: int,
+        conf: Mapping[str, Any],
+        log: Callable[[str], None],
+        poll_interval_s: float = 5.0,
+        access: SparkRestAccess | None = None,
+    ) -> None:
         super().__init__(f"spark-slots-{submission_id}", poll_interval_s)
         self._url = master_ui_url
         self._submission_id = submission_id
@@ -186,17 +225,18 @@ class ClusterSlotsWatcher(Poller):
     def poll_once(self) -> None:
         """One poll: read the master's state and log what changed."""
         try:
-            state = read_master_state(self._url, timeout_s=min(MASTER_STATE_TIMEOUT_S, self._poll_interval_s * 2),
-                                      access=self._access)
+            state = read_master_state(
+                self._url, timeout_s=min(MASTER_STATE_TIMEOUT_S, self._poll_interval_s * 2), access=self._access
+            )
         except (SparkRestError, OSError):
             return
         app_id = self._app_id()
-        message = cluster_wait_message(state, self._res, self._np, submission_id=self._submission_id,
-                                       app_id=app_id)
+        message = cluster_wait_message(state, self._res, self._np, submission_id=self._submission_id, app_id=app_id)
         if message is None:
             if self._last is not None and app_id is not None:
-                self._log(f"application {app_id} has the cores for its {self._np} task slots; the barrier stage "
-                          "can start")
+                self._log(
+                    f"application {app_id} has the cores for its {self._np} task slots; the barrier stage can start"
+                )
             self._last = None
             return
         if message != self._last:

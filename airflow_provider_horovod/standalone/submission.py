@@ -17,7 +17,10 @@ from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.standalone.slots import standalone_defaults
 from airflow_provider_horovod.utils.spark_conf import (
-    BASE_SPARK_CONF, JVM_STARTUP_OPTIONS, executor_jvm_conf, python_daemon_conf,
+    BASE_SPARK_CONF,
+    JVM_STARTUP_OPTIONS,
+    executor_jvm_conf,
+    python_daemon_conf,
 )
 from airflow_provider_horovod.utils.staging import Staging
 
@@ -57,9 +60,19 @@ def stage_job(staging: Staging, payload: bytes) -> None:
     staging.write_bytes(DRIVER_FILE, Path(driver_program.__file__).read_bytes())
 
 
-def driver_submission(staging: Staging, *, master_url: str, master_ui_url: str, name: str, np: int,
-                      conf: Mapping[str, str], env_vars: Mapping[str, str], key: bytes, artifact_dir: str,
-                      settings: JobSettings) -> DriverSubmission:
+def driver_submission(
+    staging: Staging,
+    *,
+    master_url: str,
+    master_ui_url: str,
+    name: str,
+    np: int,
+    conf: Mapping[str, str],
+    env_vars: Mapping[str, str],
+    key: bytes,
+    artifact_dir: str,
+    settings: JobSettings,
+) -> DriverSubmission:
     """
     The ``create`` request of the job staged in ``staging`` (:func:`stage_job`).
 
@@ -80,8 +93,15 @@ def driver_submission(staging: Staging, *, master_url: str, master_ui_url: str, 
     :return: the request.
     :raises HorovodJobError: an object-store staging location cannot presign the driver program's URL.
     """
-    args = ["--payload", staging.path(driver_program.PAYLOAD_FILE), "--result-dir", staging.uri,
-            "--artifact-dir", artifact_dir, *settings.to_args()]
+    args = [
+        "--payload",
+        staging.path(driver_program.PAYLOAD_FILE),
+        "--result-dir",
+        staging.uri,
+        "--artifact-dir",
+        artifact_dir,
+        *settings.to_args(),
+    ]
     properties = {
         **BASE_SPARK_CONF,
         "spark.master": master_url,
@@ -96,8 +116,10 @@ def driver_submission(staging: Staging, *, master_url: str, master_ui_url: str, 
     py_files = [p for p in properties.get("spark.submit.pyFiles", "").split(",") if p]
     if staging.is_local:
         py_files.append(staging.path(RUNTIME_ZIP_NAME))
-        app_resource, driver_args = Path(staging.path(DRIVER_FILE)).as_uri(), [staging.path(DRIVER_FILE),
-                                                                                staging.path(RUNTIME_ZIP_NAME)]
+        app_resource, driver_args = (
+            Path(staging.path(DRIVER_FILE)).as_uri(),
+            [staging.path(DRIVER_FILE), staging.path(RUNTIME_ZIP_NAME)],
+        )
     else:
         # the worker downloads the driver program over HTTP(S) and substitutes its local copy for {{USER_JAR}};
         # the driver fetches the runtime itself (with the credentials below) and ships it to its executors
@@ -111,11 +133,13 @@ def driver_submission(staging: Staging, *, master_url: str, master_ui_url: str, 
     env = {**rank_env, driver_program.KEY_ENV: key.hex()}
     if rank_env:
         env[RANK_ENV_NAMES] = ",".join(sorted(rank_env))
-    properties = {**standalone_defaults(np, master_ui_url, properties),
-                  "spark.driver.extraJavaOptions": JVM_STARTUP_OPTIONS, **executor_jvm_conf(properties),
-                  **properties}  # the user's conf wins over each default
+    properties = {
+        **standalone_defaults(np, master_ui_url, properties),
+        "spark.driver.extraJavaOptions": JVM_STARTUP_OPTIONS,
+        **executor_jvm_conf(properties),
+        **properties,
+    }  # the user's conf wins over each default
     # the executors find the runtime zip in their working directory: from spark.files, or from the driver's
     # addPyFile when it fetched the zip from object storage itself (runner.py _ship_runtime)
     properties.update(python_daemon_conf(properties, RUNTIME_ZIP_NAME))
-    return DriverSubmission(app_resource=app_resource, app_args=[*driver_args, *args], properties=properties,
-                            env=env)
+    return DriverSubmission(app_resource=app_resource, app_args=[*driver_args, *args], properties=properties, env=env)

@@ -53,10 +53,20 @@ class HorovodSparkJobTrigger(BaseTrigger):
     :param mlflow_run_id: the try's MLflow run.
     """
 
-    def __init__(self, *, submission_id: str, rest_url: str, staging: str, poll_interval_s: float = 5.0,
-                 cancel_on_kill: bool = True, timeout_s: float = 30.0, conn_id: str | None = None,
-                 master_ui_url: str | None = None, mlflow_conn_id: str | None = None,
-                 mlflow_run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        submission_id: str,
+        rest_url: str,
+        staging: str,
+        poll_interval_s: float = 5.0,
+        cancel_on_kill: bool = True,
+        timeout_s: float = 30.0,
+        conn_id: str | None = None,
+        master_ui_url: str | None = None,
+        mlflow_conn_id: str | None = None,
+        mlflow_run_id: str | None = None,
+    ) -> None:
         super().__init__()
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be > 0 seconds, got {poll_interval_s!r}")
@@ -69,8 +79,9 @@ class HorovodSparkJobTrigger(BaseTrigger):
         self.timeout_s = timeout_s
         self.conn_id = conn_id
         self.master_ui_url = master_ui_url
-        self.hook = HorovodStandaloneHook(conn_id=conn_id, timeout_s=timeout_s,
-                                          route=DriverRoute(rest_url, master_ui_url))
+        self.hook = HorovodStandaloneHook(
+            conn_id=conn_id, timeout_s=timeout_s, route=DriverRoute(rest_url, master_ui_url)
+        )
         """Follows and kills the driver; reads the connection (the token, the CA bundle) in the triggerer."""
         self.mlflow_conn_id = mlflow_conn_id
         self.mlflow_run_id = mlflow_run_id
@@ -80,10 +91,18 @@ class HorovodSparkJobTrigger(BaseTrigger):
         """Class path and the constructor's keyword arguments (exactly)."""
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {"submission_id": self.submission_id, "rest_url": self.rest_url, "staging": self.staging,
-             "poll_interval_s": self.poll_interval_s, "cancel_on_kill": self.cancel_on_kill,
-             "timeout_s": self.timeout_s, "conn_id": self.conn_id, "master_ui_url": self.master_ui_url,
-             "mlflow_conn_id": self.mlflow_conn_id, "mlflow_run_id": self.mlflow_run_id},
+            {
+                "submission_id": self.submission_id,
+                "rest_url": self.rest_url,
+                "staging": self.staging,
+                "poll_interval_s": self.poll_interval_s,
+                "cancel_on_kill": self.cancel_on_kill,
+                "timeout_s": self.timeout_s,
+                "conn_id": self.conn_id,
+                "master_ui_url": self.master_ui_url,
+                "mlflow_conn_id": self.mlflow_conn_id,
+                "mlflow_run_id": self.mlflow_run_id,
+            },
         )
 
     def with_mlflow_run(self, mlflow_conn_id: str, mlflow_run_id: str) -> HorovodSparkJobTrigger:
@@ -135,10 +154,15 @@ class HorovodSparkJobTrigger(BaseTrigger):
         from airflow_provider_horovod.utils.stage_progress import Snapshot, describe
 
         try:
-            async with AsyncSparkRestClient(ui_url=ui_url, timeout_s=self.timeout_s, access=await self.hook.a_access(),
-                                            retry=RetryPolicy(max_attempts=1)) as api:
-                snapshot = Snapshot(jobs=await api.jobs(app_id), stages=await api.stages(app_id),
-                                    executors=await api.executors(app_id))
+            async with AsyncSparkRestClient(
+                ui_url=ui_url,
+                timeout_s=self.timeout_s,
+                access=await self.hook.a_access(),
+                retry=RetryPolicy(max_attempts=1),
+            ) as api:
+                snapshot = Snapshot(
+                    jobs=await api.jobs(app_id), stages=await api.stages(app_id), executors=await api.executors(app_id)
+                )
         except (SparkRestError, OSError, RuntimeError):
             return  # not started answering yet, or the application just ended: the next poll tells
         for topic, message in describe(snapshot).items():
@@ -174,8 +198,9 @@ class HorovodSparkJobTrigger(BaseTrigger):
                     return
                 if poll.app_id and poll.ui_url:
                     await self._progress(poll.ui_url, poll.app_id, facts)
-                if self._staging is not None and (line := progress.line(
-                        await asyncio.to_thread(read_progress, self._staging))):
+                if self._staging is not None and (
+                    line := progress.line(await asyncio.to_thread(read_progress, self._staging))
+                ):
                     self.log.info("Training: %s", line)
                 await asyncio.sleep(self.poll_interval_s)
 
@@ -211,9 +236,16 @@ class HorovodSparkJobTrigger(BaseTrigger):
                 await self._read_mlflow_connection()
             if self._mlflow_hook is None:
                 return
-            await self._mlflow_hook.end_run_async(self.mlflow_run_id, "KILLED", {"horovod.error": (
-                f"killed while deferred (the task was marked failed or success, or cleared): driver "
-                f"{self.submission_id} killed")})
+            await self._mlflow_hook.end_run_async(
+                self.mlflow_run_id,
+                "KILLED",
+                {
+                    "horovod.error": (
+                        f"killed while deferred (the task was marked failed or success, or cleared): driver "
+                        f"{self.submission_id} killed"
+                    )
+                },
+            )
             self.log.info("MLflow run %s ended KILLED", self.mlflow_run_id)
         except Exception as err:  # noqa: BLE001 - the kill is done; the run stays RUNNING
             self.log.warning("Cannot end MLflow run %s: %s: %s", self.mlflow_run_id, type(err).__name__, err)
@@ -221,4 +253,3 @@ class HorovodSparkJobTrigger(BaseTrigger):
     async def _kill_driver(self) -> None:
         self.log.info("Task killed while deferred: killing driver %s", self.submission_id)
         await self.hook.a_kill(self.submission_id)
-

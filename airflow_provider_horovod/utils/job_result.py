@@ -23,15 +23,20 @@ from airflow_provider_horovod.exceptions import (
 )
 from airflow_provider_horovod.runtime.driver.program import RESULT_FILE, VALUE_FILE
 
-_RANK_KINDS: dict[str, type[HorovodJobError]] = {"RankKilledError": HorovodRankKilledError,
-                                                 "RendezvousError": HorovodRendezvousError}
+_RANK_KINDS: dict[str, type[HorovodJobError]] = {
+    "RankKilledError": HorovodRankKilledError,
+    "RendezvousError": HorovodRendezvousError,
+}
 _FACT_KINDS: dict[str, type[HorovodExecutorLostError | HorovodJobKilledError]] = {
-    "ExecutorLostError": HorovodExecutorLostError, "JobCancelledError": HorovodJobKilledError}
+    "ExecutorLostError": HorovodExecutorLostError,
+    "JobCancelledError": HorovodJobKilledError,
+}
 """The driver's errors that carry ``facts()`` (their class names, as ``result.json``'s ``kind``), by Airflow twin."""
 
 
-def facts_job_error(kind: str | None, message: str, facts: dict[str, Any] | None, *,
-                    app_id: str | None = None) -> HorovodJobError | None:
+def facts_job_error(
+    kind: str | None, message: str, facts: dict[str, Any] | None, *, app_id: str | None = None
+) -> HorovodJobError | None:
     """
     The Airflow-side twin of a driver error that carries facts (:data:`_FACT_KINDS`): ``ExecutorLostError`` ->
     :class:`HorovodExecutorLostError`, ``JobCancelledError`` -> :class:`HorovodJobKilledError`; ``None`` for any
@@ -97,9 +102,14 @@ class JobResult:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-
-def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | None = None,
-                    submit_error: BaseException | None = None, killed: Kill | None = None) -> JobResult:
+def read_job_result(
+    staging: Any,
+    *,
+    app_id: str | None = None,
+    ui_url: str | None = None,
+    submit_error: BaseException | None = None,
+    killed: Kill | None = None,
+) -> JobResult:
     """
     Read what the driver program wrote into ``staging`` (``result.json``, ``result.pkl``).
 
@@ -126,8 +136,9 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
     except (OSError, ValueError):
         what = "the Spark driver ended before running the job (no result was written)"
         if killed is not None:
-            raise HorovodJobKilledError(f"{killed.headline}; {what}", facts=killed.facts,
-                                        app_id=app_id) from submit_error
+            raise HorovodJobKilledError(
+                f"{killed.headline}; {what}", facts=killed.facts, app_id=app_id
+            ) from submit_error
         raise HorovodJobError(f"{what}: {submit_error}", app_id=app_id) from submit_error
     app_id = outcome.get("app_id") or app_id
     ui_url = outcome.get("ui_url") or ui_url
@@ -143,11 +154,17 @@ def read_job_result(staging: Any, *, app_id: str | None = None, ui_url: str | No
         error = facts_job_error(outcome.get("kind"), message, outcome.get("facts"), app_id=app_id)
         raise error or rank_job_error(message, outcome.get("error"), app_id=app_id) from None
     if submit_error is not None:
-        raise HorovodJobError(f"the job finished but spark-submit failed: {submit_error}",
-                              app_id=app_id) from submit_error
+        raise HorovodJobError(
+            f"the job finished but spark-submit failed: {submit_error}", app_id=app_id
+        ) from submit_error
     value = staging.read_bytes(VALUE_FILE)
-    return JobResult(app_id=app_id, ui_url=ui_url, artifact_paths=list(outcome.get("artifact_paths") or []),
-                     return_value=value, metrics=dict(outcome.get("metrics") or {}))
+    return JobResult(
+        app_id=app_id,
+        ui_url=ui_url,
+        artifact_paths=list(outcome.get("artifact_paths") or []),
+        return_value=value,
+        metrics=dict(outcome.get("metrics") or {}),
+    )
 
 
 def cleanup_staging(path: str) -> None:

@@ -51,6 +51,5 @@ def wait_for_driver_result(staging: Path, timeout_s: float = DRIVER_RESULT_GRACE
     :param timeout_s: the longest wait, seconds.
     """
     deadline = time.monotonic() + timeout_s
-    while ((staging / STATUS_FILE).exists() and not (staging / RESULT_FILE).exists()
-           and time.monotonic() < deadline):
+    while (staging / STATUS_FILE).exists() and not (staging / RESULT_FILE).exists() and time.monotonic() < deadline:
         time.sleep(0.1)

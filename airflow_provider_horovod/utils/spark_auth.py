@@ -15,8 +15,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AUTH_PROPERTIES_FILE", "AUTH_SECRET_CONF", "AUTH_SECRET_ENV", "CONNECTION_SECRET_EXTRA",
-           "auth_submit_kwargs", "check_no_auth_secret", "connection_auth_secret", "write_auth_properties"]
+__all__ = [
+    "AUTH_PROPERTIES_FILE",
+    "AUTH_SECRET_CONF",
+    "AUTH_SECRET_ENV",
+    "CONNECTION_SECRET_EXTRA",
+    "auth_submit_kwargs",
+    "check_no_auth_secret",
+    "connection_auth_secret",
+    "write_auth_properties",
+]
 
 AUTH_SECRET_CONF = "spark.authenticate.secret"
 """The Spark property that holds the shared secret of a standalone cluster's RPC authentication."""
@@ -48,7 +56,8 @@ def check_no_auth_secret(conf: Mapping[str, Any] | None, env_vars: Mapping[str, 
             f"{', '.join(found)}: the Spark RPC secret cannot be given in DAG code (it would show in the DAG file, "
             f"the rendered template fields and the spark-submit command line). Allowed: put it in the Spark "
             f"connection's {CONNECTION_SECRET_EXTRA!r} extra, or in the spark-defaults.conf of this machine's "
-            f"Spark (SPARK_CONF_DIR); the other spark.authenticate* settings may stay in conf")
+            f"Spark (SPARK_CONF_DIR); the other spark.authenticate* settings may stay in conf"
+        )
 
 
 def connection_auth_secret(conn: Any) -> str | None:
@@ -66,8 +75,10 @@ def connection_auth_secret(conn: Any) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str) or value != value.strip() or "\n" in value or "\r" in value:
-        raise ValueError(f"connection {conn.conn_id!r}: the {CONNECTION_SECRET_EXTRA!r} extra must be a string "
-                         "without line breaks or surrounding whitespace")
+        raise ValueError(
+            f"connection {conn.conn_id!r}: the {CONNECTION_SECRET_EXTRA!r} extra must be a string "
+            "without line breaks or surrounding whitespace"
+        )
     return value
 
 
@@ -88,11 +99,16 @@ def _escape(text: str, *, key: bool = False) -> str:
 
 def _utf16(ch: str) -> list[int]:
     data = ch.encode("utf-16-be")
-    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+    return [int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2)]
 
 
-def write_auth_properties(path: str | os.PathLike[str], secret: str, *, base_file: str | None = None,
-                          properties: Mapping[str, str] | None = None) -> str:
+def write_auth_properties(
+    path: str | os.PathLike[str],
+    secret: str,
+    *,
+    base_file: str | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> str:
     """
     Write a properties file for ``spark-submit --properties-file`` that only its owner can read (mode 0600): the
     secret and ``spark.authenticate=true``, after the lines of ``base_file`` (the user's own properties file) and
@@ -116,8 +132,9 @@ def write_auth_properties(path: str | os.PathLike[str], secret: str, *, base_fil
     return str(path)
 
 
-def auth_submit_kwargs(conn: Any | None, staging_dir: str | os.PathLike[str],
-                       submit_kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+def auth_submit_kwargs(
+    conn: Any | None, staging_dir: str | os.PathLike[str], submit_kwargs: Mapping[str, Any]
+) -> tuple[dict[str, Any], bool]:
     """
     ``SparkSubmitHook`` arguments that give ``spark-submit`` the connection's RPC secret, if it has one: a
     ``properties_file`` (:func:`write_auth_properties`, in ``staging_dir``) with the user's own ``properties_file``
@@ -138,6 +155,7 @@ def auth_submit_kwargs(conn: Any | None, staging_dir: str | os.PathLike[str],
     if secret is None:
         return kwargs, False
     user_file = kwargs.get("properties_file")
-    kwargs["properties_file"] = write_auth_properties(Path(staging_dir) / AUTH_PROPERTIES_FILE, secret,
-                                                      base_file=user_file)
+    kwargs["properties_file"] = write_auth_properties(
+        Path(staging_dir) / AUTH_PROPERTIES_FILE, secret, base_file=user_file
+    )
     return kwargs, not user_file

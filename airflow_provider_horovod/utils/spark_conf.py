@@ -37,8 +37,14 @@ def master_addresses(master: str) -> list[tuple[str, int]]:
     return found
 
 
-def check_reachable(url: str, addresses: list[tuple[str, int]], *, what: str = "Spark master",
-                    timeout_s: float = MASTER_CONNECT_TIMEOUT_S, hint: str = "") -> None:
+def check_reachable(
+    url: str,
+    addresses: list[tuple[str, int]],
+    *,
+    what: str = "Spark master",
+    timeout_s: float = MASTER_CONNECT_TIMEOUT_S,
+    hint: str = "",
+) -> None:
     """
     Fail at once when no address of ``url`` accepts a TCP connection (rather than after Spark's own retries).
 
@@ -154,8 +160,9 @@ PYTHON_DAEMON_MODULE = "airflow_provider_horovod.runtime.task.pyspark_daemon"
 """The Python daemon module the provider's applications start (:mod:`airflow_provider_horovod.runtime.task.pyspark_daemon`)."""
 
 
-def python_daemon_conf(conf: Mapping[str, Any], runtime_path: str,
-                       preset: set[str] | frozenset[str] = frozenset()) -> dict[str, str]:
+def python_daemon_conf(
+    conf: Mapping[str, Any], runtime_path: str, preset: set[str] | frozenset[str] = frozenset()
+) -> dict[str, str]:
     """
     Start the application's Python daemons through :data:`PYTHON_DAEMON_MODULE`, which imports PySpark compiled
     (from the interpreter's site-packages, same version) rather than from Spark's source-only ``pyspark.zip``: about
@@ -181,8 +188,10 @@ def python_daemon_conf(conf: Mapping[str, Any], runtime_path: str,
     if "spark.python.daemon.module" in conf or str(conf.get("spark.python.use.daemon", "true")).lower() == "false":
         return {}
     path = [p for p in str(conf.get("spark.executorEnv.PYTHONPATH", "")).split(os.pathsep) if p]
-    return {"spark.python.daemon.module": PYTHON_DAEMON_MODULE,
-            "spark.executorEnv.PYTHONPATH": os.pathsep.join(dict.fromkeys([*path, runtime_path]))}
+    return {
+        "spark.python.daemon.module": PYTHON_DAEMON_MODULE,
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join(dict.fromkeys([*path, runtime_path])),
+    }
 
 
 SPARK_LOG4J2 = """\
@@ -206,4 +215,3 @@ logger.executor.level = off
 logger.tasksetmanager.name = org.apache.spark.scheduler.TaskSetManager
 logger.tasksetmanager.level = off
 """
-

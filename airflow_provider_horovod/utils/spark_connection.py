@@ -25,7 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_horovod.clients import (
-    SparkRestAccess, SparkRestAuthError, SparkRestClient, SparkRestError, SparkRestTLSError,
+    SparkRestAccess,
+    SparkRestAuthError,
+    SparkRestClient,
+    SparkRestError,
+    SparkRestTLSError,
 )
 from airflow_provider_horovod.exceptions import HorovodAccessError, HorovodJobError
 
@@ -62,9 +66,12 @@ def _read(extra: Mapping[str, Any], name: str, source: str) -> Any:
     if extra.get(new) not in (None, ""):
         return extra[new]
     if old is not None and extra.get(old) not in (None, ""):
-        warnings.warn(f"{source}: the extra {old!r} is deprecated, use {new!r} (the Spark provider's @task.pyspark "
-                      f"copies every extra into SparkConf and logs 'Ignoring non-Spark config property: {old}')",
-                      _deprecation_warning(), stacklevel=3)
+        warnings.warn(
+            f"{source}: the extra {old!r} is deprecated, use {new!r} (the Spark provider's @task.pyspark "
+            f"copies every extra into SparkConf and logs 'Ignoring non-Spark config property: {old}')",
+            _deprecation_warning(),
+            stacklevel=3,
+        )
         return extra[old]
     return None
 
@@ -123,12 +130,15 @@ class SparkConnectionExtras:
         extra = extra or {}
         values = {name: _read(extra, name, source) for name in EXTRAS}
         history, ca, mode = values["history_server_url"], values["ca_bundle"], values["deploy_mode"]
-        return cls(rest_port=_port(values["rest_port"], "rest_port", 6066, source),
-                   rest_scheme=_scheme(values["rest_scheme"], "rest_scheme", source),
-                   ui_port=_port(values["ui_port"], "ui_port", 8080, source),
-                   ui_scheme=_scheme(values["ui_scheme"], "ui_scheme", source),
-                   history_server_url=str(history).rstrip("/") if history else None,
-                   ca_bundle=str(ca) if ca else None, deploy_mode=str(mode) if mode else None)
+        return cls(
+            rest_port=_port(values["rest_port"], "rest_port", 6066, source),
+            rest_scheme=_scheme(values["rest_scheme"], "rest_scheme", source),
+            ui_port=_port(values["ui_port"], "ui_port", 8080, source),
+            ui_scheme=_scheme(values["ui_scheme"], "ui_scheme", source),
+            history_server_url=str(history).rstrip("/") if history else None,
+            ca_bundle=str(ca) if ca else None,
+            deploy_mode=str(mode) if mode else None,
+        )
 
 
 def connection_extras(conn: Any) -> SparkConnectionExtras:
@@ -156,8 +166,10 @@ def rest_access(conn: Any, *, require_token_shape: bool = True) -> SparkRestAcce
     token = (conn.password or "").strip() or None
     origin = f"Airflow connection {conn.conn_id!r}"
     if token is not None and not _JWS.fullmatch(token):
-        problem = (f"{origin}: the password is the bearer token for the master's JWSFilter and must be a JWS "
-                   f"(header.payload.signature, base64url), which it is not ({len(token)} characters)")
+        problem = (
+            f"{origin}: the password is the bearer token for the master's JWSFilter and must be a JWS "
+            f"(header.payload.signature, base64url), which it is not ({len(token)} characters)"
+        )
         if require_token_shape:
             raise ValueError(problem)
         warnings.warn(f"{problem}; it is not sent", UserWarning, stacklevel=2)
@@ -181,8 +193,11 @@ def probe_rest_access(client: SparkRestClient, rest_url: str, conn_id: str) -> N
     try:
         client.request_json("GET", f"{rest_url}/v1/submissions/status/{PROBE_ID}")
     except (SparkRestAuthError, SparkRestTLSError) as err:
-        raise HorovodAccessError(f"connection {conn_id!r}: the Spark master's REST submission server refused "
-                                 f"access; nothing was submitted: {err}") from err
+        raise HorovodAccessError(
+            f"connection {conn_id!r}: the Spark master's REST submission server refused "
+            f"access; nothing was submitted: {err}"
+        ) from err
     except SparkRestError as err:
-        raise HorovodJobError(f"connection {conn_id!r}: the Spark master's REST submission server did not answer "
-                              f"a status request: {err}") from err
+        raise HorovodJobError(
+            f"connection {conn_id!r}: the Spark master's REST submission server did not answer a status request: {err}"
+        ) from err

@@ -48,8 +48,9 @@ def describe(snapshot: Snapshot) -> dict[str, str]:
     :return: ``{topic: message}``; topics are ``"stage-<id>-<attempt>"``.
     """
     facts: dict[str, str] = {}
-    stage_ids = {sid for job in snapshot.jobs if (job.job_group or "").startswith(JOB_GROUP_PREFIX)
-                 for sid in job.stage_ids}
+    stage_ids = {
+        sid for job in snapshot.jobs if (job.job_group or "").startswith(JOB_GROUP_PREFIX) for sid in job.stage_ids
+    }
     for stage in sorted(snapshot.stages, key=lambda s: (s.stage_id, s.attempt_id)):
         if stage.stage_id not in stage_ids:
             continue
@@ -58,29 +59,35 @@ def describe(snapshot: Snapshot) -> dict[str, str]:
         lost = stage.num_failed_tasks + stage.num_killed_tasks
         if stage.status == "ACTIVE" and lost:
             # one failed task aborts a barrier stage: the others are being killed, not starting or waiting
-            facts[topic] = (f"barrier stage {stage.stage_id}: {stage.num_failed_tasks} task(s) failed, "
-                            f"{stage.num_killed_tasks} killed; Spark is aborting the stage")
+            facts[topic] = (
+                f"barrier stage {stage.stage_id}: {stage.num_failed_tasks} task(s) failed, "
+                f"{stage.num_killed_tasks} killed; Spark is aborting the stage"
+            )
         elif stage.status == "ACTIVE" and stage.num_completed_tasks > 0:
             # ranks finish one by one at the end: that is not a stage waiting for slots
-            facts[topic] = (f"barrier stage {stage.stage_id}: {stage.num_completed_tasks}/{n} ranks finished, "
-                            f"{stage.num_active_tasks} still running")
+            facts[topic] = (
+                f"barrier stage {stage.stage_id}: {stage.num_completed_tasks}/{n} ranks finished, "
+                f"{stage.num_active_tasks} still running"
+            )
         elif stage.status == "ACTIVE" and stage.num_active_tasks == 0:
             since = f" (submitted {stage.submission_time})" if stage.submission_time else ""
             facts[topic] = f"barrier stage {stage.stage_id} waiting for {n} free task slots{since}"
         elif stage.status == "ACTIVE" and stage.num_active_tasks < n:
             # Spark launches a barrier stage's tasks all at once or not at all: the slots are granted, the
             # remaining task-start events are on their way
-            facts[topic] = (f"barrier stage {stage.stage_id} starting: {stage.num_active_tasks}/{n} tasks "
-                            "launched")
+            facts[topic] = f"barrier stage {stage.stage_id} starting: {stage.num_active_tasks}/{n} tasks launched"
         elif stage.status == "ACTIVE" and (busy := [e for e in snapshot.executors if e.active_tasks > 0]):
-            where = ", ".join(f"executor {e.id} ({e.host_port}): {e.active_tasks} task{'s' if e.active_tasks != 1 else ''}"
-                              for e in busy)
+            where = ", ".join(
+                f"executor {e.id} ({e.host_port}): {e.active_tasks} task{'s' if e.active_tasks != 1 else ''}"
+                for e in busy
+            )
             facts[topic] = f"{n}/{n} ranks running on {where}"
         # ACTIVE with every task running but no executor counting one: the executors' view is behind the stage's
         # (its tasks are ending, or just started); no new fact until one of them agrees
         elif stage.status == "FAILED":
-            facts[topic] = (f"barrier stage {stage.stage_id} attempt {stage.attempt_id} failed: "
-                            f"{_first_line(stage.failure_reason)}")
+            facts[topic] = (
+                f"barrier stage {stage.stage_id} attempt {stage.attempt_id} failed: {_first_line(stage.failure_reason)}"
+            )
         elif stage.status == "COMPLETE":
             facts[topic] = f"barrier stage {stage.stage_id} finished: {stage.num_completed_tasks}/{n} ranks done"
     return facts
@@ -102,8 +109,16 @@ class ProgressWatcher(Poller):
         ``JWSFilter``, or served over HTTPS).
     """
 
-    def __init__(self, ui_url: str, app_id: str, log: Callable[[str], None], *, poll_interval_s: float = 5.0,
-                 timeout_s: float = 30.0, access: SparkRestAccess | None = None) -> None:
+    def __init__(
+        self,
+        ui_url: str,
+        app_id: str,
+        log: Callable[[str], None],
+        *,
+        poll_interval_s: float = 5.0,
+        timeout_s: float = 30.0,
+        access: SparkRestAccess | None = None,
+    ) -> None:
         super().__init__(f"spark-progress-{app_id}", poll_interval_s)
         self._ui_url = ui_url
         self._app_id = app_id
@@ -117,16 +132,25 @@ class ProgressWatcher(Poller):
     def poll_once(self, client: SparkRestClient) -> None:
         """One poll: read the API and log the facts that changed."""
         try:
-            snapshot = Snapshot(jobs=client.jobs(self._app_id), stages=client.stages(self._app_id),
-                                executors=client.executors(self._app_id))
+            snapshot = Snapshot(
+                jobs=client.jobs(self._app_id),
+                stages=client.stages(self._app_id),
+                executors=client.executors(self._app_id),
+            )
         except (SparkRestError, OSError, RuntimeError) as err:  # unreachable or finished: not our job to fail
             self._failures_in_a_row += 1
             # An application that just finished closes its UI before the watcher stops: only a UI that never
             # answered, for several polls, is worth a line.
-            if not self._last and self._failures_in_a_row >= 3 and not self._unavailable_reported \
-                    and not self._stop.is_set():
-                self._log(f"Spark REST API at {self._ui_url} not answering ({type(err).__name__}); no progress "
-                          "lines until it does")
+            if (
+                not self._last
+                and self._failures_in_a_row >= 3
+                and not self._unavailable_reported
+                and not self._stop.is_set()
+            ):
+                self._log(
+                    f"Spark REST API at {self._ui_url} not answering ({type(err).__name__}); no progress "
+                    "lines until it does"
+                )
                 self._unavailable_reported = True
             return
         self._failures_in_a_row = 0
@@ -137,6 +161,7 @@ class ProgressWatcher(Poller):
 
     def _run(self) -> None:
         retry = RetryPolicy(max_attempts=1)  # the next poll is the retry
-        with SparkRestClient(ui_url=self._ui_url, timeout_s=self._timeout_s, retry=retry,
-                             access=self._access) as client:
+        with SparkRestClient(
+            ui_url=self._ui_url, timeout_s=self._timeout_s, retry=retry, access=self._access
+        ) as client:
             self._every_interval(lambda: self.poll_once(client))

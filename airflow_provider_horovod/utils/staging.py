@@ -48,8 +48,12 @@ def fs_options(env: dict[str, str]) -> dict[str, Any]:
     :param env: ``AWS_*`` variables (may be empty: the options are empty and botocore's own lookup applies).
     """
     options: dict[str, Any] = {}
-    for name, option in (("AWS_ACCESS_KEY_ID", "key"), ("AWS_SECRET_ACCESS_KEY", "secret"),
-                         ("AWS_SESSION_TOKEN", "token"), ("AWS_ENDPOINT_URL", "endpoint_url")):
+    for name, option in (
+        ("AWS_ACCESS_KEY_ID", "key"),
+        ("AWS_SECRET_ACCESS_KEY", "secret"),
+        ("AWS_SESSION_TOKEN", "token"),
+        ("AWS_ENDPOINT_URL", "endpoint_url"),
+    ):
         if env.get(name):
             options[option] = env[name]
     if env.get("AWS_DEFAULT_REGION"):
@@ -118,9 +122,11 @@ class Staging:
         try:
             return fsspec.filesystem(protocol, **(fs_options(self.credentials) if protocol in ("s3", "s3a") else {}))
         except (ImportError, ValueError) as err:
-            raise HorovodJobError(f"staging location {self.uri!r}: cannot open {protocol}:// storage: {err} "
-                                  "(install the fsspec implementation, e.g. s3fs, on the Airflow worker and the "
-                                  "Spark workers)") from err
+            raise HorovodJobError(
+                f"staging location {self.uri!r}: cannot open {protocol}:// storage: {err} "
+                "(install the fsspec implementation, e.g. s3fs, on the Airflow worker and the "
+                "Spark workers)"
+            ) from err
 
     def _key(self, name: str) -> str:
         return self.path(name).split("://", 1)[1]

@@ -50,8 +50,10 @@ def shared_conn_id(**conn_ids: str | None) -> str | None:
     """
     named = {name: conn for name, conn in conn_ids.items() if conn}
     if len(set(named.values())) > 1:
-        raise ValueError(f"{' and '.join(f'{n} names connection {c!r}' for n, c in named.items())}: the ranks get "
-                         "the credentials of one connection; name the same one (or none) in both")
+        raise ValueError(
+            f"{' and '.join(f'{n} names connection {c!r}' for n, c in named.items())}: the ranks get "
+            "the credentials of one connection; name the same one (or none) in both"
+        )
     return next(iter(named.values()), None)
 
 

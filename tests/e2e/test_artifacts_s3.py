@@ -25,12 +25,20 @@ def test_operator_writes_model_to_s3_without_leaking_the_secret(airflow_home, tm
     events.mkdir()
     fs = s3_server.fs()
     fs.mkdir("models")
-    connection = {"conn_type": "aws", "login": s3_server.access_key, "password": s3_server.secret_key,
-                  "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region}}
+    connection = {
+        "conn_type": "aws",
+        "login": s3_server.access_key,
+        "password": s3_server.secret_key,
+        "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region},
+    }
     secret = s3_server.secret_key
 
-    log, run = run_dag(airflow_home, dags, "horovod_object_storage", extra_env={
-        "AIRFLOW_CONN_MINIO": json.dumps(connection), "HOROVOD_TEST_EVENT_LOG_DIR": str(events)})
+    log, run = run_dag(
+        airflow_home,
+        dags,
+        "horovod_object_storage",
+        extra_env={"AIRFLOW_CONN_MINIO": json.dumps(connection), "HOROVOD_TEST_EVENT_LOG_DIR": str(events)},
+    )
 
     assert run["states"] == {"train": "success"}, log[-5000:]
     xcom = run["xcom"]
@@ -63,8 +71,12 @@ def cluster(tmp_path_factory):
 
 
 @pytest.mark.timeout(900)
-def test_cluster_mode_stages_through_s3_without_a_shared_filesystem(airflow_home, tmp_path, s3_server,  # noqa: F811
-                                                                    cluster):
+def test_cluster_mode_stages_through_s3_without_a_shared_filesystem(
+    airflow_home,
+    tmp_path,
+    s3_server,  # noqa: F811
+    cluster,
+):
     """
     Standalone cluster deploy mode with ``artifact_root`` on S3: payload, runtime, driver program and results go
     through the store (the worker fetches the driver program by a presigned URL), sync and deferred; the
@@ -75,14 +87,26 @@ def test_cluster_mode_stages_through_s3_without_a_shared_filesystem(airflow_home
     shutil.copy(HERE / "dags" / "horovod_object_storage_cluster.py", dags)
     fs = s3_server.fs()
     fs.mkdir("staged")
-    connection = {"conn_type": "aws", "login": s3_server.access_key, "password": s3_server.secret_key,
-                  "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region}}
+    connection = {
+        "conn_type": "aws",
+        "login": s3_server.access_key,
+        "password": s3_server.secret_key,
+        "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region},
+    }
 
     events = tmp_path / "spark-events"
     events.mkdir()
-    log, run = run_dag(airflow_home, dags, "horovod_object_storage_cluster", extra_env={
-        "AIRFLOW_CONN_MINIO": json.dumps(connection), "AIRFLOW_CONN_SPARK_CLUSTER": cluster.airflow_connection(),
-        "AIRFLOW__HOROVOD__ARTIFACT_ROOT": "s3://minio@staged/root", "HOROVOD_TEST_EVENT_LOG_DIR": str(events)})
+    log, run = run_dag(
+        airflow_home,
+        dags,
+        "horovod_object_storage_cluster",
+        extra_env={
+            "AIRFLOW_CONN_MINIO": json.dumps(connection),
+            "AIRFLOW_CONN_SPARK_CLUSTER": cluster.airflow_connection(),
+            "AIRFLOW__HOROVOD__ARTIFACT_ROOT": "s3://minio@staged/root",
+            "HOROVOD_TEST_EVENT_LOG_DIR": str(events),
+        },
+    )
 
     assert run["states"] == {"sync": "success", "deferred": "success"}, log[-6000:] + cluster.log_tail(30)
     xcom = run["xcom"]
@@ -90,8 +114,9 @@ def test_cluster_mode_stages_through_s3_without_a_shared_filesystem(airflow_home
         value = xcom[f"{task}.return_value"]
         assert value["size"] == 2 and value["total"] == 3.0
         artifact_dir = xcom[f"{task}.artifact_dir"]
-        assert artifact_dir.startswith("s3://staged/root/horovod_object_storage_cluster/") and \
-            artifact_dir.endswith(f"/{task}/try-1")
+        assert artifact_dir.startswith("s3://staged/root/horovod_object_storage_cluster/") and artifact_dir.endswith(
+            f"/{task}/try-1"
+        )
         assert xcom[f"{task}.artifact_paths"] == [f"{artifact_dir}/{task}.pt"] == [value["model_path"]]
         assert fs.size(value["model_path"].removeprefix("s3://")) > 0
         assert xcom[f"{task}.spark_submission_id"].startswith("driver-")
@@ -103,8 +128,15 @@ def test_cluster_mode_stages_through_s3_without_a_shared_filesystem(airflow_home
     staged = fs.glob("staged/root/.staging/horovod_object_storage_cluster/*/*/try-1/*")
     for task in ("sync", "deferred"):
         names = {p.rsplit("/", 1)[1] for p in staged if f"/{task}/try-1/" in p}
-        assert {"payload.bin", "airflow_provider_horovod_runtime.zip", "horovod_driver.py", "submission.json", "status.json",
-                "result.json", "result.pkl"} <= names, staged
+        assert {
+            "payload.bin",
+            "airflow_provider_horovod_runtime.zip",
+            "horovod_driver.py",
+            "submission.json",
+            "status.json",
+            "result.json",
+            "result.pkl",
+        } <= names, staged
     # each driver ran from the worker's downloaded copy of the driver program
     fetched = list(cluster.work_dir.glob("worker-*/**/driver-*/horovod_driver.py"))
     assert len(fetched) == 2, fetched

@@ -43,12 +43,13 @@ CONSTRAINTS = REPO / "requirements" / "constraints-user.txt"
 HERE = Path(__file__).resolve().parent
 
 
-def _run(cmd: list[str], *, timeout_s: float, env: dict[str, str] | None = None,
-         cwd: Path | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout_s, env=env,
-                          cwd=cwd)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n" \
-                                 f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+def _run(
+    cmd: list[str], *, timeout_s: float, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd)
+    assert proc.returncode == 0, (
+        f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    )
     return proc
 
 
@@ -64,8 +65,16 @@ def _install_airflow_and_dependencies(venv: Path) -> None:
     _run([sys._base_executable, "-m", "venv", venv], timeout_s=300)
     _pip(venv, "install", "-U", "pip>=24")
     _pip(venv, "install", f"apache-airflow=={BYO_AIRFLOW}")  # "your Airflow"
-    _pip(venv, "install", "-c", str(CONSTRAINTS), f"apache-airflow=={BYO_AIRFLOW}",
-         "apache-airflow-providers-apache-spark", "pyspark-client", "cloudpickle")  # not pyspark: step 4 brings it
+    _pip(
+        venv,
+        "install",
+        "-c",
+        str(CONSTRAINTS),
+        f"apache-airflow=={BYO_AIRFLOW}",
+        "apache-airflow-providers-apache-spark",
+        "pyspark-client",
+        "cloudpickle",
+    )  # not pyspark: step 4 brings it
 
 
 def _install_provider(venv: Path, wheel: Path, *, fresh: bool) -> None:
@@ -82,8 +91,10 @@ def _install_provider(venv: Path, wheel: Path, *, fresh: bool) -> None:
 def wheel(tmp_path_factory) -> Path:
     """This checkout built as a wheel (the build backend comes from the index, like any user's build)."""
     out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps", "-w", out, REPO],
-         timeout_s=600)
+    _run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps", "-w", out, REPO],
+        timeout_s=600,
+    )
     (found,) = out.glob("airflow_provider_horovod-*.whl")
     return found
 
@@ -92,17 +103,31 @@ def wheel(tmp_path_factory) -> Path:
 def byo_venv(wheel: Path) -> Path:
     """A virtualenv with Airflow 3.1 and the provider's wheel, no torch, no Horovod (the executors have them)."""
     started = time.monotonic()
-    venv, fresh = kept_venv("byo", [BYO_AIRFLOW, sys.version, CONSTRAINTS.read_text(),
-                                    inspect.getsource(_install_airflow_and_dependencies)],
-                            _install_airflow_and_dependencies)
+    venv, fresh = kept_venv(
+        "byo",
+        [BYO_AIRFLOW, sys.version, CONSTRAINTS.read_text(), inspect.getsource(_install_airflow_and_dependencies)],
+        _install_airflow_and_dependencies,
+    )
     _install_provider(venv, wheel, fresh=fresh)
     print(f"\n{venv.name} {'created' if fresh else 'reused'}, provider installed in {time.monotonic() - started:.0f} s")
     python = venv / "bin" / "python"
-    versions = json.loads(_run([python, "-c", (
-        "import json, airflow, pyspark, cloudpickle, importlib.metadata as m; print(json.dumps({"
-        "'airflow': airflow.__version__, 'pyspark': pyspark.__version__, 'client': m.version('pyspark-client'),"
-        "'cloudpickle': cloudpickle.__version__, 'provider': m.version('airflow-provider-horovod')}))")],
-        timeout_s=120, cwd=wheel.parent).stdout.strip().splitlines()[-1])
+    versions = json.loads(
+        _run(
+            [
+                python,
+                "-c",
+                (
+                    "import json, airflow, pyspark, cloudpickle, importlib.metadata as m; print(json.dumps({"
+                    "'airflow': airflow.__version__, 'pyspark': pyspark.__version__, 'client': m.version('pyspark-client'),"
+                    "'cloudpickle': cloudpickle.__version__, 'provider': m.version('airflow-provider-horovod')}))"
+                ),
+            ],
+            timeout_s=120,
+            cwd=wheel.parent,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     assert versions["airflow"] == BYO_AIRFLOW  # the constraints did not move the user's Airflow
     assert versions["pyspark"] == versions["client"]
     return venv
@@ -120,44 +145,70 @@ def executor_python(tmp_path_factory) -> Path:
     (purelib,) = Path(venv / "lib").glob("python*/site-packages")
     (purelib / "project_site_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     python = venv / "bin" / "python"
-    check = subprocess.run([python, "-c", "import airflow_provider_horovod"], capture_output=True, text=True,
-                           cwd=venv, timeout=60)
+    check = subprocess.run(
+        [python, "-c", "import airflow_provider_horovod"], capture_output=True, text=True, cwd=venv, timeout=60
+    )
     assert check.returncode != 0 and "No module named 'airflow_provider_horovod'" in check.stderr
     _run([python, "-c", "import torch, cloudpickle, pyspark, horovod.torch"], timeout_s=120, cwd=venv)
     return python
 
 
 def test_built_wheel_on_airflow_3_1_with_executors_without_the_provider(byo_venv, executor_python, tmp_path):
-    with standalone_cluster(workers=2, cores_per_worker=2, work_dir=tmp_path / "spark") as cluster, \
-            history_server(tmp_path / "spark-events") as hs:
+    with (
+        standalone_cluster(workers=2, cores_per_worker=2, work_dir=tmp_path / "spark") as cluster,
+        history_server(tmp_path / "spark-events") as hs,
+    ):
         dags = tmp_path / "dags"
         dags.mkdir()
         shutil.copy(HERE / "dags" / "horovod_byo.py", dags)
         connection = json.loads(cluster.airflow_connection())
         connection["extra"]["spark.airflowProviderHorovod.historyServerUrl"] = hs.url
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("AIRFLOW", "SPARK_", "PYSPARK_", "VIRTUAL_ENV", "PYTHON"))}
-        env.update({
-            "PATH": f"{byo_venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin",  # not ./.venv's
-            "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "SPARK_LOCAL_IP": "127.0.0.1",
-            "AIRFLOW_CONN_SPARK_BYO": json.dumps(connection),
-            "AIRFLOW__HOROVOD__ARTIFACT_ROOT": str(tmp_path / "artifacts"),  # the workers' "shared filesystem"
-            "BYO_EXECUTOR_PYTHON": str(executor_python), "BYO_EVENT_LOG_DIR": str(hs.log_dir),
-        })
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW", "SPARK_", "PYSPARK_", "VIRTUAL_ENV", "PYTHON"))
+        }
+        env.update(
+            {
+                "PATH": f"{byo_venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin",  # not ./.venv's
+                "AIRFLOW_HOME": str(tmp_path / "airflow"),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "AIRFLOW_CONN_SPARK_BYO": json.dumps(connection),
+                "AIRFLOW__HOROVOD__ARTIFACT_ROOT": str(tmp_path / "artifacts"),  # the workers' "shared filesystem"
+                "BYO_EXECUTOR_PYTHON": str(executor_python),
+                "BYO_EVENT_LOG_DIR": str(hs.log_dir),
+            }
+        )
         airflow = str(byo_venv / "bin" / "airflow")
         _run([airflow, "db", "migrate"], env=env, timeout_s=600, cwd=tmp_path)
         started = time.monotonic()
-        proc = subprocess.run([airflow, "dags", "test", "horovod_byo"], env=env, capture_output=True, text=True,
-                              timeout=1200, cwd=tmp_path)
+        proc = subprocess.run(
+            [airflow, "dags", "test", "horovod_byo"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            cwd=tmp_path,
+        )
         took = time.monotonic() - started
         log = proc.stdout + proc.stderr
         (tmp_path / "dags-test.log").write_text(log)
-        run = json.loads(_run([byo_venv / "bin" / "python", REPO / "scripts" / "show_run.py", "--json",
-                               "horovod_byo"], env=env, timeout_s=120, cwd=tmp_path).stdout.strip().splitlines()[-1])
+        run = json.loads(
+            _run(
+                [byo_venv / "bin" / "python", REPO / "scripts" / "show_run.py", "--json", "horovod_byo"],
+                env=env,
+                timeout_s=120,
+                cwd=tmp_path,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         print(f"\nairflow dags test horovod_byo: {took:.0f} s")
-        assert run["states"] == {"client": "success", "cluster": "success", "deferred": "success"}, \
+        assert run["states"] == {"client": "success", "cluster": "success", "deferred": "success"}, (
             f"{log[-8000:]}\n(whole log: {tmp_path / 'dags-test.log'})\n{cluster.log_tail(15)}"
+        )
         xcom = run["xcom"]
         for task in ("client", "cluster", "deferred"):
             value = xcom[f"{task}.return_value"]

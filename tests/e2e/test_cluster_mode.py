@@ -118,14 +118,23 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
 
     def submit(try_dir: str) -> str:
         key = secrets.token_bytes(32)
-        return hook.submit(TrainingJob(key=key, payload=dumps_payload(long_training, key=key), conf=CONF,
-                                       settings=JobSettings(np=2), artifact_dir=str(tmp_path / "art" / try_dir),
-                                       app_name="kill-test"), staging=staging_root / try_dir)
+        return hook.submit(
+            TrainingJob(
+                key=key,
+                payload=dumps_payload(long_training, key=key),
+                conf=CONF,
+                settings=JobSettings(np=2),
+                artifact_dir=str(tmp_path / "art" / try_dir),
+                app_name="kill-test",
+            ),
+            staging=staging_root / try_dir,
+        )
 
     first = submit("try-1")
     assert _wait_state(hook, first, {"RUNNING"}) == "RUNNING"
-    trigger = HorovodSparkJobTrigger(submission_id=first, rest_url=hook.endpoints.rest_url,
-                                     staging=str(staging_root / "try-1"))
+    trigger = HorovodSparkJobTrigger(
+        submission_id=first, rest_url=hook.endpoints.rest_url, staging=str(staging_root / "try-1")
+    )
     asyncio.run(trigger.on_kill())
     assert _wait_state(hook, first, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"
 
@@ -142,8 +151,9 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
 
     third = submit("try-3")
     assert _wait_state(hook, third, {"RUNNING"}) == "RUNNING"
-    op = HorovodRunnerOperator(task_id="train", python_callable=long_training, np=2, conn_id="spark_cluster",
-                               deferrable=True, conf=CONF)
+    op = HorovodRunnerOperator(
+        task_id="train", python_callable=long_training, np=2, conn_id="spark_cluster", deferrable=True, conf=CONF
+    )
     pulled: list[tuple] = []
 
     class TaskInstance:  # only the XCom the operator pushed at submission; a trigger failure cannot be staged
@@ -167,7 +177,13 @@ class _TaskInstance:
     """The task instance fields and XCom calls the operator uses (a retry's state comes from the task state store)."""
 
     def __init__(self, try_number: int):
-        self.dag_id, self.run_id, self.task_id, self.map_index, self.try_number = "durable", "r1", "train", -1, try_number
+        self.dag_id, self.run_id, self.task_id, self.map_index, self.try_number = (
+            "durable",
+            "r1",
+            "train",
+            -1,
+            try_number,
+        )
         self.xcom: dict[str, object] = {}
         self.stats_tags: dict[str, str] = {}
 
@@ -201,16 +217,26 @@ def test_durable_retry_reads_a_finished_driver_and_resubmits_a_failed_one(cluste
 
     def execute(try_number: int, fn, **kwargs):
         with DAG("durable", schedule=None):
-            op = HorovodRunnerOperator(task_id="train", python_callable=fn, op_kwargs=kwargs, np=2,
-                                       conn_id="spark_cluster", deploy_mode="cluster", deferrable=False, conf=CONF,
-                                       poll_interval_s=1)
+            op = HorovodRunnerOperator(
+                task_id="train",
+                python_callable=fn,
+                op_kwargs=kwargs,
+                np=2,
+                conn_id="spark_cluster",
+                deploy_mode="cluster",
+                deferrable=False,
+                conf=CONF,
+                poll_interval_s=1,
+            )
         ti = _TaskInstance(try_number)
         return op, ti, op.execute({"ti": ti, "task_state_store": store})
 
     _op, first_ti, value = execute(1, train_and_save, tag="first")
     job = store[HorovodRunnerOperator.external_id_key]
-    assert value == {"size": 2, "total": 3.0, "tag": "first"} and job["submission_id"] == first_ti.xcom[
-        "spark_submission_id"]
+    assert (
+        value == {"size": 2, "total": 3.0, "tag": "first"}
+        and job["submission_id"] == first_ti.xcom["spark_submission_id"]
+    )
     # try 2 after a crash that came when the driver had already FINISHED: no new driver, the same result
     drivers_before = len(cluster.master_json()["completeddrivers"])
     _op, second_ti, again = execute(2, train_and_save, tag="second")
@@ -227,14 +253,24 @@ def test_durable_retry_reads_a_finished_driver_and_resubmits_a_failed_one(cluste
 
     hook = HorovodStandaloneHook(conn_id="spark_cluster")
     key = secrets.token_bytes(32)
-    killed = hook.submit(TrainingJob(key=key, payload=dumps_payload(long_training, key=key), conf=CONF,
-                                     settings=JobSettings(np=2), artifact_dir=str(tmp_path / "killed-art")),
-                         staging=tmp_path / "killed")
+    killed = hook.submit(
+        TrainingJob(
+            key=key,
+            payload=dumps_payload(long_training, key=key),
+            conf=CONF,
+            settings=JobSettings(np=2),
+            artifact_dir=str(tmp_path / "killed-art"),
+        ),
+        staging=tmp_path / "killed",
+    )
     assert _wait_state(hook, killed, {"RUNNING"}) == "RUNNING"
     hook.kill(killed)
     assert _wait_state(hook, killed, {"KILLED", "FAILED", "FINISHED", "ERROR"}) == "KILLED"
-    store[HorovodRunnerOperator.external_id_key] = {"submission_id": killed, "staging": str(tmp_path / "killed"),
-                                                    "artifact_dir": str(tmp_path / "killed-art")}
+    store[HorovodRunnerOperator.external_id_key] = {
+        "submission_id": killed,
+        "staging": str(tmp_path / "killed"),
+        "artifact_dir": str(tmp_path / "killed-art"),
+    }
     _op, third_ti, fresh = execute(3, train_and_save, tag="third")
     assert fresh["tag"] == "third" and third_ti.xcom["spark_submission_id"] not in (killed, job["submission_id"])
     assert store[HorovodRunnerOperator.external_id_key]["submission_id"] == third_ti.xcom["spark_submission_id"]

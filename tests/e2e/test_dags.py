@@ -27,14 +27,22 @@ def dags_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def run_dag(airflow_home: Path, dags_folder: Path, dag_id: str,
-            extra_env: dict[str, str] | None = None) -> tuple[str, dict]:
+def run_dag(
+    airflow_home: Path, dags_folder: Path, dag_id: str, extra_env: dict[str, str] | None = None
+) -> tuple[str, dict]:
     env = {**airflow_env(airflow_home, dags_folder), **(extra_env or {})}
-    proc = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", dag_id], env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [str(VENV_BIN / "airflow"), "dags", "test", dag_id], env=env, capture_output=True, text=True, timeout=900
+    )
     log = proc.stdout + proc.stderr
-    inspect = subprocess.run([sys.executable, str(REPO / "scripts" / "show_run.py"), "--json", dag_id], env=env, capture_output=True,
-                             text=True, timeout=120, check=True)
+    inspect = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "show_run.py"), "--json", dag_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return log, json.loads(inspect.stdout.strip().splitlines()[-1])
 
 
@@ -62,7 +70,9 @@ def test_example_dag_trains_and_evaluates(airflow_home, dags_folder):
     assert all(os.path.isfile(p) and p.startswith(artifact_dir + "/") for p in paths)
     assert artifact_dir.endswith("/train/try-1")
     assert [p for p in paths if not p.startswith(artifact_dir + "/tensorboard/")] == [
-        f"{artifact_dir}/horovod_timeline.json", f"{artifact_dir}/model.pt"]
+        f"{artifact_dir}/horovod_timeline.json",
+        f"{artifact_dir}/model.pt",
+    ]
     assert xcom["train.spark_app_id"].startswith("local-")
     assert xcom["train.spark_ui_url"].startswith("http://127.0.0.1:")
     assert xcom["train._link_SparkUILink"] == xcom["train.spark_ui_url"]  # what the "Spark UI" link shows
@@ -87,10 +97,12 @@ def test_example_dag_trains_and_evaluates(airflow_home, dags_folder):
     checkpoints = xcom["train.checkpoint_dir"]
     assert checkpoints == artifact_dir.rsplit("/", 1)[0] + "/checkpoints"
     assert sorted(f for f in os.listdir(checkpoints) if f.endswith(".json")) == [
-        f"step-{epoch:012d}.json" for epoch in (20, 25, 30)]
+        f"step-{epoch:012d}.json" for epoch in (20, 25, 30)
+    ]
     assert (xcom["train.return_value"]["try_number"], xcom["train.return_value"]["resumed_from_epoch"]) == (1, 0)
-    assert f"[rank 0] airflow-provider-horovod: no checkpoint in {checkpoints}: starting from the beginning (try 1)" \
-        in log
+    assert (
+        f"[rank 0] airflow-provider-horovod: no checkpoint in {checkpoints}: starting from the beginning (try 1)" in log
+    )
     # what the user sees in the task log
     assert f"Spark application {xcom['train.spark_app_id']} started" in log
     assert "[rank 0] epoch 30/30" in log and "[rank 1]" not in log
@@ -119,8 +131,11 @@ def test_failures_surface_in_the_task(airflow_home, dags_folder):
     size = len(cloudpickle.dumps(b"w" * 50_000))
     model = f"{run['xcom']['oversize_return.artifact_dir']}/model.pt"
     assert run["xcom"]["oversize_return.artifact_paths"] == [model] and os.path.isfile(model)
-    assert (f"[rank 0] airflow-provider-horovod: rank 0's return value (a bytes) is {size} bytes pickled, above "
-            "max_return_value_bytes=2000: it is not sent to the driver") in log
-    assert (f"HorovodResultError: rank 0 returned {size} bytes once serialized, above max_return_value_bytes=2000. "
-            f"Write large results under artifact_dir() and return their paths; the model files are kept: {model}"
-            ) in log
+    assert (
+        f"[rank 0] airflow-provider-horovod: rank 0's return value (a bytes) is {size} bytes pickled, above "
+        "max_return_value_bytes=2000: it is not sent to the driver"
+    ) in log
+    assert (
+        f"HorovodResultError: rank 0 returned {size} bytes once serialized, above max_return_value_bytes=2000. "
+        f"Write large results under artifact_dir() and return their paths; the model files are kept: {model}"
+    ) in log

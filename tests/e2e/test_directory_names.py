@@ -30,18 +30,24 @@ TASKS = {"train_日本": ("ja", "train_~E6~97~A5~E6~9C~AC"), "train_中国": ("z
 @pytest.fixture(scope="module")
 def unicode_run(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
     dags = copy_dags(tmp_path_factory.mktemp("unicode-dags"), DAGS / "horovod_unicode_ids.py")
-    backend = {"AIRFLOW__CORE__XCOM_BACKEND": "tests.e2e.marking_xcom_backend.MarkingXCom",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               "AIRFLOW__CORE__PARALLELISM": "1"}
-    with airflow_deployment(dags, home=tmp_path_factory.mktemp("unicode-home"), extra_env=backend,
-                            components=("api-server", "scheduler", "dag-processor")) as airflow:
+    backend = {
+        "AIRFLOW__CORE__XCOM_BACKEND": "tests.e2e.marking_xcom_backend.MarkingXCom",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "AIRFLOW__CORE__PARALLELISM": "1",
+    }
+    with airflow_deployment(
+        dags,
+        home=tmp_path_factory.mktemp("unicode-home"),
+        extra_env=backend,
+        components=("api-server", "scheduler", "dag-processor"),
+    ) as airflow:
         yield FinishedRun(airflow, "horovod_unicode_ids")
 
 
 def stored(run: FinishedRun, task_id: str, key: str):
     """The XCom's value as the database holds it (the API's native form)."""
     value = run.xcom(task_id, key)
-    return json.loads(value) if isinstance(value, str) and value[:1] in "{[\"" else value
+    return json.loads(value) if isinstance(value, str) and value[:1] in '{["' else value
 
 
 def through_backend(run: FinishedRun, task_id: str, key: str):
@@ -69,7 +75,8 @@ def test_the_link_is_written_apart_from_the_data_the_operator_pushes_through_the
         assert url.startswith("http://127.0.0.1:"), unicode_run.why(task)
         assert stored(unicode_run, task, "_link_SparkUILink") == url  # Airflow's own write: a bare URL
         links = unicode_run.airflow.api(
-            "GET", f"/api/v2/dags/{unicode_run.dag_id}/dagRuns/{unicode_run.run_id}/taskInstances/{task}/links").json()
+            "GET", f"/api/v2/dags/{unicode_run.dag_id}/dagRuns/{unicode_run.run_id}/taskInstances/{task}/links"
+        ).json()
         # what the UI's buttons open: the Spark UI; no MLflow run (the task does not track one: a disabled button)
         assert links["extra_links"] == {"Spark UI": url, "MLflow run": None}
     # while a task runs (push_spark_ui_url), and read by get_link for an operator that does not know its URL
@@ -78,5 +85,7 @@ def test_the_link_is_written_apart_from_the_data_the_operator_pushes_through_the
     assert stored(unicode_run, "publish_link", "_link_SparkUILink") == "http://spark-ui.example:4040"
     assert through_backend(unicode_run, "publish_link", "return_value") == {"link": "http://spark-ui.example:4040"}
     # a try from before the link had its own key pushed the URL under the data key only: get_link still finds it
-    assert through_backend(unicode_run, "link_from_an_earlier_version", "return_value") == \
-        "http://old-spark-ui.example:4040"
+    assert (
+        through_backend(unicode_run, "link_from_an_earlier_version", "return_value")
+        == "http://old-spark-ui.example:4040"
+    )

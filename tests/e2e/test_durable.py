@@ -47,17 +47,27 @@ def lineage_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def airflow(cluster, tmp_path_factory, lineage_file, s3_server):  # noqa: F811
-    dags = copy_dags(tmp_path_factory.mktemp("dags"), HERE / "dags" / "horovod_durable.py",
-                     HERE / "dags" / "torch_cluster.py", HERE / "dags" / "horovod_resume.py")
+    dags = copy_dags(
+        tmp_path_factory.mktemp("dags"),
+        HERE / "dags" / "horovod_durable.py",
+        HERE / "dags" / "torch_cluster.py",
+        HERE / "dags" / "horovod_resume.py",
+    )
     s3_server.fs().mkdir("staging")
     env = {
-        "AIRFLOW_CONN_MINIO": json.dumps({
-            "conn_type": "aws", "login": s3_server.access_key, "password": s3_server.secret_key,
-            "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region}}),
+        "AIRFLOW_CONN_MINIO": json.dumps(
+            {
+                "conn_type": "aws",
+                "login": s3_server.access_key,
+                "password": s3_server.secret_key,
+                "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region},
+            }
+        ),
         "AIRFLOW_CONN_SPARK_CLUSTER": cluster.airflow_connection(),
         "AIRFLOW__HOROVOD__ARTIFACT_ROOT": str(tmp_path_factory.mktemp("artifacts")),  # the "shared filesystem"
-        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage_file),
-                                                       "append": True}),
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(lineage_file), "append": True}
+        ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "horovod-tests",
     }
     with airflow_deployment(dags, extra_env=env) as deployment:
@@ -94,8 +104,12 @@ def _ti(airflow, dag_id: str, run_id: str) -> dict:
 def test_retry_after_the_task_process_dies_reattaches_to_the_running_driver(airflow, cluster, lineage_file):
     run_id = airflow.trigger("horovod_durable")
     # the task logs the driver's state while it waits, after the job was persisted to the task state store
-    _poll("the task to wait for its RUNNING driver", lambda: "is RUNNING" in _log(airflow, "horovod_durable", run_id),
-          timeout_s=300, interval_s=2)
+    _poll(
+        "the task to wait for its RUNNING driver",
+        lambda: "is RUNNING" in _log(airflow, "horovod_durable", run_id),
+        timeout_s=300,
+        interval_s=2,
+    )
     first = _ti(airflow, "horovod_durable", run_id)
     proc = _poll("the try's task process", lambda: _task_process(first["id"]), timeout_s=30)
     [driver] = [d for d in _drivers(cluster) if d["state"] == "RUNNING"]
@@ -116,8 +130,9 @@ def test_retry_after_the_task_process_dies_reattaches_to_the_running_driver(airf
     assert airflow.xcom("horovod_durable", run_id, "train", "spark_submission_id") == driver["id"]
     assert airflow.xcom("horovod_durable", run_id, "train", "spark_app_id").startswith("app-")
 
-    events = _poll("the OpenLineage COMPLETE event", lambda: _complete_events(lineage_file, "horovod_durable.train"),
-                   timeout_s=60)
+    events = _poll(
+        "the OpenLineage COMPLETE event", lambda: _complete_events(lineage_file, "horovod_durable.train"), timeout_s=60
+    )
     assert events[-1]["outputs"][0]["namespace"] == "file"
     assert events[-1]["outputs"][0]["name"] == artifact_dir
     assert [(d["namespace"], d["name"]) for d in events[-1]["inputs"]] == [("file", "/data/digits/features")]
@@ -127,8 +142,11 @@ def _complete_events(path: Path, job_name: str) -> list[dict] | None:
     if not path.exists():
         return None
     events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    found = [e for e in events if e.get("eventType") == "COMPLETE" and e.get("job", {}).get("name") == job_name
-             and e.get("outputs")]
+    found = [
+        e
+        for e in events
+        if e.get("eventType") == "COMPLETE" and e.get("job", {}).get("name") == job_name and e.get("outputs")
+    ]
     return found or None
 
 
@@ -138,9 +156,15 @@ def _wait_for_running_driver(airflow, cluster, dag_id: str, run_id: str, *, defe
     a task marked failed or cleared before the triggerer has started its trigger never gets on_kill, as Airflow
     drops the trigger unrun); return the driver from the master's state.
     """
-    _poll(f"{dag_id}'s {'trigger' if deferred else 'task'} to watch the RUNNING driver",
-          lambda: (not deferred or _ti(airflow, dag_id, run_id)["state"] == "deferred")
-          and "is RUNNING" in _log(airflow, dag_id, run_id), timeout_s=300, interval_s=2)
+    _poll(
+        f"{dag_id}'s {'trigger' if deferred else 'task'} to watch the RUNNING driver",
+        lambda: (
+            (not deferred or _ti(airflow, dag_id, run_id)["state"] == "deferred")
+            and "is RUNNING" in _log(airflow, dag_id, run_id)
+        ),
+        timeout_s=300,
+        interval_s=2,
+    )
     [driver] = cluster.master_json()["activedrivers"]
     return driver
 
@@ -149,24 +173,40 @@ def _wait_for_driver_state(airflow, cluster, dag_id: str, run_id: str, driver_id
     def reached() -> bool:
         return any(d["id"] == driver_id and d["state"] == state for d in _drivers(cluster))
 
-    _poll(f"the master to report driver {driver_id} {state}", reached, timeout_s=120,
-          on_timeout=lambda: f"\nmaster: {cluster.master_json()}\ntask log:\n{_log(airflow, dag_id, run_id)}"
-                             f"{airflow.diagnostics(60)}")
+    _poll(
+        f"the master to report driver {driver_id} {state}",
+        reached,
+        timeout_s=120,
+        on_timeout=lambda: (
+            f"\nmaster: {cluster.master_json()}\ntask log:\n{_log(airflow, dag_id, run_id)}{airflow.diagnostics(60)}"
+        ),
+    )
 
 
 def test_marking_a_deferred_task_failed_kills_its_driver_from_the_triggerer(airflow, cluster):
     run_id = airflow.trigger("horovod_deferred_kill")
     driver = _wait_for_running_driver(airflow, cluster, "horovod_deferred_kill", run_id, deferred=True)
-    airflow.api("PATCH", f"/api/v2/dags/horovod_deferred_kill/dagRuns/{run_id}/taskInstances/train",
-                json={"new_state": "failed"})
+    airflow.api(
+        "PATCH",
+        f"/api/v2/dags/horovod_deferred_kill/dagRuns/{run_id}/taskInstances/train",
+        json={"new_state": "failed"},
+    )
     _wait_for_driver_state(airflow, cluster, "horovod_deferred_kill", run_id, driver["id"], "KILLED")
     assert _ti(airflow, "horovod_deferred_kill", run_id)["state"] == "failed"
 
 
 def _clear(airflow, dag_id: str, run_id: str) -> None:
-    airflow.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances",
-                json={"dry_run": False, "dag_run_id": run_id, "task_ids": ["train"], "only_failed": False,
-                      "reset_dag_runs": True})
+    airflow.api(
+        "POST",
+        f"/api/v2/dags/{dag_id}/clearTaskInstances",
+        json={
+            "dry_run": False,
+            "dag_run_id": run_id,
+            "task_ids": ["train"],
+            "only_failed": False,
+            "reset_dag_runs": True,
+        },
+    )
 
 
 def _assert_fresh_job_after_clear(airflow, cluster, dag_id: str, run_id: str, first: dict) -> None:
@@ -202,10 +242,16 @@ def test_clearing_a_running_sync_task_trains_a_fresh_job(airflow, cluster):
 def test_a_deferred_task_marked_failed_then_rerun_trains_a_fresh_job(airflow, cluster):
     run_id = airflow.trigger("horovod_deferred_fail_rerun")
     first = _wait_for_running_driver(airflow, cluster, "horovod_deferred_fail_rerun", run_id, deferred=True)
-    airflow.api("PATCH", f"/api/v2/dags/horovod_deferred_fail_rerun/dagRuns/{run_id}/taskInstances/train",
-                json={"new_state": "failed"})
-    _poll("the task to be failed", lambda: _ti(airflow, "horovod_deferred_fail_rerun", run_id)["state"] == "failed",
-          timeout_s=60)
+    airflow.api(
+        "PATCH",
+        f"/api/v2/dags/horovod_deferred_fail_rerun/dagRuns/{run_id}/taskInstances/train",
+        json={"new_state": "failed"},
+    )
+    _poll(
+        "the task to be failed",
+        lambda: _ti(airflow, "horovod_deferred_fail_rerun", run_id)["state"] == "failed",
+        timeout_s=60,
+    )
     _clear(airflow, "horovod_deferred_fail_rerun", run_id)  # at once: the kill may still be under way
     _assert_fresh_job_after_clear(airflow, cluster, "horovod_deferred_fail_rerun", run_id, first)
 
@@ -230,8 +276,12 @@ def _wait_for_training(airflow, dag_id: str, run_id: str) -> str:
     Wait until the task log says both ranks run (the barrier stage's progress line); return the application id from
     the log's ``Spark application ... started`` line (a deferred task's trigger logs it; it pushes no XCom).
     """
-    log = _poll(f"{dag_id}'s ranks to run", lambda: (text := _log(airflow, dag_id, run_id)) and
-                "2/2 ranks running" in text and text, timeout_s=180, interval_s=1)
+    log = _poll(
+        f"{dag_id}'s ranks to run",
+        lambda: (text := _log(airflow, dag_id, run_id)) and "2/2 ranks running" in text and text,
+        timeout_s=180,
+        interval_s=1,
+    )
     return re.search(r"Spark application (app-\S+) started", log).group(1)
 
 
@@ -272,9 +322,12 @@ def test_a_deferred_task_returns_its_value_and_puts_the_model_on_its_asset_event
 
 def _live_step(airflow, run_id: str, task_id: str) -> int | None:
     """The step the UI plugin's endpoint shows for a task of ``horovod_progress`` while it is deferred, else None."""
-    answer = httpx.get(f"{airflow.url}/horovod/progress", timeout=60,
-                       headers={"Authorization": f"Bearer {airflow.token()}"},
-                       params={"dag_id": "horovod_progress", "run_id": run_id, "task_id": task_id})
+    answer = httpx.get(
+        f"{airflow.url}/horovod/progress",
+        timeout=60,
+        headers={"Authorization": f"Bearer {airflow.token()}"},
+        params={"dag_id": "horovod_progress", "run_id": run_id, "task_id": task_id},
+    )
     if answer.status_code == 404:  # the task instance is not created yet
         return None
     answer = answer.raise_for_status().json()
@@ -282,18 +335,27 @@ def _live_step(airflow, run_id: str, task_id: str) -> int | None:
 
 
 def test_report_progress_reaches_the_task_log_xcom_the_ui_and_the_asset_event_client_and_deferred(
-        airflow, lineage_file):
+    airflow, lineage_file
+):
     run_id = airflow.trigger("horovod_progress")
     # the UI's endpoint follows the deferred task (its job's progress.json, written by the driver) while the
     # triggerer watches it: two reads, the step grows, the task still deferred
-    first = _poll("a step on the UI endpoint while deferred", lambda: _live_step(airflow, run_id, "deferred"),
-                  timeout_s=300, interval_s=2)
-    later = _poll("the step to grow while deferred",
-                  lambda: (step := _live_step(airflow, run_id, "deferred")) and step > first and step,
-                  timeout_s=40, interval_s=2)
+    first = _poll(
+        "a step on the UI endpoint while deferred",
+        lambda: _live_step(airflow, run_id, "deferred"),
+        timeout_s=300,
+        interval_s=2,
+    )
+    later = _poll(
+        "the step to grow while deferred",
+        lambda: (step := _live_step(airflow, run_id, "deferred")) and step > first and step,
+        timeout_s=40,
+        interval_s=2,
+    )
     assert first < later <= 48
-    assert airflow.wait_for_run("horovod_progress", run_id, timeout_s=500) == "success", \
-        airflow.task_states("horovod_progress", run_id)
+    assert airflow.wait_for_run("horovod_progress", run_id, timeout_s=500) == "success", airflow.task_states(
+        "horovod_progress", run_id
+    )
     client = airflow.task_log("horovod_progress", run_id, "client")
     lines = re.findall(r"airflow-provider-horovod: progress: (step \d+/48 \(\d+%\)[^\n]*)", client)
     assert len(lines) >= 2 and lines[-1].startswith("step 48/48 (100%)"), client[-4000:]
@@ -301,8 +363,9 @@ def test_report_progress_reaches_the_task_log_xcom_the_ui_and_the_asset_event_cl
     deferred = airflow.task_log("horovod_progress", run_id, "deferred")
     assert "Pausing task as DEFERRED" in deferred
     # the trigger logs the driver's snapshot from the S3 staging directory while the training runs
-    assert re.search(r"Training: step \d+/48 \(\d+%\) [\d.]+ steps/s, ETA \d+ s; loss [\d.]+", deferred), \
-        deferred[-4000:]
+    assert re.search(r"Training: step \d+/48 \(\d+%\) [\d.]+ steps/s, ETA \d+ s; loss [\d.]+", deferred), deferred[
+        -4000:
+    ]
     for task in ("client", "deferred"):
         metrics = airflow.xcom("horovod_progress", run_id, task, key="metrics")
         assert metrics == {"loss": pytest.approx(1 / 48)}, metrics
@@ -312,8 +375,11 @@ def test_report_progress_reaches_the_task_log_xcom_the_ui_and_the_asset_event_cl
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert records[-1]["step"] == 48 and all(r["rank"] == 0 for r in records)
     # OpenLineage: the COMPLETE event's run carries the training facet with the last metrics
-    [event, *_] = _poll("the OpenLineage COMPLETE event",
-                        lambda: _complete_events(lineage_file, "horovod_progress.deferred"), timeout_s=60)
+    [event, *_] = _poll(
+        "the OpenLineage COMPLETE event",
+        lambda: _complete_events(lineage_file, "horovod_progress.deferred"),
+        timeout_s=60,
+    )
     facet = event["run"]["facets"]["horovod_training"]
     assert (facet["np"], facet["launcher"]) == (2, "horovod") and facet["metrics"] == {"loss": pytest.approx(1 / 48)}
     assert facet["_producer"] and facet["_schemaURL"], facet
@@ -321,8 +387,9 @@ def test_report_progress_reaches_the_task_log_xcom_the_ui_and_the_asset_event_cl
 
 def test_a_deferred_torch_distributed_task_trains_ddp_on_the_cluster(airflow, cluster):
     run_id = airflow.trigger("torch_cluster_deferred")
-    assert airflow.wait_for_run("torch_cluster_deferred", run_id, timeout_s=400) == "success", \
-        _log(airflow, "torch_cluster_deferred", run_id)[-4000:]
+    assert airflow.wait_for_run("torch_cluster_deferred", run_id, timeout_s=400) == "success", _log(
+        airflow, "torch_cluster_deferred", run_id
+    )[-4000:]
     value = airflow.xcom("torch_cluster_deferred", run_id, "train")  # survived the deferral
     assert (value["world_size"], value["same_weights"]) == (2, True)  # DDP averaged the ranks' gradients
     artifact_dir = airflow.xcom("torch_cluster_deferred", run_id, "train", "artifact_dir")
@@ -344,15 +411,20 @@ def test_a_torch_distributed_retry_after_the_task_process_dies_reattaches_to_the
     # directory, DDP's value
     before = {d["id"] for d in _drivers(cluster)}
     run_id = airflow.trigger("torch_durable")
-    _poll("the torch task to wait for its RUNNING driver",
-          lambda: "is RUNNING" in _log(airflow, "torch_durable", run_id), timeout_s=300, interval_s=2)
+    _poll(
+        "the torch task to wait for its RUNNING driver",
+        lambda: "is RUNNING" in _log(airflow, "torch_durable", run_id),
+        timeout_s=300,
+        interval_s=2,
+    )
     first = _ti(airflow, "torch_durable", run_id)
     proc = _poll("the try's task process", lambda: _task_process(first["id"]), timeout_s=30)
     [driver] = [d for d in _drivers(cluster) if d["state"] == "RUNNING" and d["id"] not in before]
     proc.send_signal(signal.SIGKILL)  # a worker crash: no on_kill, no cleanup
 
-    assert airflow.wait_for_run("torch_durable", run_id, timeout_s=400) == "success", \
-        _log(airflow, "torch_durable", run_id, 2)[-4000:]
+    assert airflow.wait_for_run("torch_durable", run_id, timeout_s=400) == "success", _log(
+        airflow, "torch_durable", run_id, 2
+    )[-4000:]
     assert _ti(airflow, "torch_durable", run_id)["try_number"] == 2
     drivers = [d for d in _drivers(cluster) if d["id"] not in before]
     assert [(d["id"], d["state"]) for d in drivers] == [(driver["id"], "FINISHED")], drivers  # no second driver
@@ -416,8 +488,12 @@ def _kill_mid_training_and_check_the_resume(airflow, cluster, dag_id: str, kill)
     """
     run_id = airflow.trigger(dag_id)
     # the checkpoint_dir XCom is pushed before the job is submitted
-    _poll(f"{dag_id}'s rank 0 to train step 12", lambda: len(_steps(airflow, dag_id, run_id)) >= 12,
-          timeout_s=240, interval_s=0.5)
+    _poll(
+        f"{dag_id}'s rank 0 to train step 12",
+        lambda: len(_steps(airflow, dag_id, run_id)) >= 12,
+        timeout_s=240,
+        interval_s=0.5,
+    )
     executor, app_id = _poll("rank 1's executor", lambda: _rank_executor(cluster, 1), timeout_s=10)
     killed_at = time.time()
     kill(executor, app_id)
@@ -454,10 +530,14 @@ def _epoch(timestamp: str) -> float:
 def test_a_lost_executor_fails_the_try_naming_it_and_the_retry_resumes_from_the_checkpoint(airflow, cluster):
     # cluster deploy mode; the executor JVM of rank 1 is SIGKILLed (an OOM kill): Spark reports exit code 137
     error, app_id = _kill_mid_training_and_check_the_resume(
-        airflow, cluster, "horovod_resume_executor", lambda executor, _app: executor.send_signal(signal.SIGKILL))
+        airflow, cluster, "horovod_resume_executor", lambda executor, _app: executor.send_signal(signal.SIGKILL)
+    )
     headline = error.splitlines()[0]
-    assert re.search(r"HorovodExecutorLostError: Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) "
-                     r"during the barrier stage: Command exited with code 137: SIGKILL", headline), error
+    assert re.search(
+        r"HorovodExecutorLostError: Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) "
+        r"during the barrier stage: Command exited with code 137: SIGKILL",
+        headline,
+    ), error
     assert "Gloo" not in headline and "timed out" not in headline, error
     # Spark made one attempt of the barrier stage (its default spark.stage.maxConsecutiveAttempts=4 notwithstanding)
     assert "Could not recover from a failed barrier ResultStage" in error, error
@@ -477,5 +557,8 @@ def test_a_lost_worker_fails_the_try_naming_the_executor_and_the_retry_resumes(a
     finally:
         if killed:
             cluster.restart_worker(killed[0])
-    assert re.search(r"HorovodExecutorLostError: Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) "
-                     r"during the barrier stage: worker lost: 127\.0\.0\.1:\d+ got disassociated", error), error
+    assert re.search(
+        r"HorovodExecutorLostError: Spark lost executor \d+ on 127\.0\.0\.1 \(barrier task \d, rank 1\) "
+        r"during the barrier stage: worker lost: 127\.0\.0\.1:\d+ got disassociated",
+        error,
+    ), error

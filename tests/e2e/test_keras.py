@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
 KERAS_PYTHON = REPO / ".venv-keras" / "bin" / "python"
 EXAMPLES = REPO / "example_dags"
 
-RUNNER_SCRIPT = r'''
+RUNNER_SCRIPT = r"""
 import json, sys
 from pyspark.sql import SparkSession
 
@@ -36,7 +36,7 @@ from keras_digits_training import train_keras
 value = HorovodRunner(np=np_, artifact_dir=artifacts).run(train_keras, data_path=data_path, epochs=25)
 spark.stop()
 print("RESULT " + json.dumps(value), flush=True)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +60,27 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _keras_env(keras_python: str) -> dict[str, str]:
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")},
-            "PYSPARK_PYTHON": keras_python, "PYSPARK_DRIVER_PYTHON": keras_python, "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYTHONPATH": os.pathsep.join([str(REPO), str(EXAMPLES)]), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")},
+        "PYSPARK_PYTHON": keras_python,
+        "PYSPARK_DRIVER_PYTHON": keras_python,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(EXAMPLES)]),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
 
 
 @pytest.mark.parametrize("np_", [2, -2])
 def test_keras_function_through_horovod_runner(keras_python, digits, tmp_path, np_):
     artifacts = tmp_path / "artifacts"
-    value, stdout = run_client_script(RUNNER_SCRIPT, tmp_path / "run_keras.py", [digits, str(artifacts), str(np_)],
-                                      timeout_s=600, env=_keras_env(keras_python), python=keras_python)
+    value, stdout = run_client_script(
+        RUNNER_SCRIPT,
+        tmp_path / "run_keras.py",
+        [digits, str(artifacts), str(np_)],
+        timeout_s=600,
+        env=_keras_env(keras_python),
+        python=keras_python,
+    )
 
     assert value["ranks"] == 2 and value["model_path"] == str(artifacts / "model.keras")
     assert value["test_accuracy"] >= 0.9, value
@@ -92,11 +103,22 @@ def test_keras_example_dag(keras_python, airflow_home, tmp_path):
     for name in ("horovod_keras_digits.py", "keras_digits_training.py"):  # the DAG imports its training module
         shutil.copy(EXAMPLES / name, dags)
     env = {**airflow_env(airflow_home, dags), "HOROVOD_KERAS_PYTHON": keras_python, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "horovod_keras_digits"], env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [str(VENV_BIN / "airflow"), "dags", "test", "horovod_keras_digits"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     log = proc.stdout + proc.stderr
-    shown = subprocess.run([sys.executable, str(REPO / "scripts" / "show_run.py"), "--json", "horovod_keras_digits"],
-                           env=env, capture_output=True, text=True, timeout=120, check=True)
+    shown = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "show_run.py"), "--json", "horovod_keras_digits"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     run = json.loads(shown.stdout.strip().splitlines()[-1])
 
     assert run["states"] == {"prepare_digits": "success", "train": "success", "check_accuracy": "success"}, log[-6000:]

@@ -30,24 +30,32 @@ def airflow(tmp_path_factory):
     team_a = copy_dags(tmp_path_factory.mktemp("team-a-dags"), DAGS / "team_training.py")
     team_b = tmp_path_factory.mktemp("team-b-dags")  # a team with a bundle of its own and no access to team_a's
     bundle = "airflow.dag_processing.bundles.local.LocalDagBundle"
-    bundles = [{"name": "team-a", "classpath": bundle, "kwargs": {"path": str(team_a)}, "team_name": "team_a"},
-               {"name": "team-b", "classpath": bundle, "kwargs": {"path": str(team_b)}, "team_name": "team_b"}]
+    bundles = [
+        {"name": "team-a", "classpath": bundle, "kwargs": {"path": str(team_a)}, "team_name": "team_a"},
+        {"name": "team-b", "classpath": bundle, "kwargs": {"path": str(team_b)}, "team_name": "team_b"},
+    ]
     env = {
         "AIRFLOW__CORE__MULTI_TEAM": "True",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:viewer:team_a,bob:viewer:team_b",
         "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
     }
-    with airflow_deployment(team_a, home=tmp_path_factory.mktemp("team-home"), extra_env=env,
-                            components=("api-server", "dag-processor"),
-                            prepare=[["teams", "sync"]]) as deployment:  # the teams the bundles name
+    with airflow_deployment(
+        team_a,
+        home=tmp_path_factory.mktemp("team-home"),
+        extra_env=env,
+        components=("api-server", "dag-processor"),
+        prepare=[["teams", "sync"]],
+    ) as deployment:  # the teams the bundles name
         yield deployment
 
 
 def test_only_the_owning_team_and_the_admin_read_a_task_s_progress(airflow):
     run_id = airflow.trigger(DAG_ID)
     params = {"dag_id": DAG_ID, "run_id": run_id, "task_id": TASK_ID}
-    airflow_own = (f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{TASK_ID}",
-                   f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{TASK_ID}/xcomEntries")
+    airflow_own = (
+        f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{TASK_ID}",
+        f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{TASK_ID}/xcomEntries",
+    )
 
     def answers(user: str) -> tuple[int, list[int], httpx.Response]:
         headers = {"Authorization": f"Bearer {airflow.login(user)}"}

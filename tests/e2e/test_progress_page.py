@@ -36,11 +36,14 @@ PLUGIN = "airflow_provider_horovod.plugins.horovod_plugin:HorovodProgressPlugin"
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
     registered = [ep.value for ep in entry_points(group="airflow.plugins")]
-    assert PLUGIN in registered, ("the UI plugin's entry point is not installed (an environment from before it): run "
-                                  f"`make setup` to reinstall the package; airflow.plugins entry points: {registered}")
+    assert PLUGIN in registered, (
+        "the UI plugin's entry point is not installed (an environment from before it): run "
+        f"`make setup` to reinstall the package; airflow.plugins entry points: {registered}"
+    )
     dags = copy_dags(tmp_path_factory.mktemp("progress-dags"), DAGS / "horovod_progress_page.py")  # both DAGs
-    with airflow_deployment(dags, home=tmp_path_factory.mktemp("progress-home"),
-                            components=("api-server", "scheduler", "dag-processor")) as deployment:
+    with airflow_deployment(
+        dags, home=tmp_path_factory.mktemp("progress-home"), components=("api-server", "scheduler", "dag-processor")
+    ) as deployment:
         yield deployment
 
 
@@ -53,8 +56,14 @@ def browser():
     assert chromium and driver_path, "Chromium and chromedriver are missing: run `make setup-browser`"
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000", "--no-first-run"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        "--no-first-run",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
     driver.set_page_load_timeout(60)
@@ -99,11 +108,16 @@ def _tab(driver):
 def test_the_endpoint_refuses_requests_without_a_session(airflow, training):
     params = {"dag_id": DAG_ID, "run_id": training, "task_id": TASK_ID}
     assert httpx.get(f"{airflow.url}/horovod/progress", params=params, timeout=30).status_code == 401
-    forged = httpx.get(f"{airflow.url}/horovod/progress", params=params, timeout=30,
-                       headers={"Authorization": "Bearer not-a-token"})
+    forged = httpx.get(
+        f"{airflow.url}/horovod/progress", params=params, timeout=30, headers={"Authorization": "Bearer not-a-token"}
+    )
     assert forged.status_code == 403
-    allowed = httpx.get(f"{airflow.url}/horovod/progress", params=params, timeout=30,
-                        headers={"Authorization": f"Bearer {airflow.token()}"})
+    allowed = httpx.get(
+        f"{airflow.url}/horovod/progress",
+        params=params,
+        timeout=30,
+        headers={"Authorization": f"Bearer {airflow.token()}"},
+    )
     assert allowed.status_code == 200 and allowed.json()["active"] is True, allowed.text
 
 
@@ -114,8 +128,9 @@ def _open_tab(airflow, browser, dag_id: str, run_id: str, task_id: str) -> None:
     browser.get(f"{airflow.url}/horovod/static/progress.css")
     browser.add_cookie({"name": "_token", "value": airflow.token(), "path": "/"})
     browser.get(f"{airflow.url}/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/plugin/horovod-progress")
-    frame = wait_until(lambda: browser.find_elements("css selector", "iframe[src*='/horovod/page']"),
-                       "the tab's iframe", timeout_s=60)[0]
+    frame = wait_until(
+        lambda: browser.find_elements("css selector", "iframe[src*='/horovod/page']"), "the tab's iframe", timeout_s=60
+    )[0]
     browser.switch_to.frame(frame)
 
 
@@ -123,28 +138,35 @@ def test_the_tab_follows_the_training_and_keeps_its_history(airflow, training, b
     _open_tab(airflow, browser, DAG_ID, training, TASK_ID)
     # before the first report the tab says what the ranks do: rank 1 holds back from hvd.init() until the file
     # "go" is in the artifact directory, so rank 0 waits there alone
-    waiting = wait_until(lambda: (t := _tab(browser))["status"].startswith("rendezvous: ") and t,
-                         "the rendezvous phase", timeout_s=120)
+    waiting = wait_until(
+        lambda: (t := _tab(browser))["status"].startswith("rendezvous: ") and t, "the rendezvous phase", timeout_s=120
+    )
     assert waiting["status"] == "rendezvous: 1/2 ranks in hvd.init(), 0 joined" and not waiting["charts"], waiting
     Path(airflow.xcom(DAG_ID, training, TASK_ID, "artifact_dir"), "go").write_text("")
-    first = wait_until(lambda: (t := _tab(browser))["charts"].get("loss") and t, "the chart's first points",
-                       timeout_s=120)  # Spark and the ranks start first
-    later = wait_until(lambda: (t := _tab(browser))["charts"]["loss"] > first["charts"]["loss"] and t,
-                       "the chart to grow", timeout_s=20)
+    first = wait_until(
+        lambda: (t := _tab(browser))["charts"].get("loss") and t, "the chart's first points", timeout_s=120
+    )  # Spark and the ranks start first
+    later = wait_until(
+        lambda: (t := _tab(browser))["charts"]["loss"] > first["charts"]["loss"] and t,
+        "the chart to grow",
+        timeout_s=20,
+    )
     assert set(later["charts"]) == {"loss", "acc"}
     assert re.search(rf"step \d+/{STEPS} \(\d+%\) · .* steps/s · ETA ", later["status"]), later["status"]
     assert len(later["ranks"]) == 2 and "refreshing every" in later["footer"], later
     # the straggler is marked once it is more than about a second of steps behind: rank 1 falls behind by ~1.1
     # steps a second, so a few seconds after the first points (the read above may come before that)
-    straggler = wait_until(lambda: (t := _tab(browser))["slowest"] == 1 and t, "rank 1 marked as the slowest",
-                           timeout_s=20)
+    straggler = wait_until(
+        lambda: (t := _tab(browser))["slowest"] == 1 and t, "rank 1 marked as the slowest", timeout_s=20
+    )
     assert any(row.startswith("1 (slowest)") for row in straggler["ranks"]), straggler
     if os.environ.get("APH_PROGRESS_SCREENSHOT"):
         browser.save_screenshot(os.environ["APH_PROGRESS_SCREENSHOT"])
 
     assert airflow.wait_for_run(DAG_ID, training, timeout_s=120) == "success"
-    done = wait_until(lambda: "not refreshing" in (t := _tab(browser))["footer"] and t, "the finished history",
-                      timeout_s=30)
+    done = wait_until(
+        lambda: "not refreshing" in (t := _tab(browser))["footer"] and t, "the finished history", timeout_s=30
+    )
     # the history is sampled (at most two records a second per rank, and the last one): every chart ends at the
     # last step with more points than while it ran
     assert set(done["charts"]) == {"loss", "acc"} and done["charts"]["loss"] > later["charts"]["loss"], done
@@ -183,8 +205,11 @@ def test_the_tab_tells_a_retried_task_s_story_and_links_only_http(airflow, brows
             airflow.api("POST", xcom_path, json={"key": key, **value}, expect=(201,))
 
     _open_tab(airflow, browser, dag_id, run_id, "train")
-    latest = wait_until(lambda: (t := browser.execute_script(_READ_STORY))["resumed"] and "not refreshing" in
-                        t["footer"] and t, "the finished second try", timeout_s=60)
+    latest = wait_until(
+        lambda: (t := browser.execute_script(_READ_STORY))["resumed"] and "not refreshing" in t["footer"] and t,
+        "the finished second try",
+        timeout_s=60,
+    )
     assert latest["resumed"] == "resumed from checkpoint step 10 (saved by try 1)", latest
     assert latest["tries"] == ["try 1", "try 2 (latest)"] and latest["picked"] == "2" and latest["picker_shown"]
     assert latest["status"].startswith("step 40/40 (100%)") and not latest["failure"], latest
@@ -193,16 +218,21 @@ def test_the_tab_tells_a_retried_task_s_story_and_links_only_http(airflow, brows
     if os.environ.get("APH_PROGRESS_SCREENSHOT"):
         browser.save_screenshot(os.environ["APH_PROGRESS_SCREENSHOT"].replace(".png", "-retry.png"))
 
-    browser.execute_script("const s = document.getElementById('try'); s.value = '1';"
-                           "s.dispatchEvent(new Event('change'));")
-    first = wait_until(lambda: (t := browser.execute_script(_READ_STORY))["failure"] and t, "try 1's headline",
-                       timeout_s=30)
+    browser.execute_script(
+        "const s = document.getElementById('try'); s.value = '1';s.dispatchEvent(new Event('change'));"
+    )
+    first = wait_until(
+        lambda: (t := browser.execute_script(_READ_STORY))["failure"] and t, "try 1's headline", timeout_s=30
+    )
     assert first["picked"] == "1" and "ValueError: corrupt shard on the first try" in first["failure"], first
     assert first["failure"].startswith("failed: ") and re.match(r"step 10/40 \(25%\)", first["status"]), first
     assert not first["resumed"]
 
     _open_tab(airflow, browser, dag_id, run_id, "silent")
-    silent = wait_until(lambda: (t := browser.execute_script(_READ_STORY))["status"] != "loading…" and t,
-                        "the silent task's tab", timeout_s=60)
+    silent = wait_until(
+        lambda: (t := browser.execute_script(_READ_STORY))["status"] != "loading…" and t,
+        "the silent task's tab",
+        timeout_s=60,
+    )
     assert silent["status"] == "finished, no progress reported", silent
     assert silent["link_href"] is None and "javascript" not in silent["link_text"], silent

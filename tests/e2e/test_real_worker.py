@@ -28,8 +28,16 @@ SHAPES = {
     "partial": {"lr": 0.05, "epochs": 2, "size": 2},
     "nested_partial": {"config": "lr=0.1", "epochs": 30, "tag": "nested", "size": 2, "sum": 3.0},
     "bound_method": {"lr": 0.2, "epochs": 60, "cls": "Trainer", "size": 2, "sum": 3.0},
-    "callable_instance": {"lr": 0.3, "scaled": 70, "total": 8, "helper": "helped:7", "config": "lr=0.4",
-                          "tags": ["a", "b"], "size": 2, "sum": 3.0},
+    "callable_instance": {
+        "lr": 0.3,
+        "scaled": 70,
+        "total": 8,
+        "helper": "helped:7",
+        "config": "lr=0.4",
+        "tags": ["a", "b"],
+        "size": 2,
+        "sum": 3.0,
+    },
     "staticmethod": {"static": 30, "described": "Trainer:3", "size": 2, "sum": 3.0},
     "lambda": {"lr": 0.01, "epochs": 1, "size": 2},
 }
@@ -41,13 +49,19 @@ INTERNAL_NAMES = ("result.pkl", "FileNotFoundError", "collectAndServe")
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory):
-    dags = copy_dags(tmp_path_factory.mktemp("real-worker-dags"), DAGS / "horovod_callable_shapes.py",
-                     DAGS / "helper_only_on_driver.py")
+    dags = copy_dags(
+        tmp_path_factory.mktemp("real-worker-dags"),
+        DAGS / "horovod_callable_shapes.py",
+        DAGS / "helper_only_on_driver.py",
+    )
     # one Spark job at a time (the DAGs' max_active_tasks=1, and parallelism 1 in case both DAGs have a run): two at
     # once on 2 cores took 4x longer each. No triggerer: nothing here defers.
-    with airflow_deployment(dags, home=tmp_path_factory.mktemp("real-worker-home"),
-                            extra_env={"AIRFLOW__CORE__PARALLELISM": "1"},
-                            components=("api-server", "scheduler", "dag-processor")) as deployment:
+    with airflow_deployment(
+        dags,
+        home=tmp_path_factory.mktemp("real-worker-home"),
+        extra_env={"AIRFLOW__CORE__PARALLELISM": "1"},
+        components=("api-server", "scheduler", "dag-processor"),
+    ) as deployment:
         yield deployment
 
 

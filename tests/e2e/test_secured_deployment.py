@@ -85,6 +85,7 @@ REDACTED = "*********(redacted)"
 
 # --- the clusters ------------------------------------------------------------------------------------------------
 
+
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -101,12 +102,53 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     """A PKCS12 keystore with a self-signed certificate for 127.0.0.1, and that certificate as a PEM CA bundle."""
     store, pem = folder / "master.p12", folder / "ca.pem"
     keytool = shutil.which("keytool") or pytest.skip("the JDK's keytool is not on PATH")
-    subprocess.run([keytool, "-genkeypair", "-alias", "master", "-keyalg", "RSA", "-keysize", "2048", "-validity",
-                    "2", "-dname", f"CN={HOST}", "-ext", f"SAN=ip:{HOST}", "-keystore", str(store), "-storetype",
-                    "PKCS12", "-storepass", STORE_PASSWORD, "-keypass", STORE_PASSWORD],
-                   check=True, capture_output=True, timeout=60)
-    subprocess.run([keytool, "-exportcert", "-rfc", "-alias", "master", "-keystore", str(store), "-storepass",
-                    STORE_PASSWORD, "-file", str(pem)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            keytool,
+            "-genkeypair",
+            "-alias",
+            "master",
+            "-keyalg",
+            "RSA",
+            "-keysize",
+            "2048",
+            "-validity",
+            "2",
+            "-dname",
+            f"CN={HOST}",
+            "-ext",
+            f"SAN=ip:{HOST}",
+            "-keystore",
+            str(store),
+            "-storetype",
+            "PKCS12",
+            "-storepass",
+            STORE_PASSWORD,
+            "-keypass",
+            STORE_PASSWORD,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    subprocess.run(
+        [
+            keytool,
+            "-exportcert",
+            "-rfc",
+            "-alias",
+            "master",
+            "-keystore",
+            str(store),
+            "-storepass",
+            STORE_PASSWORD,
+            "-file",
+            str(pem),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return store, pem
 
 
@@ -122,14 +164,28 @@ class Secured:
         """The cluster as a ``spark`` connection (``AIRFLOW_CONN_*`` JSON): no deploy-mode, the token as password."""
         rest_port = int(self.cluster.rest_url.rsplit(":", 1)[1])
         if old_layout:
-            extra = {"rest-port": rest_port, "ui-port": self.ui_port, "ui-scheme": "https",
-                     PREFIX + "caBundle": str(self.ca)}
+            extra = {
+                "rest-port": rest_port,
+                "ui-port": self.ui_port,
+                "ui-scheme": "https",
+                PREFIX + "caBundle": str(self.ca),
+            }
         else:
-            extra = {PREFIX + "restPort": rest_port, PREFIX + "uiPort": self.ui_port, PREFIX + "uiScheme": "https",
-                     PREFIX + "caBundle": str(self.ca)}
-        return json.dumps({"conn_type": "spark", "host": f"spark://{HOST}",
-                           "port": int(self.cluster.master_url.rsplit(":", 1)[1]), "password": password,
-                           "extra": extra})
+            extra = {
+                PREFIX + "restPort": rest_port,
+                PREFIX + "uiPort": self.ui_port,
+                PREFIX + "uiScheme": "https",
+                PREFIX + "caBundle": str(self.ca),
+            }
+        return json.dumps(
+            {
+                "conn_type": "spark",
+                "host": f"spark://{HOST}",
+                "port": int(self.cluster.master_url.rsplit(":", 1)[1]),
+                "password": password,
+                "extra": extra,
+            }
+        )
 
 
 @pytest.fixture(scope="module")
@@ -138,17 +194,26 @@ def secured(tmp_path_factory):
     store, ca = self_signed(work)
     key, ui_port = _master_opts_safe_key(), free_port()
     master_conf = {
-        "spark.master.rest.filters": JWS_FILTER, "spark.ui.filters": JWS_FILTER,
+        "spark.master.rest.filters": JWS_FILTER,
+        "spark.ui.filters": JWS_FILTER,
         f"spark.{JWS_FILTER}.param.secretKey": b64url(key),
-        "spark.ssl.standalone.enabled": "true", "spark.ssl.standalone.port": str(ui_port),
-        "spark.ssl.standalone.keyStore": str(store), "spark.ssl.standalone.keyStoreType": "PKCS12",
-        "spark.ssl.standalone.keyStorePassword": STORE_PASSWORD, "spark.ssl.standalone.keyPassword": STORE_PASSWORD,
+        "spark.ssl.standalone.enabled": "true",
+        "spark.ssl.standalone.port": str(ui_port),
+        "spark.ssl.standalone.keyStore": str(store),
+        "spark.ssl.standalone.keyStoreType": "PKCS12",
+        "spark.ssl.standalone.keyStorePassword": STORE_PASSWORD,
+        "spark.ssl.standalone.keyPassword": STORE_PASSWORD,
     }
     token = mint_jws(key)
-    with standalone_cluster(workers=1, cores_per_worker=3, memory_per_worker="2g", work_dir=work / "spark",
-                            master_conf=master_conf, web_ui_url=f"https://{HOST}:{ui_port}",
-                            http={"headers": {"Authorization": f"Bearer {token}"},
-                                  "verify": ssl.create_default_context(cafile=str(ca))}) as cluster:
+    with standalone_cluster(
+        workers=1,
+        cores_per_worker=3,
+        memory_per_worker="2g",
+        work_dir=work / "spark",
+        master_conf=master_conf,
+        web_ui_url=f"https://{HOST}:{ui_port}",
+        http={"headers": {"Authorization": f"Bearer {token}"}, "verify": ssl.create_default_context(cafile=str(ca))},
+    ) as cluster:
         yield Secured(cluster, key, ca, ui_port)
 
 
@@ -212,6 +277,7 @@ def airflow(auth, secured, airflow_spark_conf, event_logs, tmp_path_factory):
 
 # --- helpers -----------------------------------------------------------------------------------------------------
 
+
 def _log(airflow, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
     """The try's log so far ("" before the try has started writing one)."""
     try:
@@ -248,12 +314,19 @@ def _out_of_sight(airflow, dag_id: str, run_id: str, task_id: str, *needles: str
 
 # --- the JWS/HTTPS master, without Airflow ---------------------------------------------------------------------------
 
+
 def _conn(uri_json: str):
     from airflow.models import Connection
 
     data = json.loads(uri_json)
-    return Connection(conn_id="spark_secure", conn_type=data["conn_type"], host=data["host"], port=data["port"],
-                      password=data["password"], extra=json.dumps({k: v for k, v in data["extra"].items() if v}))
+    return Connection(
+        conn_id="spark_secure",
+        conn_type=data["conn_type"],
+        host=data["host"],
+        port=data["port"],
+        password=data["password"],
+        extra=json.dumps({k: v for k, v in data["extra"].items() if v}),
+    )
 
 
 def test_the_master_refuses_a_missing_or_wrong_token_and_an_untrusted_client(secured):
@@ -279,15 +352,22 @@ def test_the_master_refuses_a_missing_or_wrong_token_and_an_untrusted_client(sec
 
 
 @pytest.mark.parametrize("token", ["wrong", None])
-def test_a_wrong_or_missing_token_fails_the_hook_at_once_with_nothing_submitted(secured, token, tmp_path,
-                                                                                 monkeypatch):
+def test_a_wrong_or_missing_token_fails_the_hook_at_once_with_nothing_submitted(secured, token, tmp_path, monkeypatch):
     password = secured.wrong_token if token == "wrong" else None
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_SECURE", secured.connection(password))
     hook = HorovodStandaloneHook(conn_id="spark_secure")
     started = time.monotonic()
     with pytest.raises(HorovodAccessError) as raised:
-        hook.submit(TrainingJob(key=b"k" * 32, payload=b"never sent", settings=JobSettings(np=2),
-                                artifact_dir=str(tmp_path / "art"), app_name="refused"), staging=tmp_path / "staging")
+        hook.submit(
+            TrainingJob(
+                key=b"k" * 32,
+                payload=b"never sent",
+                settings=JobSettings(np=2),
+                artifact_dir=str(tmp_path / "art"),
+                app_name="refused",
+            ),
+            staging=tmp_path / "staging",
+        )
     assert time.monotonic() - started < 15  # no retries
     message = str(raised.value)
     assert "connection 'spark_secure'" in message and "HTTP 403" in message and "nothing was submitted" in message
@@ -301,8 +381,13 @@ def test_the_trigger_rebuilt_from_its_serialized_form_reads_the_token_from_the_c
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_WRONG", secured.connection(secured.wrong_token))
 
     def first_event(conn_id: str) -> dict:
-        trigger = HorovodSparkJobTrigger(submission_id="driver-none", rest_url=secured.cluster.rest_url,
-                                         staging="/nonexistent", poll_interval_s=0.1, conn_id=conn_id)
+        trigger = HorovodSparkJobTrigger(
+            submission_id="driver-none",
+            rest_url=secured.cluster.rest_url,
+            staging="/nonexistent",
+            poll_interval_s=0.1,
+            conn_id=conn_id,
+        )
         path, kwargs = trigger.serialize()
         assert secured.token not in json.dumps(kwargs) and secured.wrong_token not in json.dumps(kwargs)
         events = HorovodSparkJobTrigger(**kwargs).run()
@@ -323,22 +408,40 @@ def test_the_trigger_rebuilt_from_its_serialized_form_reads_the_token_from_the_c
 
 # --- the authenticated cluster, without Airflow --------------------------------------------------------------------
 
+
 def test_an_application_without_the_secret_is_refused(auth, airflow_spark_conf, tmp_path):
     # a plain application (Spark itself refuses encryption without spark.authenticate, before any connection)
     app = tmp_path / "app.py"
     app.write_text("from pyspark.sql import SparkSession\nSparkSession.builder.getOrCreate().stop()\n")
     master_log = auth.log_dir / "master.log"
     seen = master_log.read_text(errors="replace").count(REFUSED)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_CONF_DIR": str(airflow_spark_conf)}
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_CONF_DIR": str(airflow_spark_conf),
+    }
     out = tmp_path / "spark-submit.out"
-    proc = subprocess.Popen([str(spark_home() / "bin" / "spark-submit"), "--master", auth.master_url,
-                             "--conf", "spark.driver.memory=512m", str(app)],
-                            env=env, stdout=out.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--master",
+            auth.master_url,
+            "--conf",
+            "spark.driver.memory=512m",
+            str(app),
+        ],
+        env=env,
+        stdout=out.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     try:  # Spark retries the registration for a minute: the master's refusal is what the test waits for
-        wait_until(lambda: master_log.read_text(errors="replace").count(REFUSED) > seen,
-                   "the master to refuse the application", timeout_s=120,
-                   context=lambda: out.read_text(errors="replace")[-3000:] + auth.log_tail(20))
+        wait_until(
+            lambda: master_log.read_text(errors="replace").count(REFUSED) > seen,
+            "the master to refuse the application",
+            timeout_s=120,
+            context=lambda: out.read_text(errors="replace")[-3000:] + auth.log_tail(20),
+        )
         assert proc.poll() is None or proc.returncode != 0, out.read_text(errors="replace")[-3000:]
         assert auth.master_json()["activeapps"] == [] and auth.master_json()["completedapps"] == []
     finally:
@@ -349,18 +452,25 @@ def test_an_application_without_the_secret_is_refused(auth, airflow_spark_conf, 
         proc.wait(timeout=30)
 
 
-def test_cluster_mode_without_the_right_secret_fails_the_hook_saying_why(auth, airflow_spark_conf, tmp_path,
-                                                                          monkeypatch):
+def test_cluster_mode_without_the_right_secret_fails_the_hook_saying_why(
+    auth, airflow_spark_conf, tmp_path, monkeypatch
+):
     monkeypatch.setenv("SPARK_CONF_DIR", str(airflow_spark_conf))
     wrong = "rpc-wrong-" + secrets.token_hex(8)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_AUTH_NONE", auth_connection(auth, None))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_AUTH_WRONG", auth_connection(auth, wrong))
     path, key = payload_file(tmp_path / "staging", "refused", tmp_path, None)
     jobs = {name: HorovodStandaloneHook(conn_id=name) for name in ("spark_auth_none", "spark_auth_wrong")}
-    job = TrainingJob(key=key, payload=path.read_bytes(), settings=JobSettings(np=2), artifact_dir=str(tmp_path / "art"),
-                      conf={**job_conf(2, executor_cores=1), **ENCRYPTION})
-    with pytest.raises(HorovodJobError, match="REST submission server.*give the connection the "
-                                              "spark.authenticate.secret extra"):
+    job = TrainingJob(
+        key=key,
+        payload=path.read_bytes(),
+        settings=JobSettings(np=2),
+        artifact_dir=str(tmp_path / "art"),
+        conf={**job_conf(2, executor_cores=1), **ENCRYPTION},
+    )
+    with pytest.raises(
+        HorovodJobError, match="REST submission server.*give the connection the spark.authenticate.secret extra"
+    ):
         jobs["spark_auth_none"].submit(job, staging=tmp_path / "staging")
     with pytest.raises(HorovodJobError, match=r"spark-submit did not submit the driver to spark://") as refused:
         jobs["spark_auth_wrong"].submit(job, staging=tmp_path / "staging")
@@ -369,8 +479,10 @@ def test_cluster_mode_without_the_right_secret_fails_the_hook_saying_why(auth, a
 
 # --- the operator in the deployment ------------------------------------------------------------------------------
 
+
 def test_the_operator_trains_on_the_authenticated_cluster_in_both_modes_with_the_secret_out_of_sight(
-        airflow, auth, event_logs):
+    airflow, auth, event_logs
+):
     with CommandLines(SECRET, env_needles=(KEY_ENV,), record=("spark-submit", "SparkSubmit")) as ps:
         run_id = airflow.trigger("horovod_auth")
         state = airflow.wait_for_run("horovod_auth", run_id, timeout_s=600)
@@ -378,7 +490,8 @@ def test_the_operator_trains_on_the_authenticated_cluster_in_both_modes_with_the
     assert state == "success", (
         f"{airflow.task_states('horovod_auth', run_id)}\nerrors: "
         f"{[airflow.task_error('horovod_auth', run_id, t) for t in ('client', 'cluster')]}\n"
-        f"{logs['client'][-3000:]}\n{logs['cluster'][-6000:]}\n{auth.log_tail(20)}{airflow.diagnostics(40)}")
+        f"{logs['client'][-3000:]}\n{logs['cluster'][-6000:]}\n{auth.log_tail(20)}{airflow.diagnostics(40)}"
+    )
     for task_id in ("client", "cluster"):
         xcoms = _out_of_sight(airflow, "horovod_auth", run_id, task_id, SECRET)
         assert xcoms["return_value"] == {"size": 2, "total": 3.0}, xcoms
@@ -421,14 +534,24 @@ def test_the_operator_trains_on_the_authenticated_cluster_in_both_modes_with_the
 def test_a_deferred_gateway_task_marked_failed_kills_its_driver_through_the_master_ui(airflow, auth):
     dag_id = "horovod_auth_kill"
     run_id = airflow.trigger(dag_id)
-    _poll("the trigger to watch the RUNNING driver",
-          lambda: airflow.task_instance(dag_id, run_id, "train")["state"] == "deferred"
-          and "is RUNNING" in _log(airflow, dag_id, run_id, "train"), timeout_s=300, interval_s=2,
-          on_timeout=lambda: _log(airflow, dag_id, run_id, "train")[-3000:] + auth.log_tail(20))
+    _poll(
+        "the trigger to watch the RUNNING driver",
+        lambda: (
+            airflow.task_instance(dag_id, run_id, "train")["state"] == "deferred"
+            and "is RUNNING" in _log(airflow, dag_id, run_id, "train")
+        ),
+        timeout_s=300,
+        interval_s=2,
+        on_timeout=lambda: _log(airflow, dag_id, run_id, "train")[-3000:] + auth.log_tail(20),
+    )
     [driver] = auth.master_json()["activedrivers"]
     airflow.api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
-    _poll(f"the master to report driver {driver['id']} KILLED", lambda: _drivers(auth).get(driver["id"]) == "KILLED",
-          timeout_s=120, on_timeout=lambda: f"\nmaster: {auth.master_json()}{airflow.diagnostics(60)}")
+    _poll(
+        f"the master to report driver {driver['id']} KILLED",
+        lambda: _drivers(auth).get(driver["id"]) == "KILLED",
+        timeout_s=120,
+        on_timeout=lambda: f"\nmaster: {auth.master_json()}{airflow.diagnostics(60)}",
+    )
     assert airflow.task_instance(dag_id, run_id, "train")["state"] == "failed"
     assert auth.master_json()["activedrivers"] == []
 

@@ -27,11 +27,17 @@ def chain_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory, chain_root: Path):
-    dags = copy_dags(tmp_path_factory.mktemp("dags"), HERE / "dags" / "horovod_taskflow.py",
-                     REPO / "example_dags" / "horovod_features_chain.py", REPO / "example_dags" / "ddp_digits_training.py",
-                     HERE / "dags" / "torch_distributed.py", HERE / "dags" / "ddp_script.py")
-    with airflow_deployment(dags, extra_env={"HOROVOD_EXAMPLE_ROOT": str(chain_root),
-                                             "AIRFLOW__CORE__PARALLELISM": "2"}) as deployment:
+    dags = copy_dags(
+        tmp_path_factory.mktemp("dags"),
+        HERE / "dags" / "horovod_taskflow.py",
+        REPO / "example_dags" / "horovod_features_chain.py",
+        REPO / "example_dags" / "ddp_digits_training.py",
+        HERE / "dags" / "torch_distributed.py",
+        HERE / "dags" / "ddp_script.py",
+    )
+    with airflow_deployment(
+        dags, extra_env={"HOROVOD_EXAMPLE_ROOT": str(chain_root), "AIRFLOW__CORE__PARALLELISM": "2"}
+    ) as deployment:
         yield deployment
 
 
@@ -44,8 +50,13 @@ def test_task_horovod_returns_rank_zero_value_with_multiple_outputs_mapping_and_
     state = airflow.wait_for_run("horovod_taskflow", run_id, timeout_s=600)
     states = airflow.task_states("horovod_taskflow", run_id)
     assert state == "success", states
-    assert states == {"learning_rates": "success", "train": "success", "report": "success",
-                      "sweep[0]": "success", "sweep[1]": "success"}
+    assert states == {
+        "learning_rates": "success",
+        "train": "success",
+        "report": "success",
+        "sweep[0]": "success",
+        "sweep[1]": "success",
+    }
     model_path = airflow.xcom("horovod_taskflow", run_id, "train", "model_path")  # multiple_outputs
     assert airflow.xcom("horovod_taskflow", run_id, "train", "total") == 10.0  # 0.5 * SCALE on 2 ranks
     assert airflow.xcom("horovod_taskflow", run_id, "report") == f"{model_path}|10.0"
@@ -54,13 +65,16 @@ def test_task_horovod_returns_rank_zero_value_with_multiple_outputs_mapping_and_
     assert airflow.xcom("horovod_taskflow", run_id, "train", "spark_app_id").startswith("local-")
     # mapped over the upstream's list: 2 * lr * epochs, per map index, each its own Spark job and artifact dir
     assert [airflow.xcom("horovod_taskflow", run_id, "sweep", map_index=i) for i in (0, 1)] == [
-        pytest.approx(0.6), pytest.approx(1.2)]
+        pytest.approx(0.6),
+        pytest.approx(1.2),
+    ]
     assert airflow.xcom("horovod_taskflow", run_id, "sweep", "artifact_dir", map_index=1).endswith("/sweep/map-1/try-1")
     # timeline=True through the decorator: each mapped job's Horovod Timeline, closed as valid JSON
     for i in (0, 1):
         sweep_dir = airflow.xcom("horovod_taskflow", run_id, "sweep", "artifact_dir", map_index=i)
         assert airflow.xcom("horovod_taskflow", run_id, "sweep", "artifact_paths", map_index=i) == [
-            f"{sweep_dir}/horovod_timeline.json"]
+            f"{sweep_dir}/horovod_timeline.json"
+        ]
         with open(f"{sweep_dir}/horovod_timeline.json") as f:
             assert "ALLREDUCE" in {r.get("name") for r in json.load(f)}
     # the asset events carry the model's location; the alias made a per-run asset named by the artifact dir
@@ -128,8 +142,10 @@ def test_task_torch_distributed_returns_rank_zero_value_with_the_torchrun_enviro
     assert airflow.xcom("torch_taskflow", run_id, "train", "artifact_paths") == [model_path]
     assert open(model_path).read() == "total=30.0"
     envs = airflow.xcom("torch_taskflow", run_id, "train", "envs")
-    assert [(e["RANK"], e["LOCAL_RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["GROUP_RANK"], e["NODE_RANK"])
-            for e in envs] == [("0", "0", "2", "2", "0", "0"), ("1", "1", "2", "2", "0", "0")]
+    assert [
+        (e["RANK"], e["LOCAL_RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["GROUP_RANK"], e["NODE_RANK"])
+        for e in envs
+    ] == [("0", "0", "2", "2", "0", "0"), ("1", "1", "2", "2", "0", "0")]
     assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"} and len({e["MASTER_PORT"] for e in envs}) == 1
     [event] = airflow.asset_events(source_dag_id="torch_taskflow", source_run_id=run_id)
     assert event["uri"] == "ddp_taskflow_model" and event["extra"]["artifact_paths"] == [model_path]
@@ -145,8 +161,9 @@ def test_a_failing_torch_rank_fails_the_task_naming_it(airflow):
     assert airflow.wait_for_run("torch_failures", run_id, timeout_s=300) == "failed"
     assert airflow.task_states("torch_failures", run_id) == {"rank_fails": "failed"}
     error = airflow.task_error("torch_failures", run_id, "rank_fails") or ""
-    assert "torch.distributed rank 1 on 127.0.0.1 failed (exit code 1): ValueError: corrupt shard on rank 1" in error, \
+    assert "torch.distributed rank 1 on 127.0.0.1 failed (exit code 1): ValueError: corrupt shard on rank 1" in error, (
         error
+    )
     log = airflow.task_log("torch_failures", run_id, "rank_fails")
     assert 'raise ValueError("corrupt shard on rank 1")' in log  # the rank's own traceback
     assert "starting epoch 1" in log  # its last output lines
@@ -168,7 +185,8 @@ def _task(airflow, dag_id: str, run_id: str, task_id: str) -> dict:
 def _single_run(airflow, dag_id: str, timeout_s: float = 180) -> dict:
     from tests.airflow_deployment import _poll
 
-    runs = _poll(f"an asset-triggered run of {dag_id}", lambda: dag_runs(airflow, dag_id) or None, timeout_s,
-                 interval_s=2)
+    runs = _poll(
+        f"an asset-triggered run of {dag_id}", lambda: dag_runs(airflow, dag_id) or None, timeout_s, interval_s=2
+    )
     assert len(runs) == 1, runs
     return runs[0]

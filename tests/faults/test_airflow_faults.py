@@ -64,15 +64,32 @@ def test_two_runs_at_once_are_isolated(tmp_path_factory, fault_dags):
     for i in range(2):
         home = tmp_path_factory.mktemp(f"home-{i}")
         env = {**airflow_env(home, fault_dags), "AIRFLOW__HOROVOD__ARTIFACT_ROOT": str(shared_root)}
-        subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True,
-                       timeout=300)
-        procs.append((env, subprocess.Popen([str(VENV_BIN / "airflow"), "dags", "test", "horovod_parallel"], env=env,
-                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        subprocess.run(
+            [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+        )
+        procs.append(
+            (
+                env,
+                subprocess.Popen(
+                    [str(VENV_BIN / "airflow"), "dags", "test", "horovod_parallel"],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                ),
+            )
+        )
     results = []
     for env, proc in procs:
         out, _ = proc.communicate(timeout=600)
-        show = subprocess.run([str(VENV_BIN / "python"), str(REPO / "scripts" / "show_run.py"), "--json",
-                               "horovod_parallel"], env=env, capture_output=True, text=True, timeout=120, check=True)
+        show = subprocess.run(
+            [str(VENV_BIN / "python"), str(REPO / "scripts" / "show_run.py"), "--json", "horovod_parallel"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         import json
 
         results.append((out, json.loads(show.stdout.strip().splitlines()[-1])))
@@ -108,5 +125,7 @@ def test_execution_timeout_stops_spark_and_every_rank(airflow_home, fault_dags, 
     assert time.monotonic() - started < 240
     from tests.conftest import session_processes
 
-    _gone, alive = psutil.wait_procs(session_processes(session_mark, cmdline_contains="runtime.rank.worker"), timeout=30)
+    _gone, alive = psutil.wait_procs(
+        session_processes(session_mark, cmdline_contains="runtime.rank.worker"), timeout=30
+    )
     assert not alive, [cmdline(p) for p in alive]

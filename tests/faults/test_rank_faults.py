@@ -114,8 +114,9 @@ def train_until_cancelled():
         time.sleep(0.05)
 
 
-def test_a_job_cancelled_by_other_code_is_a_job_cancelled_error_and_stops_every_rank(spark, tmp_path,
-                                                                                     no_rank_left_behind):
+def test_a_job_cancelled_by_other_code_is_a_job_cancelled_error_and_stops_every_rank(
+    spark, tmp_path, no_rank_left_behind
+):
     """Other code on the driver cancels the application's jobs (SparkContext.cancelAllJobs()) once both ranks have
     joined, as the driver's progress.json says: Spark's SPARK_JOB_CANCELLED becomes JobCancelledError."""
     import json
@@ -139,8 +140,10 @@ def test_a_job_cancelled_by_other_code_is_a_job_cancelled_error_and_stops_every_
         HorovodRunner(np=2, artifact_dir=str(tmp_path)).run(train_until_cancelled)
     canceller.join(timeout=10)
     assert info.value.job_id is not None and info.value.reason == "as part of cancellation of all jobs", info.value
-    assert str(info.value).startswith(f"Spark cancelled the barrier job (job {info.value.job_id}) from outside this "
-                                      "run: as part of cancellation of all jobs."), info.value
+    assert str(info.value).startswith(
+        f"Spark cancelled the barrier job (job {info.value.job_id}) from outside this "
+        "run: as part of cancellation of all jobs."
+    ), info.value
     assert isinstance(info.value, LaunchError) and not isinstance(info.value, RankFailedError)
 
 

@@ -53,8 +53,14 @@ def train(tag: str, record: str, gate: str | None = None, gate_timeout_s: float 
 
     # where this rank, and the Spark Python worker whose import path it inherits, finds PySpark
     pyspark_origin = importlib.util.find_spec("pyspark").origin
-    return {"tag": tag, "size": hvd.size(), "total": total, "entered": entered, "done": time.time(),
-            "pyspark": pyspark_origin}
+    return {
+        "tag": tag,
+        "size": hvd.size(),
+        "total": total,
+        "entered": entered,
+        "done": time.time(),
+        "pyspark": pyspark_origin,
+    }
 
 
 def train_ddp(tag: str, record: str, gate: str | None = None, gate_timeout_s: float = 300.0) -> dict | None:
@@ -74,8 +80,11 @@ def train_ddp(tag: str, record: str, gate: str | None = None, gate_timeout_s: fl
             f.write(f"{tag} {dist.get_rank()} {os.getpid()}\n")
         total = torch.ones(1)
         dist.all_reduce(total)
-        return {"tag": tag, "size": dist.get_world_size(), "total": total.item(), "entered": entered,
-                "done": time.time()} if dist.get_rank() == 0 else None
+        return (
+            {"tag": tag, "size": dist.get_world_size(), "total": total.item(), "entered": entered, "done": time.time()}
+            if dist.get_rank() == 0
+            else None
+        )
     finally:
         dist.destroy_process_group()
 
@@ -95,20 +104,28 @@ def job_conf(np: int, executor_cores: int = 2) -> dict[str, str]:
     half the executor JVMs to start; cluster deploy mode needs one-core executors, since drivers take single
     cores on the workers.
     """
-    return {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-            "spark.executor.cores": str(executor_cores), "spark.cores.max": str(np), "spark.executor.memory": "512m",
-            "spark.driver.memory": "512m", "spark.ui.enabled": "false"}
+    return {
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executor.cores": str(executor_cores),
+        "spark.cores.max": str(np),
+        "spark.executor.memory": "512m",
+        "spark.driver.memory": "512m",
+        "spark.ui.enabled": "false",
+    }
 
 
-def payload_file(staging: Path, tag: str, work: Path, gate: Path | None,
-                 fn: Callable[..., Any] = train) -> tuple[Path, bytes]:
+def payload_file(
+    staging: Path, tag: str, work: Path, gate: Path | None, fn: Callable[..., Any] = train
+) -> tuple[Path, bytes]:
     """Write the signed payload of ``fn`` (:func:`train`) for one job into ``staging`` (0600); return its path and
     key."""
     from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 
     key = secrets.token_bytes(32)
-    payload = dumps_payload(fn, (), {"tag": tag, "record": str(work / RECORD),
-                                        "gate": str(gate) if gate else None}, key=key)
+    payload = dumps_payload(
+        fn, (), {"tag": tag, "record": str(work / RECORD), "gate": str(gate) if gate else None}, key=key
+    )
     staging.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = staging / "payload.bin"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -117,9 +134,19 @@ def payload_file(staging: Path, tag: str, work: Path, gate: Path | None,
     return path, key
 
 
-def run_client_job(conn_id: str, np: int, tag: str, work: Path, *, lines: list[str], gate: Path | None = None,
-                   marker: dict[str, str] | None = None, slot_wait_timeout_s: float | None = 600.0,
-                   conf: dict[str, str] | None = None, launcher: str = "horovod") -> Any:
+def run_client_job(
+    conn_id: str,
+    np: int,
+    tag: str,
+    work: Path,
+    *,
+    lines: list[str],
+    gate: Path | None = None,
+    marker: dict[str, str] | None = None,
+    slot_wait_timeout_s: float | None = 600.0,
+    conf: dict[str, str] | None = None,
+    launcher: str = "horovod",
+) -> Any:
     """
     One job in client deploy mode through ``HorovodHook`` (spark-submit from this process), as the operator runs
     it; every line spark-submit prints goes to ``lines``. ``launcher="torch"`` runs :func:`train_ddp` instead of
@@ -135,17 +162,25 @@ def run_client_job(conn_id: str, np: int, tag: str, work: Path, *, lines: list[s
 
     staging = work / "staging" / tag
     path, key = payload_file(staging, tag, work, gate, train_ddp if launcher == "torch" else train)
-    job = TrainingJob(key=key, payload=b"", artifact_dir=str(work / "artifacts" / tag),
-                      settings=JobSettings(np=np, slot_wait_timeout_s=slot_wait_timeout_s, launcher=launcher),
-                      env=marker or {}, conf={**job_conf(np), **(conf or {})}, app_name=f"shared-{tag}")
-    result = HorovodHook(conn_id=conn_id).run_job(job, payload_path=str(path), staging_dir=str(staging),
-                                                  on_output=lines.append)
+    job = TrainingJob(
+        key=key,
+        payload=b"",
+        artifact_dir=str(work / "artifacts" / tag),
+        settings=JobSettings(np=np, slot_wait_timeout_s=slot_wait_timeout_s, launcher=launcher),
+        env=marker or {},
+        conf={**job_conf(np), **(conf or {})},
+        app_name=f"shared-{tag}",
+    )
+    result = HorovodHook(conn_id=conn_id).run_job(
+        job, payload_path=str(path), staging_dir=str(staging), on_output=lines.append
+    )
     result.value = cloudpickle.loads(result.return_value) if result.return_value else None
     return result
 
 
-def wait_until(condition: Callable[[], Any], what: str, *, timeout_s: float = 240.0,
-               context: Callable[[], str] = lambda: "") -> Any:
+def wait_until(
+    condition: Callable[[], Any], what: str, *, timeout_s: float = 240.0, context: Callable[[], str] = lambda: ""
+) -> Any:
     """Poll ``condition`` (external processes) every 0.2 s until it is true; fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -81,7 +81,8 @@ def test_tensorboard_and_timeline_reach_s3(spark, s3_server, monkeypatch, tmp_pa
     fs.mkdir("observed")
 
     local = HorovodRunner(np=2, artifact_dir="s3://observed/run", env=s3_server.env, timeline=True).run(
-        log_to_tensorboard)
+        log_to_tensorboard
+    )
 
     # the ranks wrote to local stand-ins, copied to the bucket and removed when the ranks ended
     assert not os.path.exists(local["local_logdir"]) and not os.path.exists(local["local_timeline"])

@@ -47,7 +47,8 @@ def test_a_20_mb_line_then_a_failure_gives_a_bounded_error_naming_the_rank(reque
     request.getfixturevalue("spark" if np_ > 0 else "spark_env")
     with pytest.raises(RankFailedError) as caught:
         HorovodRunner(np=np_, launcher=launcher, driver_log_verbosity="all", start_timeout_s=120).run(
-            print_huge_line_then_fail, launcher=launcher, size=HUGE)
+            print_huge_line_then_fail, launcher=launcher, size=HUGE
+        )
     message = str(caught.value)
     assert len(message) <= MAX_MESSAGE_CHARS, len(message)
     assert caught.value.rank == 1 and "rank 1" in message.splitlines()[0], message[:500]

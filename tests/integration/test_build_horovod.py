@@ -29,15 +29,19 @@ def _function_of(lines: list[str], index: int) -> str:
 
 def test_the_patch_changes_only_the_process_set_interface(tmp_path):
     script = ROOT / "scripts" / "build_horovod.sh"
-    run = subprocess.run(["bash", str(script), "--source-dir", str(tmp_path), sys.executable],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        ["bash", str(script), "--source-dir", str(tmp_path), sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if run.returncode == 2:  # the script's code for "pip could not download the sdist"
         pytest.skip(f"no package index to download Horovod's sdist from: {run.stderr[-500:]}")
     assert run.returncode == 0, run.stderr
     (sdist,) = tmp_path.glob("horovod-*.tar.gz")
     with tarfile.open(sdist) as tar:
-        original = tar.extractfile(f"{sdist.name[:-len('.tar.gz')]}/{GLOO_CONTEXT}").read().decode().splitlines()
-    patched = (tmp_path / sdist.name[:-len(".tar.gz")] / GLOO_CONTEXT).read_text().splitlines()
+        original = tar.extractfile(f"{sdist.name[: -len('.tar.gz')]}/{GLOO_CONTEXT}").read().decode().splitlines()
+    patched = (tmp_path / sdist.name[: -len(".tar.gz")] / GLOO_CONTEXT).read_text().splitlines()
     assert len(patched) == len(original)
     changed = [i for i, (a, b) in enumerate(zip(original, patched)) if a != b]
     assert len(changed) == 1, changed
@@ -46,8 +50,9 @@ def test_the_patch_changes_only_the_process_set_interface(tmp_path):
     assert patched[i].strip() == "device_attr.iface = global_context.gloo_iface_;"
     assert _function_of(patched, i) == "InitializeForProcessSet"
     # the global context's own device keeps the interface it was initialised with (from HOROVOD_GLOO_IFACE)
-    assert [_function_of(patched, j) for j, line in enumerate(patched) if "device_attr.iface = gloo_iface_;" in line] \
-        == ["InitializeFromMPI", "Initialize"]
+    assert [
+        _function_of(patched, j) for j, line in enumerate(patched) if "device_attr.iface = gloo_iface_;" in line
+    ] == ["InitializeFromMPI", "Initialize"]
 
 
 def test_the_installed_horovod_is_the_patched_build():

@@ -72,9 +72,15 @@ def fsdp_train(steps: int, lr: float) -> dict:
         flat = torch.cat([v.flatten() for v in state.values()])
         every = [torch.empty_like(flat) for _ in range(world)]
         dist.all_gather(every, flat)  # each rank's gathered full state, to compare on rank 0
-        return {"rank": rank, "world": world, "losses": losses, "local_numel": local_numel,
-                "full_numel": full_numel, "state": state,
-                "max_rank_diff": max(float((t - every[0]).abs().max()) for t in every)}
+        return {
+            "rank": rank,
+            "world": world,
+            "losses": losses,
+            "local_numel": local_numel,
+            "full_numel": full_numel,
+            "state": state,
+            "max_rank_diff": max(float((t - every[0]).abs().max()) for t in every),
+        }
     finally:
         dist.destroy_process_group()
 

@@ -14,8 +14,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 def test_gpu_check_cpu_fallback(tmp_path):
     out = tmp_path / "report.json"
-    proc = subprocess.run([str(REPO / "scripts" / "gpu_check.sh"), "--epochs", "1", "--copies", "4", "--out", str(out)],
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "gpu_check.sh"), "--epochs", "1", "--copies", "4", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["mode"] == "cpu" and report["ranks"] == 2 and report["cuda_visible_devices"] == ["", ""]
@@ -27,8 +31,22 @@ def test_gpu_check_cpu_fallback(tmp_path):
 def test_gpu_check_ddp_cpu_fallback(tmp_path):
     """The DDP case (TorchDistributor, NCCL on GPUs) falls back to DDP over Gloo here, one rank per process."""
     out = tmp_path / "report.json"
-    proc = subprocess.run([str(REPO / "scripts" / "gpu_check.sh"), "--launcher", "ddp", "--epochs", "1", "--copies",
-                           "4", "--out", str(out)], capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            str(REPO / "scripts" / "gpu_check.sh"),
+            "--launcher",
+            "ddp",
+            "--epochs",
+            "1",
+            "--copies",
+            "4",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["launcher"] == "ddp" and report["mode"] == "cpu" and report["ranks"] == 2

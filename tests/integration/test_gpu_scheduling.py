@@ -68,18 +68,28 @@ def cluster(tmp_path_factory):
     script = work / "fake_gpus.sh"
     script.write_text("#!/bin/sh\necho '" + json.dumps({"name": "gpu", "addresses": FAKE_GPUS}) + "'\n")
     script.chmod(0o755)
-    with standalone_cluster(workers=1, cores_per_worker=2, work_dir=work, worker_conf={
-        "spark.worker.resource.gpu.amount": str(len(FAKE_GPUS)),
-        "spark.worker.resource.gpu.discoveryScript": str(script),
-    }) as c:
+    with standalone_cluster(
+        workers=1,
+        cores_per_worker=2,
+        work_dir=work,
+        worker_conf={
+            "spark.worker.resource.gpu.amount": str(len(FAKE_GPUS)),
+            "spark.worker.resource.gpu.discoveryScript": str(script),
+        },
+    ) as c:
         yield c
 
 
 def _run(cluster, tmp_path, np_: int, conf: dict, **runner_kwargs) -> dict:
     # cluster.env has PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON = sys.executable and SPARK_LOCAL_IP = 127.0.0.1
     result, _ = run_client_script(
-        APP, tmp_path / "app.py", [cluster.master_url, str(np_), json.dumps(conf), json.dumps(runner_kwargs)],
-        env=cluster.env, timeout_s=240, context=lambda: cluster.log_tail(15))
+        APP,
+        tmp_path / "app.py",
+        [cluster.master_url, str(np_), json.dumps(conf), json.dumps(runner_kwargs)],
+        env=cluster.env,
+        timeout_s=240,
+        context=lambda: cluster.log_tail(15),
+    )
     return result
 
 
@@ -89,8 +99,12 @@ def _ranks(result: dict) -> list[dict]:
 
 
 def _gpu_conf(per_executor: int, per_task: int, **extra: str) -> dict:
-    return {"spark.executor.resource.gpu.amount": str(per_executor), "spark.task.resource.gpu.amount": str(per_task),
-            "spark.executor.cores": "2", **extra}
+    return {
+        "spark.executor.resource.gpu.amount": str(per_executor),
+        "spark.task.resource.gpu.amount": str(per_task),
+        "spark.executor.cores": "2",
+        **extra,
+    }
 
 
 def test_one_gpu_on_the_host(cluster, tmp_path):

@@ -40,8 +40,9 @@ def quick(x):
 
 def _job(key: bytes, np: int, artifact_dir, *, conf: dict | None = None, **settings) -> TrainingJob:
     """The job the hook runs: its key, np ranks and artifact directory (the payload is read from its file)."""
-    return TrainingJob(key=key, payload=b"", settings=JobSettings(np=np, **settings), artifact_dir=str(artifact_dir),
-                       conf=conf or {})
+    return TrainingJob(
+        key=key, payload=b"", settings=JobSettings(np=np, **settings), artifact_dir=str(artifact_dir), conf=conf or {}
+    )
 
 
 def _write(path, data):
@@ -60,8 +61,10 @@ def _ours(key: bytes, artifact_dir: str) -> list[psutil.Process]:
             continue
         # the key is in the spark-submit environment, which everything below it inherits; ranks get the
         # rest of it but never the key, so they are found by their artifact directory
-        if environ.get("HOROVOD_AIRFLOW_PAYLOAD_KEY") == key.hex() or \
-                environ.get("HOROVOD_AIRFLOW_ARTIFACT_DIR") == artifact_dir:
+        if (
+            environ.get("HOROVOD_AIRFLOW_PAYLOAD_KEY") == key.hex()
+            or environ.get("HOROVOD_AIRFLOW_ARTIFACT_DIR") == artifact_dir
+        ):
             found.append(proc)
     return found
 
@@ -103,12 +106,20 @@ def test_the_payload_key_appears_in_no_log_result_or_spark_ui(spark_env, tmp_pat
         environment["text"] = response.text
 
     with caplog.at_level("DEBUG"):
-        HorovodHook(conn_id=None).run_job(_job(key, 2, tmp_path / "a"), payload_path=str(payload),
-                                          staging_dir=str(tmp_path), on_app_started=on_app_started,
-                                          on_output=seen.append)
+        HorovodHook(conn_id=None).run_job(
+            _job(key, 2, tmp_path / "a"),
+            payload_path=str(payload),
+            staging_dir=str(tmp_path),
+            on_app_started=on_app_started,
+            on_output=seen.append,
+        )
     assert "sparkProperties" in environment["text"]  # the page was really read
-    for where, text in [("Spark UI environment", environment["text"]), ("driver output", "\n".join(seen)),
-                        ("logs", caplog.text), ("result.json", (tmp_path / "result.json").read_text())]:
+    for where, text in [
+        ("Spark UI environment", environment["text"]),
+        ("driver output", "\n".join(seen)),
+        ("logs", caplog.text),
+        ("result.json", (tmp_path / "result.json").read_text()),
+    ]:
         assert key.hex() not in text, where
 
 
@@ -116,8 +127,9 @@ def test_negative_np_through_spark_submit(spark_env, tmp_path):
     key = secrets.token_bytes(32)
     payload = tmp_path / "payload.bin"
     _write(payload, dumps_payload(quick, (21,), key=key))
-    result = HorovodHook(conn_id=None).run_job(_job(key, -2, tmp_path / "art"), payload_path=str(payload),
-                                               staging_dir=str(tmp_path))
+    result = HorovodHook(conn_id=None).run_job(
+        _job(key, -2, tmp_path / "art"), payload_path=str(payload), staging_dir=str(tmp_path)
+    )
     import cloudpickle
 
     assert cloudpickle.loads(result.return_value) == 42
@@ -142,7 +154,9 @@ def test_a_driver_jvm_out_of_memory_ends_the_job_with_a_reason(spark_env, tmp_pa
     with pytest.raises(HorovodJobError) as info:
         HorovodHook(conn_id=None).run_job(
             _job(key, 2, tmp_path / "art", conf={"spark.driver.memory": "512m"}, max_return_value_bytes=2**31 - 1),
-            payload_path=str(payload), staging_dir=str(tmp_path))
+            payload_path=str(payload),
+            staging_dir=str(tmp_path),
+        )
     assert time.monotonic() - started < 150
     assert str(info.value).startswith("the Spark driver's JVM ended while the job ran (")
     assert "java.lang.OutOfMemoryError" in str(info.value)
@@ -163,8 +177,9 @@ def test_the_local_masters_python_workers_load_pyspark_compiled(spark_env, tmp_p
     key = secrets.token_bytes(32)
     payload = tmp_path / "payload.bin"
     _write(payload, dumps_payload(where_pyspark_loads_from, key=key))
-    result = HorovodHook(conn_id=None).run_job(_job(key, 2, tmp_path / "art"), payload_path=str(payload),
-                                               staging_dir=str(tmp_path))
+    result = HorovodHook(conn_id=None).run_job(
+        _job(key, 2, tmp_path / "art"), payload_path=str(payload), staging_dir=str(tmp_path)
+    )
     import cloudpickle
     import pyspark
 
@@ -185,8 +200,12 @@ def test_kill_leaves_no_driver_executor_or_rank_behind(spark_env, tmp_path):
 
     def run() -> None:
         try:
-            hook.run_job(_job(key, 2, tmp_path / "art"), payload_path=str(payload), staging_dir=str(tmp_path),
-                         on_output=on_output)
+            hook.run_job(
+                _job(key, 2, tmp_path / "art"),
+                payload_path=str(payload),
+                staging_dir=str(tmp_path),
+                on_output=on_output,
+            )
         except Exception as err:  # noqa: BLE001 - the test inspects it
             outcome["error"] = err
 
@@ -228,8 +247,12 @@ def test_progress_is_read_from_the_real_rest_api(spark_env, tmp_path):
         watchers.append(ProgressWatcher(ui_url, app_id, messages.append, poll_interval_s=0.5).start())
 
     try:
-        HorovodHook(conn_id=None).run_job(_job(key, 2, tmp_path / "a"), payload_path=str(payload),
-                                          staging_dir=str(tmp_path), on_app_started=on_app_started)
+        HorovodHook(conn_id=None).run_job(
+            _job(key, 2, tmp_path / "a"),
+            payload_path=str(payload),
+            staging_dir=str(tmp_path),
+            on_app_started=on_app_started,
+        )
     finally:
         for watcher in watchers:
             watcher.stop()

@@ -88,14 +88,26 @@ def hosts():
 
 def _run_job(hosts, tmp_path, prefixes) -> dict:
     """Start master + workers (worker ``i`` under ``prefixes[i]``), run the 4-rank job, stop everything."""
-    with standalone_cluster(workers=2, cores_per_worker=2, memory_per_worker="1g", work_dir=tmp_path / "spark",
-                            host=hosts.root_ip, worker_hosts=[h.ip for h in hosts.hosts],
-                            worker_prefixes=prefixes, start_timeout_s=90) as cluster:
+    with standalone_cluster(
+        workers=2,
+        cores_per_worker=2,
+        memory_per_worker="1g",
+        work_dir=tmp_path / "spark",
+        host=hosts.root_ip,
+        worker_hosts=[h.ip for h in hosts.hosts],
+        worker_prefixes=prefixes,
+        start_timeout_s=90,
+    ) as cluster:
         # the driver runs in the root namespace; cluster.env has PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON =
         # sys.executable and SPARK_LOCAL_IP = hosts.root_ip
         result, _ = run_client_script(
-            APP, tmp_path / "app.py", [cluster.master_url, hosts.root_ip, ",".join(h.hostname for h in hosts.hosts)],
-            env=cluster.env, timeout_s=150, context=cluster.log_tail)
+            APP,
+            tmp_path / "app.py",
+            [cluster.master_url, hosts.root_ip, ",".join(h.hostname for h in hosts.hosts)],
+            env=cluster.env,
+            timeout_s=150,
+            context=cluster.log_tail,
+        )
     return result
 
 

@@ -149,10 +149,14 @@ def torch_rendezvous_seen():
 
 def test_before_the_first_report_the_phase_follows_the_ranks_through_the_rendezvous(spark, tmp_path):
     runner = HorovodRunner(np=2, artifact_dir=str(tmp_path / "horovod"))
-    assert runner.run(horovod_rendezvous_seen) == ["rendezvous: 1/2 ranks in hvd.init(), 0 joined",
-                                                   "training: all 2 ranks joined hvd.init(), no report yet"]
-    distributor = TorchDistributor(num_processes=2, local_mode=True, use_gpu=False,
-                                   artifact_dir=str(tmp_path / "torch"))
+    assert runner.run(horovod_rendezvous_seen) == [
+        "rendezvous: 1/2 ranks in hvd.init(), 0 joined",
+        "training: all 2 ranks joined hvd.init(), no report yet",
+    ]
+    distributor = TorchDistributor(
+        num_processes=2, local_mode=True, use_gpu=False, artifact_dir=str(tmp_path / "torch")
+    )
     assert distributor.run(torch_rendezvous_seen) == [
         "rendezvous: 1/2 ranks in init_process_group(), 0 joined",
-        "training: all 2 ranks joined init_process_group(), no report yet"]
+        "training: all 2 ranks joined init_process_group(), no report yet",
+    ]

@@ -24,8 +24,13 @@ def allreduce_rank_and_size(value):
     hvd.init()
     total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
     print(f"rank says hello, total={total.item()}", flush=True)
-    return {"rank": hvd.rank(), "size": hvd.size(), "local_size": hvd.local_size(), "total": total.item(),
-            "value": value}
+    return {
+        "rank": hvd.rank(),
+        "size": hvd.size(),
+        "local_size": hvd.local_size(),
+        "total": total.item(),
+        "value": value,
+    }
 
 
 def fail_on_rank_one():
@@ -159,11 +164,14 @@ def test_a_return_value_over_the_limit_is_refused_on_rank_0(request, tmp_path, n
     started = time.monotonic()
     with pytest.raises(ReturnValueTooLargeError) as info:
         HorovodRunner(np=np_, artifact_dir=str(tmp_path), max_return_value_bytes=1000).run(
-            save_model_then_return, nbytes=50_000)
+            save_model_then_return, nbytes=50_000
+        )
     assert time.monotonic() - started < 60
     size = len(cloudpickle.dumps(b"x" * 50_000))
-    assert str(info.value).startswith(f"rank 0 returned {size} bytes once pickled (a bytes), above "
-                                      "max_return_value_bytes=1000; it was not sent to the driver")
+    assert str(info.value).startswith(
+        f"rank 0 returned {size} bytes once pickled (a bytes), above "
+        "max_return_value_bytes=1000; it was not sent to the driver"
+    )
     assert (info.value.size, info.value.limit) == (size, 1000)
     assert (tmp_path / "model.pt").read_bytes() == b"weights"  # the model stays
 
@@ -176,8 +184,10 @@ def test_a_120_mb_return_value_is_refused_at_once_by_default(spark, tmp_path, ca
     assert time.monotonic() - started < 60
     assert (tmp_path / "model.pt").read_bytes() == b"weights"
     size = len(cloudpickle.dumps(b"x" * 120 * 10**6))
-    assert (f"[rank 0] airflow-provider-horovod: rank 0's return value (a bytes) is {size} bytes pickled, above "
-            f"max_return_value_bytes={64 * 2**20}: it is not sent to the driver") in capfd.readouterr().out
+    assert (
+        f"[rank 0] airflow-provider-horovod: rank 0's return value (a bytes) is {size} bytes pickled, above "
+        f"max_return_value_bytes={64 * 2**20}: it is not sent to the driver"
+    ) in capfd.readouterr().out
     assert HorovodRunner(np=2).run(allreduce_rank_and_size, value=1)["total"] == 3.0  # Spark is still fine
 
 
@@ -219,8 +229,10 @@ def test_a_second_job_resumes_from_the_first_one_s_latest_checkpoint(spark, tmp_
     where = str(tmp_path / "checkpoints")
     with pytest.raises(RankFailedError, match="rank 1 lost at step 5"):
         HorovodRunner(np=2, checkpoint_dir=where, try_number=1).run(train_and_checkpoint, fail_at_step=5)
-    assert sorted(f for f in os.listdir(where) if f.endswith(".json")) == ["step-000000000002.json",
-                                                                           "step-000000000004.json"]
+    assert sorted(f for f in os.listdir(where) if f.endswith(".json")) == [
+        "step-000000000002.json",
+        "step-000000000004.json",
+    ]
     capfd.readouterr()
     result = HorovodRunner(np=2, checkpoint_dir=where, try_number=2).run(train_and_checkpoint, fail_at_step=None)
     assert result == {"first_steps": [5, 5], "w": [12.0, 12.0], "try_number": 2}

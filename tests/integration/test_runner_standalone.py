@@ -50,8 +50,9 @@ def cluster(tmp_path_factory):
 def _run(cluster, tmp_path, *args: str) -> dict:
     # cluster.env has PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON = sys.executable and SPARK_LOCAL_IP = 127.0.0.1
     ui_port = cluster.web_ui_url.rsplit(":", 1)[1]
-    result, _ = run_client_script(APP, tmp_path / "app.py", [cluster.master_url, *args, ui_port], env=cluster.env,
-                                  timeout_s=300)
+    result, _ = run_client_script(
+        APP, tmp_path / "app.py", [cluster.master_url, *args, ui_port], env=cluster.env, timeout_s=300
+    )
     return result
 
 
@@ -64,7 +65,9 @@ def test_two_ranks_on_two_executors(cluster, tmp_path):
 def test_np_above_the_clusters_slots_fails_fast_with_the_numbers(cluster, tmp_path):
     """Read from the master's state page before the stage is submitted: no waiting for slots that cannot come."""
     message = _run(cluster, tmp_path, "3", "too-many")["launch_error"]
-    assert message.startswith("np=3 needs 3 task slots at the same time (one barrier task per rank), but this job "
-                              f"can never have them: the cluster {cluster.master_url} has 2 workers alive with 2 "
-                              "cores in all; that leaves at most 2 task slots for this job's executors"), message
+    assert message.startswith(
+        "np=3 needs 3 task slots at the same time (one barrier task per rank), but this job "
+        f"can never have them: the cluster {cluster.master_url} has 2 workers alive with 2 "
+        "cores in all; that leaves at most 2 task slots for this job's executors"
+    ), message
     assert "Lower np to 2 or add workers" in message

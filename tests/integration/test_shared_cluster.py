@@ -35,8 +35,10 @@ CONN_ID = "spark_shared"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with standalone_cluster(workers=2, cores_per_worker=2, work_dir=tmp_path_factory.mktemp("shared")) as c, \
-            pytest.MonkeyPatch.context() as mp:
+    with (
+        standalone_cluster(workers=2, cores_per_worker=2, work_dir=tmp_path_factory.mktemp("shared")) as c,
+        pytest.MonkeyPatch.context() as mp,
+    ):
         mp.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", c.airflow_connection(deploy_mode="client"))
         yield c
 
@@ -58,24 +60,53 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
     second_lines: list[str] = []
     third_lines: list[str] = []
     ddp_lines: list[str] = []
-    context = lambda: "\n".join(["-- first --", *first_lines[-30:], "-- second --", *second_lines[-30:],  # noqa: E731
-                                 "-- third --", *third_lines[-30:], "-- ddp --", *ddp_lines[-30:],
-                                 cluster.log_tail(10)])
+    context = (
+        lambda: "\n".join(
+            [
+                "-- first --",
+                *first_lines[-30:],
+                "-- second --",
+                *second_lines[-30:],  # noqa: E731
+                "-- third --",
+                *third_lines[-30:],
+                "-- ddp --",
+                *ddp_lines[-30:],
+                cluster.log_tail(10),
+            ]
+        )
+    )
     with ThreadPoolExecutor(4) as pool:
-        first = pool.submit(run_client_job, CONN_ID, 4, "first", tmp_path, lines=first_lines, gate=gate,
-                            marker=_marker(cluster))
+        first = pool.submit(
+            run_client_job, CONN_ID, 4, "first", tmp_path, lines=first_lines, gate=gate, marker=_marker(cluster)
+        )
         wait_until(lambda: len(starts(tmp_path)) == 4 or first.done(), "the first job's 4 ranks", context=context)
         assert not first.done(), context()
-        second = pool.submit(run_client_job, CONN_ID, 4, "second", tmp_path, lines=second_lines,
-                             marker=_marker(cluster))
-        third = pool.submit(run_client_job, CONN_ID, 4, "third", tmp_path, lines=third_lines,
-                            marker=_marker(cluster), slot_wait_timeout_s=5)
-        wait_until(lambda: any("waiting for 4 task slots" in line for line in second_lines) or second.done(),
-                   "the second job to wait", context=context)
-        ddp = pool.submit(run_client_job, CONN_ID, 2, "ddp", tmp_path, lines=ddp_lines, marker=_marker(cluster),
-                          launcher="torch")
-        wait_until(lambda: any("waiting for 2 task slots" in line for line in ddp_lines) or ddp.done(),
-                   "the torch.distributed job to wait", context=context)
+        second = pool.submit(
+            run_client_job, CONN_ID, 4, "second", tmp_path, lines=second_lines, marker=_marker(cluster)
+        )
+        third = pool.submit(
+            run_client_job,
+            CONN_ID,
+            4,
+            "third",
+            tmp_path,
+            lines=third_lines,
+            marker=_marker(cluster),
+            slot_wait_timeout_s=5,
+        )
+        wait_until(
+            lambda: any("waiting for 4 task slots" in line for line in second_lines) or second.done(),
+            "the second job to wait",
+            context=context,
+        )
+        ddp = pool.submit(
+            run_client_job, CONN_ID, 2, "ddp", tmp_path, lines=ddp_lines, marker=_marker(cluster), launcher="torch"
+        )
+        wait_until(
+            lambda: any("waiting for 2 task slots" in line for line in ddp_lines) or ddp.done(),
+            "the torch.distributed job to wait",
+            context=context,
+        )
         with pytest.raises(HorovodJobError) as gave_up:
             third.result(timeout=240)
         gate.touch()  # the first job may finish now
@@ -91,8 +122,7 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
     assert f"{done_first.app_id} 'shared-first' (4 cores)" in waiting
     assert any("4 task slots available after waiting" in line for line in second_lines)
     message = str(gave_up.value)
-    assert "np=4 needs 4 task slots at the same time, and they did not come within slot_wait_timeout_s=5 s" \
-        in message
+    assert "np=4 needs 4 task slots at the same time, and they did not come within slot_wait_timeout_s=5 s" in message
     assert "other applications hold every core" in message and f"{done_first.app_id} 'shared-first'" in message
     # the torch.distributed job waited the same way, then its two ranks ran after the first job had ended
     assert (done_ddp.value["size"], done_ddp.value["total"]) == (2, 2.0)
@@ -100,14 +130,19 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
     ddp_waiting = next(line for line in ddp_lines if "waiting for 2 task slots" in line)
     assert "other applications hold every core" in ddp_waiting, ddp_waiting
     assert any("2 task slots available after waiting" in line for line in ddp_lines), context()
-    assert sorted(starts(tmp_path)) == sorted([(tag, r) for tag in ("first", "second") for r in range(4)]
-                                              + [("ddp", 0), ("ddp", 1)])
+    assert sorted(starts(tmp_path)) == sorted(
+        [(tag, r) for tag in ("first", "second") for r in range(4)] + [("ddp", 0), ("ddp", 1)]
+    )
     # the executors started with the hook's JVM options (the first line of an executor's stderr is its command)
-    stderrs = [path.read_text(errors="replace")
-               for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr")]
+    stderrs = [
+        path.read_text(errors="replace") for path in cluster.work_dir.glob(f"worker-*/{done_second.app_id}/*/stderr")
+    ]
     commands = [text.split("\n", 1)[0] for text in stderrs]
-    assert commands and all(f'"{option}"' in command for command in commands  # Spark quotes each argument
-                            for option in JVM_STARTUP_OPTIONS.split()), commands
+    assert commands and all(
+        f'"{option}"' in command
+        for command in commands  # Spark quotes each argument
+        for option in JVM_STARTUP_OPTIONS.split()
+    ), commands
     # ... and their Python daemon put Spark's source-only pyspark.zip behind the installed, compiled PySpark
     assert ".zip" not in done_second.value["pyspark"] and "site-packages" in done_second.value["pyspark"]
     daemon = f"set to [{PYTHON_DAEMON_MODULE}] in 'spark.python.daemon.module'"
@@ -123,8 +158,10 @@ def test_jobs_that_can_never_fit_fail_before_submission(cluster, tmp_path):
     with pytest.raises(HorovodJobError) as client_mode:
         run_client_job(CONN_ID, 5, "too-many", tmp_path, lines=lines, conf={"spark.cores.max": "8"})
     message = str(client_mode.value)
-    assert message.startswith("np=5 needs 5 task slots at the same time (one barrier task per rank), but this job "
-                              "can never have them: the cluster spark://127.0.0.1:"), message
+    assert message.startswith(
+        "np=5 needs 5 task slots at the same time (one barrier task per rank), but this job "
+        "can never have them: the cluster spark://127.0.0.1:"
+    ), message
     assert "has 2 workers alive with 4 cores in all; that leaves at most 4 task slots" in message
     assert "Lower np to 4" in message
     assert lines == []  # spark-submit never ran
@@ -135,14 +172,22 @@ def test_jobs_that_can_never_fit_fail_before_submission(cluster, tmp_path):
     hook = HorovodStandaloneHook(conn_id=CONN_ID)
     path, key = payload_file(tmp_path / "cluster-staging", "cluster", tmp_path, None)
     with pytest.raises(HorovodJobError) as cluster_mode:
-        hook.submit(TrainingJob(key=key, payload=path.read_bytes(), settings=JobSettings(np=4),
-                                artifact_dir=str(tmp_path / "art"),
-                                conf={**job_conf(4, executor_cores=1), "spark.driver.cores": "1"}),
-                    staging=tmp_path / "cluster-staging")
+        hook.submit(
+            TrainingJob(
+                key=key,
+                payload=path.read_bytes(),
+                settings=JobSettings(np=4),
+                artifact_dir=str(tmp_path / "art"),
+                conf={**job_conf(4, executor_cores=1), "spark.driver.cores": "1"},
+            ),
+            staging=tmp_path / "cluster-staging",
+        )
     message = str(cluster_mode.value)
     assert "np=4 needs 4 task slots at the same time" in message
-    assert ("2 workers alive with 4 cores in all; in cluster deploy mode the driver takes spark.driver.cores=1 "
-            "and 512 MiB on a worker; that leaves at most 3 task slots") in message
+    assert (
+        "2 workers alive with 4 cores in all; in cluster deploy mode the driver takes spark.driver.cores=1 "
+        "and 512 MiB on a worker; that leaves at most 3 task slots"
+    ) in message
     assert "use client deploy mode" in message
 
     after = cluster.master_json()  # nothing reached the master
@@ -156,8 +201,10 @@ def test_six_jobs_at_once_all_run_exactly_once(cluster, tmp_path):
     lines: dict[str, list[str]] = {tag: [] for tag in jobs}
     context = lambda: "\n".join(f"-- {t} --\n" + "\n".join(ls[-15:]) for t, ls in lines.items())  # noqa: E731
     with ThreadPoolExecutor(len(jobs)) as pool:
-        futures = {tag: pool.submit(run_client_job, CONN_ID, np, tag, tmp_path, lines=lines[tag],
-                                    marker=_marker(cluster)) for tag, np in jobs.items()}
+        futures = {
+            tag: pool.submit(run_client_job, CONN_ID, np, tag, tmp_path, lines=lines[tag], marker=_marker(cluster))
+            for tag, np in jobs.items()
+        }
         results = {}
         for tag, future in futures.items():
             try:

@@ -88,8 +88,14 @@ def _client(tmp_path, url: str, mode: str) -> tuple[dict, str]:
 
 def test_np2_over_spark_connect(connect_url, tmp_path):
     result, stdout = _client(tmp_path, connect_url, "ok")
-    assert result == {"blob_len": 3_000_000, "rank": 0, "size": 2, "total": 3.0, "value": "c",  # several rows
-                      "metrics": {"loss": 1.0 / 3}}
+    assert result == {
+        "blob_len": 3_000_000,
+        "rank": 0,
+        "size": 2,
+        "total": 3.0,
+        "value": "c",  # several rows
+        "metrics": {"loss": 1.0 / 3},
+    }
     assert "[rank 0] connect rank 0 total 3.0" in stdout  # output came back over the log channel
     # report() records came back over the same channel: the progress line in this (the task's) process, the files
     assert "airflow-provider-horovod: progress: step 3/3 (100%)" in stdout
@@ -111,8 +117,11 @@ def _connect_env(connect_url: str) -> dict[str, str]:
     from urllib.parse import urlparse
 
     url = urlparse(connect_url.replace("sc://", "http://"))
-    return {"AIRFLOW_CONN_SPARK_CONNECT_TEST": json.dumps({"conn_type": "spark_connect", "host": url.hostname,
-                                                          "port": url.port})}
+    return {
+        "AIRFLOW_CONN_SPARK_CONNECT_TEST": json.dumps(
+            {"conn_type": "spark_connect", "host": url.hostname, "port": url.port}
+        )
+    }
 
 
 def test_operator_with_a_spark_connect_connection(connect_url, airflow_home, tmp_path):
@@ -152,8 +161,10 @@ def test_mlflow_tracking_over_spark_connect(connect_url, airflow_home, tmp_path,
     dags = tmp_path / "dags"
     dags.mkdir()
     shutil.copy(HERE / "dags" / "horovod_connect_mlflow.py", dags)
-    env = {**_connect_env(connect_url), "AIRFLOW_CONN_MLFLOW_TEST": json.dumps(
-        {"conn_type": "http", "host": mlflow_server, "password": token})}  # a bearer token (no login)
+    env = {
+        **_connect_env(connect_url),
+        "AIRFLOW_CONN_MLFLOW_TEST": json.dumps({"conn_type": "http", "host": mlflow_server, "password": token}),
+    }  # a bearer token (no login)
     log, run = run_dag(airflow_home, dags, "horovod_connect_mlflow", extra_env=env)
     assert run["states"] == {"train": "success", "rank_fails": "failed"}, log[-5000:]
     xcom = run["xcom"]
@@ -167,7 +178,11 @@ def test_mlflow_tracking_over_spark_connect(connect_url, airflow_home, tmp_path,
     tags = trained.data.tags
     assert trained.info.status == "FINISHED"
     assert (tags["airflow.dag_id"], tags["airflow.run_id"], tags["airflow.task_id"], tags["airflow.try_number"]) == (
-        "horovod_connect_mlflow", run["run_id"], "train", "1"), tags
+        "horovod_connect_mlflow",
+        run["run_id"],
+        "train",
+        "1",
+    ), tags
     # the Connect server's application (its local[2] master), the same id as the XCom
     assert tags["spark.app_id"].startswith("local-") and tags["spark.app_id"] == xcom["train.spark_app_id"], tags
     assert trained.data.params == {"np": "2", "launcher": "horovod", "steps": "4", "lr": "0.5"}
@@ -186,8 +201,9 @@ def test_mlflow_tracking_over_spark_connect(connect_url, airflow_home, tmp_path,
     (failed,) = runs("connect_failures")
     assert failed.info.status == "FAILED"
     assert failed.data.tags["airflow.task_id"] == "rank_fails"
-    assert "rank 1" in failed.data.tags["horovod.error"] and "bad shard over Connect" in failed.data.tags[
-        "horovod.error"], failed.data.tags
+    assert (
+        "rank 1" in failed.data.tags["horovod.error"] and "bad shard over Connect" in failed.data.tags["horovod.error"]
+    ), failed.data.tags
     assert xcom["rank_fails.mlflow_run_id"] == failed.info.run_id
 
     assert f"MLflow run {trained.info.run_id} created" in log

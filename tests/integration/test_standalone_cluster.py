@@ -25,7 +25,11 @@ import psutil
 import pytest
 
 from airflow_provider_horovod.clients import (
-    AsyncSparkRestClient, RetryPolicy, SparkRestClient, SparkRestError, SparkRestUnavailableError,
+    AsyncSparkRestClient,
+    RetryPolicy,
+    SparkRestClient,
+    SparkRestError,
+    SparkRestUnavailableError,
     SparkSubmissionError,
 )
 from tests.standalone import StandaloneCluster, free_port, standalone_cluster
@@ -38,7 +42,7 @@ PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 T = TypeVar("T")
 
 # Three jobs: one succeeds, one fails (a task raises), one runs until the driver is killed.
-TRACKED_APP = '''
+TRACKED_APP = """
 import threading
 from pyspark.sql import SparkSession
 
@@ -57,7 +61,7 @@ def block(_):
     threading.Event().wait()  # until the driver is killed
 
 sc.parallelize([0], 1).foreach(block)
-'''
+"""
 
 
 class RecordingTransport(httpx.HTTPTransport):
@@ -108,21 +112,41 @@ def recorder() -> RecordingTransport:
 
 @pytest.fixture(scope="module")
 def client(cluster: StandaloneCluster, recorder: RecordingTransport) -> Iterator[SparkRestClient]:
-    with SparkRestClient(master_ui_url=cluster.web_ui_url, rest_url=cluster.rest_url, timeout_s=10,
-                         retry=RetryPolicy(max_attempts=3, initial_backoff_s=0.2), transport=recorder) as c:
+    with SparkRestClient(
+        master_ui_url=cluster.web_ui_url,
+        rest_url=cluster.rest_url,
+        timeout_s=10,
+        retry=RetryPolicy(max_attempts=3, initial_backoff_s=0.2),
+        transport=recorder,
+    ) as c:
         yield c
 
 
-def submit_python(client: SparkRestClient, cluster: StandaloneCluster, script: Path, name: str,
-                  conf: dict[str, str] | None = None, app_resource: str | None = None) -> str:
+def submit_python(
+    client: SparkRestClient,
+    cluster: StandaloneCluster,
+    script: Path,
+    name: str,
+    conf: dict[str, str] | None = None,
+    app_resource: str | None = None,
+) -> str:
     response = client.create_submission(
-        app_resource=app_resource or script.as_uri(), main_class=PYTHON_RUNNER, app_args=[str(script), ""],
+        app_resource=app_resource or script.as_uri(),
+        main_class=PYTHON_RUNNER,
+        app_args=[str(script), ""],
         spark_properties={
-            "spark.master": cluster.master_url, "spark.app.name": name, "spark.submit.deployMode": "cluster",
-            "spark.driver.supervise": "false", "spark.driver.memory": "512m", "spark.driver.cores": "1",
-            "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-            **(conf or {})},
-        environment_variables={"PYSPARK_PYTHON": sys.executable})
+            "spark.master": cluster.master_url,
+            "spark.app.name": name,
+            "spark.submit.deployMode": "cluster",
+            "spark.driver.supervise": "false",
+            "spark.driver.memory": "512m",
+            "spark.driver.cores": "1",
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            **(conf or {}),
+        },
+        environment_variables={"PYSPARK_PYTHON": sys.executable},
+    )
     assert response.success and response.submission_id and response.submission_id.startswith("driver-"), response
     return response.submission_id
 
@@ -140,8 +164,14 @@ def test_master_lists_alive_workers(cluster: StandaloneCluster, client: SparkRes
 
 def test_fixture_tracks_orphaned_processes_by_marker(cluster: StandaloneCluster) -> None:
     # A process of the cluster whose parent has exited (as a killed driver's Python child could be).
-    shell = subprocess.run(["sh", "-c", "sleep 120 >/dev/null 2>&1 & echo $!"], env=cluster.env,
-                           capture_output=True, text=True, timeout=30, check=True)
+    shell = subprocess.run(
+        ["sh", "-c", "sleep 120 >/dev/null 2>&1 & echo $!"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     orphan = psutil.Process(int(shell.stdout))
     try:
         assert orphan.pid in {p.pid for p in cluster.leftover_processes()}
@@ -156,24 +186,39 @@ async def _async_master_state(cluster: StandaloneCluster):
         return await spark.master_state()
 
 
-def test_track_and_kill_an_application(cluster: StandaloneCluster, client: SparkRestClient,
-                                       recorder: RecordingTransport, tmp_path: Path) -> None:
+def test_track_and_kill_an_application(
+    cluster: StandaloneCluster, client: SparkRestClient, recorder: RecordingTransport, tmp_path: Path
+) -> None:
     script = tmp_path / "tracked_app.py"
     script.write_text(TRACKED_APP)
     ui_port = free_port()
-    driver_id = submit_python(client, cluster, script, "rest-tracked-app", {
-        "spark.ui.port": str(ui_port), "spark.port.maxRetries": "0", "spark.driver.host": "127.0.0.1",
-        "spark.cores.max": "1", "spark.executor.cores": "1", "spark.executor.memory": "512m",
-        "spark.task.maxFailures": "1", "spark.ui.showConsoleProgress": "false"})
+    driver_id = submit_python(
+        client,
+        cluster,
+        script,
+        "rest-tracked-app",
+        {
+            "spark.ui.port": str(ui_port),
+            "spark.port.maxRetries": "0",
+            "spark.driver.host": "127.0.0.1",
+            "spark.cores.max": "1",
+            "spark.executor.cores": "1",
+            "spark.executor.memory": "512m",
+            "spark.task.maxFailures": "1",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
     recorder.save("submission_create")
 
-    running = wait_for(lambda: (s := client.driver_status(driver_id)).driver_state == "RUNNING" and s, 60,
-                       "the driver to run", cluster)
+    running = wait_for(
+        lambda: (s := client.driver_status(driver_id)).driver_state == "RUNNING" and s, 60, "the driver to run", cluster
+    )
     recorder.save("submission_status_running")
     assert running.is_active and not running.is_terminal and running.worker_id.startswith("worker-")
 
-    ui = SparkRestClient(ui_url=f"http://127.0.0.1:{ui_port}", timeout_s=10,
-                         retry=RetryPolicy(max_attempts=1), transport=recorder)
+    ui = SparkRestClient(
+        ui_url=f"http://127.0.0.1:{ui_port}", timeout_s=10, retry=RetryPolicy(max_attempts=1), transport=recorder
+    )
     with ui:
         apps = wait_for(lambda: ui.applications() or None, 90, "the driver's UI", cluster)
         app_id = apps[0].id
@@ -189,14 +234,16 @@ def test_track_and_kill_an_application(cluster: StandaloneCluster, client: Spark
         kill = client.kill_submission(driver_id)
         recorder.save("submission_kill")
         assert kill.success and kill.submission_id == driver_id, kill
-        killed = wait_for(lambda: (s := client.driver_status(driver_id)).is_terminal and s, 60,
-                          "the driver to be killed", cluster)
+        killed = wait_for(
+            lambda: (s := client.driver_status(driver_id)).is_terminal and s, 60, "the driver to be killed", cluster
+        )
         recorder.save("submission_status_killed")
         assert killed.driver_state == "KILLED" and killed.is_failed and not killed.is_successful
 
         # Its UI went with it: connection refused, retried, then SparkRestUnavailableError without a status.
-        gone = SparkRestClient(ui_url=ui.endpoints.ui_url, timeout_s=5,
-                               retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.1))
+        gone = SparkRestClient(
+            ui_url=ui.endpoints.ui_url, timeout_s=5, retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.1)
+        )
         with gone:
             unavailable = wait_for(lambda: _unavailable(gone), 30, "the driver's UI to stop", cluster)
         assert unavailable.status_code is None and unavailable.url.endswith("/api/v1/applications")
@@ -204,8 +251,11 @@ def test_track_and_kill_an_application(cluster: StandaloneCluster, client: Spark
     def app_completed():
         state = client.master_state()
         app = state.application(app_id)
-        return state if app and app in state.completed_apps and state.driver(driver_id) in state.completed_drivers \
+        return (
+            state
+            if app and app in state.completed_apps and state.driver(driver_id) in state.completed_drivers
             else None
+        )
 
     state = wait_for(app_completed, 60, "the master to list the application as completed", cluster)
     recorder.save("master_state_completed")
@@ -224,8 +274,14 @@ def _unavailable(client: SparkRestClient) -> SparkRestUnavailableError | None:
     return None
 
 
-def _check_live_application(cluster: StandaloneCluster, client: SparkRestClient, ui: SparkRestClient,
-                            recorder: RecordingTransport, app_id: str, driver_id: str) -> None:
+def _check_live_application(
+    cluster: StandaloneCluster,
+    client: SparkRestClient,
+    ui: SparkRestClient,
+    recorder: RecordingTransport,
+    app_id: str,
+    driver_id: str,
+) -> None:
     (app,) = ui.applications()
     recorder.save("applications")
     assert app.id == app_id and app_id.startswith("app-") and app.name == "rest-tracked-app"
@@ -267,8 +323,14 @@ def _check_live_application(cluster: StandaloneCluster, client: SparkRestClient,
     # The same through the async client.
     async def read_async():
         async with AsyncSparkRestClient(ui_url=ui.endpoints.ui_url, master_ui_url=cluster.web_ui_url) as spark:
-            return await asyncio.gather(spark.application(app_id), spark.jobs(app_id), spark.stages(app_id),
-                                        spark.executors(app_id), spark.master_state())
+            return await asyncio.gather(
+                spark.application(app_id),
+                spark.jobs(app_id),
+                spark.stages(app_id),
+                spark.executors(app_id),
+                spark.master_state(),
+            )
+
     a_app, a_jobs, a_stages, a_executors, a_master = asyncio.run(read_async())
     assert a_app.id == app.id
     assert sorted((j.job_id, j.status) for j in a_jobs) == [(j.job_id, j.status) for j in jobs]
@@ -282,28 +344,32 @@ def _check_live_application(cluster: StandaloneCluster, client: SparkRestClient,
     assert a_master.application(app_id) is not None
 
 
-def test_drivers_reach_each_terminal_state(cluster: StandaloneCluster, client: SparkRestClient,
-                                           recorder: RecordingTransport, tmp_path: Path) -> None:
+def test_drivers_reach_each_terminal_state(
+    cluster: StandaloneCluster, client: SparkRestClient, recorder: RecordingTransport, tmp_path: Path
+) -> None:
     ok, failing = tmp_path / "exit_0.py", tmp_path / "exit_3.py"
     ok.write_text("print('done')\n")
     failing.write_text("import sys\nsys.exit(3)\n")
     ids = {
         "FINISHED": submit_python(client, cluster, ok, "rest-exit-0"),
         "FAILED": submit_python(client, cluster, failing, "rest-exit-3"),
-        "ERROR": submit_python(client, cluster, ok, "rest-missing-resource",
-                               app_resource=(tmp_path / "missing.py").as_uri()),
+        "ERROR": submit_python(
+            client, cluster, ok, "rest-missing-resource", app_resource=(tmp_path / "missing.py").as_uri()
+        ),
     }
     for expected, driver_id in ids.items():
-        status = wait_for(lambda: (s := client.driver_status(driver_id)).is_terminal and s, 90,
-                          f"driver {driver_id} to end", cluster)
+        status = wait_for(
+            lambda: (s := client.driver_status(driver_id)).is_terminal and s, 90, f"driver {driver_id} to end", cluster
+        )
         recorder.save(f"submission_status_{expected.lower()}")
         assert status.driver_state == expected, (status, cluster.log_tail())
         assert status.is_successful == (expected == "FINISHED") and status.is_failed == (expected != "FINISHED")
     assert "missing.py" in client.driver_status(ids["ERROR"]).message
 
 
-def test_submission_server_errors(cluster: StandaloneCluster, client: SparkRestClient,
-                                  recorder: RecordingTransport) -> None:
+def test_submission_server_errors(
+    cluster: StandaloneCluster, client: SparkRestClient, recorder: RecordingTransport
+) -> None:
     with pytest.raises(SparkSubmissionError) as unknown:
         client.driver_status("driver-does-not-exist")
     recorder.save("submission_status_unknown")
@@ -320,7 +386,10 @@ def test_submission_server_errors(cluster: StandaloneCluster, client: SparkRestC
     assert version.value.status_code == 468 and "Unknown protocol version 'v99'" in str(version.value)
 
     with pytest.raises(SparkRestError) as malformed:
-        client.request_json("POST", f"{cluster.rest_url}/v1/submissions/create",
-                            body={"action": "CreateSubmissionRequest", "clientSparkVersion": "4.2.0"})
+        client.request_json(
+            "POST",
+            f"{cluster.rest_url}/v1/submissions/create",
+            body={"action": "CreateSubmissionRequest", "clientSparkVersion": "4.2.0"},
+        )
     recorder.save("rest_error_malformed_create")
     assert malformed.value.status_code == 400 and "Malformed" in str(malformed.value)

@@ -17,8 +17,18 @@ from tests.conftest import SESSION_MARK, session_processes
 
 pytestmark = pytest.mark.spark
 
-TORCHRUN_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",
-                  "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+TORCHRUN_NAMES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "GLOO_SOCKET_IFNAME",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+)
 
 
 def ddp_allreduce(scale, *, offset=0.0):
@@ -77,8 +87,12 @@ def _ranks_left() -> list[psutil.Process]:
 def _assert_torchrun_env(result, np_):
     assert [e["RANK"] for e in result["envs"]] == [str(r) for r in range(np_)]
     for env in result["envs"]:
-        assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["GROUP_RANK"], env["NODE_RANK"]) == \
-            (str(np_), str(np_), "0", "0")
+        assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["GROUP_RANK"], env["NODE_RANK"]) == (
+            str(np_),
+            str(np_),
+            "0",
+            "0",
+        )
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["GLOO_SOCKET_IFNAME"] == "lo"
         assert env["CUDA_VISIBLE_DEVICES"] == ""  # use_gpu=False hides GPUs, as PySpark's TorchDistributor does
     assert [e["LOCAL_RANK"] for e in result["envs"]] == [str(r) for r in range(np_)]
@@ -125,9 +139,14 @@ def test_a_torchrun_script_runs_unchanged_with_its_arguments(spark, tmp_path):
         "dist.all_reduce(t)\n"
         "with open(os.path.join(a.out, f\"rank{os.environ['RANK']}.txt\"), 'w') as f:\n"
         "    f.write(f\"{t.item()} {os.environ['LOCAL_RANK']} {__name__}\")\n"
-        "dist.destroy_process_group()\n")
-    assert TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
-        str(script), "--epochs", 3, "--out", str(out)) is None
+        "dist.destroy_process_group()\n"
+    )
+    assert (
+        TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
+            str(script), "--epochs", 3, "--out", str(out)
+        )
+        is None
+    )
     assert sorted(p.name for p in out.iterdir()) == ["rank0.txt", "rank1.txt"]
     assert (out / "rank1.txt").read_text() == "6.0 1 __main__"
 
@@ -139,8 +158,9 @@ def test_a_failing_rank_fails_the_job_fast_naming_it_and_stops_its_peer(spark):
     elapsed = time.monotonic() - started
     err = info.value
     assert (err.rank, err.exit_code, err.exc_type, err.launcher) == (1, 1, "ValueError", "torch")
-    assert str(err).startswith("torch.distributed rank 1 on 127.0.0.1 failed (exit code 1): ValueError: corrupt "
-                               "shard on rank 1")
+    assert str(err).startswith(
+        "torch.distributed rank 1 on 127.0.0.1 failed (exit code 1): ValueError: corrupt shard on rank 1"
+    )
     assert 'raise ValueError("corrupt shard on rank 1")' in err.traceback
     assert "starting epoch 1" in err.output_tail
     # Gloo's default collective timeout is 30 minutes: far below it proves rank 0 was stopped, not waited out
@@ -170,8 +190,9 @@ def test_a_rank_that_never_joins_is_reported_at_start_timeout_s(spark_env):
 
     started = time.monotonic()
     with pytest.raises(RankFailedError) as info:
-        TorchDistributor(num_processes=2, local_mode=True, use_gpu=False, start_timeout_s=5,
-                         training_timeout_s=60).run(rank_one_never_joins)
+        TorchDistributor(num_processes=2, local_mode=True, use_gpu=False, start_timeout_s=5, training_timeout_s=60).run(
+            rank_one_never_joins
+        )
     assert "init_process_group()" in str(info.value)
     assert time.monotonic() - started < 45
 

@@ -52,39 +52,57 @@ def _interpreter(version: str) -> str | None:
     candidates = [shutil.which(PYTHONS[version])]
     candidates += [str(d / "bin" / PYTHONS[version]) for d in sorted(root.glob(f"{version}.*"), reverse=True)]
     for exe in candidates:
-        if exe and os.path.exists(exe) and subprocess.run([exe, "-c", "pass"], capture_output=True,
-                                                          timeout=60).returncode == 0:
+        if (
+            exe
+            and os.path.exists(exe)
+            and subprocess.run([exe, "-c", "pass"], capture_output=True, timeout=60).returncode == 0
+        ):
             return exe
     return None
 
 
-def _run(cmd: list, *, timeout_s: float, env: dict[str, str] | None = None, cwd: Path | None = None,
-         check: bool = True) -> subprocess.CompletedProcess:
+def _run(
+    cmd: list, *, timeout_s: float, env: dict[str, str] | None = None, cwd: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd)
     if check:
-        assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n" \
-                                     f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        assert proc.returncode == 0, (
+            f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
     return proc
 
 
 def _pip(venv: Path, *args: str) -> None:
-    _run([venv / "bin" / "python", "-m", "pip", "--disable-pip-version-check", "-q", *args],
-         timeout_s=INSTALL_TIMEOUT_S)
+    _run(
+        [venv / "bin" / "python", "-m", "pip", "--disable-pip-version-check", "-q", *args], timeout_s=INSTALL_TIMEOUT_S
+    )
 
 
 def _install_dependencies(python: str, venv: Path) -> None:
     """A fresh virtualenv with Airflow, PyTorch, PySpark and cloudpickle (tested versions), no Horovod."""
     _run([python, "-m", "venv", venv], timeout_s=300)
-    _pip(venv, "install", "-c", str(CONSTRAINTS), f"apache-airflow=={AIRFLOW}", "torch", "pyspark", "py4j",
-         "cloudpickle", "apache-airflow-providers-apache-spark")
+    _pip(
+        venv,
+        "install",
+        "-c",
+        str(CONSTRAINTS),
+        f"apache-airflow=={AIRFLOW}",
+        "torch",
+        "pyspark",
+        "py4j",
+        "cloudpickle",
+        "apache-airflow-providers-apache-spark",
+    )
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """This checkout built as a wheel."""
     out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps", "-w", out, REPO],
-         timeout_s=600)
+    _run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps", "-w", out, REPO],
+        timeout_s=600,
+    )
     (found,) = out.glob("airflow_provider_horovod-*.whl")
     return found
 
@@ -95,15 +113,19 @@ def _venv(version: str, wheel: Path) -> Path:
         pytest.skip(f"no Python {version} here ({PYTHONS[version]} not on PATH, none under pyenv)")
     full_version = _run([python, "-c", "import sys; print(sys.version)"], timeout_s=60).stdout.strip()
     started = time.monotonic()
-    venv, fresh = kept_venv(f"nohvd-py{version}", [full_version, AIRFLOW, CONSTRAINTS.read_text(),
-                                                    inspect.getsource(_install_dependencies)],
-                            lambda path: _install_dependencies(python, path))
+    venv, fresh = kept_venv(
+        f"nohvd-py{version}",
+        [full_version, AIRFLOW, CONSTRAINTS.read_text(), inspect.getsource(_install_dependencies)],
+        lambda path: _install_dependencies(python, path),
+    )
     built = time.monotonic()
     _pip(venv, "uninstall", "-y", "airflow-provider-horovod")
     _pip(venv, "install", "--no-deps", str(wheel))
     _run([venv / "bin" / "python", "-m", "pip", "check"], timeout_s=120)
-    print(f"\n{venv.name} {'created' if fresh else 'reused'} in {built - started:.0f} s, provider installed in "
-          f"{time.monotonic() - built:.0f} s")
+    print(
+        f"\n{venv.name} {'created' if fresh else 'reused'} in {built - started:.0f} s, provider installed in "
+        f"{time.monotonic() - built:.0f} s"
+    )
     return venv
 
 
@@ -112,7 +134,7 @@ def venv(request, wheel) -> Path:
     return _venv(request.param, wheel)
 
 
-CHECKS = textwrap.dedent('''
+CHECKS = textwrap.dedent("""
     import json, os, sys, time
 
     def allreduce(scale):
@@ -162,7 +184,7 @@ CHECKS = textwrap.dedent('''
             report["horovod_job"] = f"{type(err).__name__}: {err}"
         report["horovod_job_seconds"] = round(time.monotonic() - started, 2)
         print("REPORT " + json.dumps(report), flush=True)
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -171,17 +193,24 @@ def report(venv, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("checks")
     script = tmp / "checks.py"
     script.write_text(CHECKS)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "SPARK_", "PYSPARK_", "VIRTUAL_ENV", "PYTHON"))}
-    env.update({"PATH": f"{venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
-                "AIRFLOW_HOME": str(tmp / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "example_dags"),
-                "SPARK_LOCAL_IP": "127.0.0.1"})
-    proc = _run([venv / "bin" / "python", script, REPO / "example_dags"], timeout_s=300, env=env, cwd=tmp,
-                check=False)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW", "SPARK_", "PYSPARK_", "VIRTUAL_ENV", "PYTHON"))
+    }
+    env.update(
+        {
+            "PATH": f"{venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+            "AIRFLOW_HOME": str(tmp / "airflow"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "example_dags"),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+    )
+    proc = _run([venv / "bin" / "python", script, REPO / "example_dags"], timeout_s=300, env=env, cwd=tmp, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-4000:] + proc.stderr[-4000:]
-    found = json.loads(lines[-1][len("REPORT "):])
+    found = json.loads(lines[-1][len("REPORT ") :])
     print(json.dumps(found, indent=1))
     return found
 

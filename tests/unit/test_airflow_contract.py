@@ -16,8 +16,7 @@ import inspect
 P = inspect.Parameter
 
 
-def test_set_xcom_in_db_takes_the_key_value_and_the_task_instance_s_ids_and_sends_them_to_the_supervisor(
-        monkeypatch):
+def test_set_xcom_in_db_takes_the_key_value_and_the_task_instance_s_ids_and_sends_them_to_the_supervisor(monkeypatch):
     from airflow.sdk.execution_time import task_runner
     from airflow.sdk.execution_time.comms import SetXCom
     from airflow.sdk.execution_time.xcom import XCom
@@ -27,7 +26,8 @@ def test_set_xcom_in_db_takes_the_key_value_and_the_task_instance_s_ids_and_send
     params = inspect.signature(XCom._set_xcom_in_db).parameters
     assert [p.name for p in params.values()][:2] == ["key", "value"]
     assert {name: params[name].kind for name in ("dag_id", "task_id", "run_id", "map_index")} == dict.fromkeys(
-        ("dag_id", "task_id", "run_id", "map_index"), P.KEYWORD_ONLY)
+        ("dag_id", "task_id", "run_id", "map_index"), P.KEYWORD_ONLY
+    )
 
     class Comms:  # the supervisor's channel, as a running task has it
         def __init__(self) -> None:
@@ -51,7 +51,13 @@ def test_set_xcom_in_db_takes_the_key_value_and_the_task_instance_s_ids_and_send
     [message] = comms.sent
     assert isinstance(message, SetXCom)
     assert (message.key, message.value, message.dag_id, message.task_id, message.run_id, message.map_index) == (
-        SparkUILink().xcom_key, "http://127.0.0.1:4040", "d", "train", "manual__1", 3)
+        SparkUILink().xcom_key,
+        "http://127.0.0.1:4040",
+        "d",
+        "train",
+        "manual__1",
+        3,
+    )
     assert ti.pushed == {"spark_ui_url": "http://127.0.0.1:4040"}  # the data XCom goes through the XCom backend
 
 

@@ -19,9 +19,18 @@ Ratios are of medians."""
 
 
 def _results(*keys: str) -> dict:
-    return {**{k: {"x": 1.0} for k in keys}, "notes": [],
-            "config": {"mode": "full"}, "meta": {"date": "2026-12-02 17:10 UTC", "cores": 2, "total_seconds": 240,
-                                                  "load_start": [0.1], "load_end": [2.7]}}
+    return {
+        **{k: {"x": 1.0} for k in keys},
+        "notes": [],
+        "config": {"mode": "full"},
+        "meta": {
+            "date": "2026-12-02 17:10 UTC",
+            "cores": 2,
+            "total_seconds": 240,
+            "load_start": [0.1],
+            "load_end": [2.7],
+        },
+    }
 
 
 def test_a_rerun_takes_its_benchmarks_out_of_earlier_rerun_lines():
@@ -37,6 +46,8 @@ def test_a_rerun_takes_its_benchmarks_out_of_earlier_rerun_lines():
 
 def test_a_rerun_of_all_an_earlier_lines_benchmarks_drops_that_line():
     page = merge(OLD, NEW, _results("b7", "b8"))
-    assert [ln.split(" on ")[0] for ln in page.split("\n") if ln.startswith("Rerun alone: ")] == \
-        ["Rerun alone: B7, B8", "Rerun alone: B3"]
+    assert [ln.split(" on ")[0] for ln in page.split("\n") if ln.startswith("Rerun alone: ")] == [
+        "Rerun alone: B7, B8",
+        "Rerun alone: B3",
+    ]
     assert "05:06" not in page and "\n\n\n" not in page

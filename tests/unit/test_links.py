@@ -35,7 +35,9 @@ def test_the_link_has_its_own_xcom_key_apart_from_the_operators_data():
         HorovodRunnerOperator(task_id="t", python_callable=_train)
     serialized = DagSerialization.to_dict(dag)
     assert serialized["dag"]["tasks"][0]["__var"]["_operator_extra_links"] == {
-        "Spark UI": "_link_SparkUILink", "MLflow run": "_link_MlflowRunLink"}
+        "Spark UI": "_link_SparkUILink",
+        "MLflow run": "_link_MlflowRunLink",
+    }
     link = DagSerialization.from_dict(serialized).get_task("t").operator_extra_link_dict["Spark UI"]
     assert link.xcom_key == "_link_SparkUILink"
 
@@ -58,9 +60,17 @@ class _TI:
 
 
 def test_after_the_application_ends_the_link_points_at_the_history_server(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_HS", json.dumps({
-        "conn_type": "spark", "host": "spark://m", "port": 7077,
-        "extra": {"spark.airflowProviderHorovod.historyServerUrl": "http://hs:18080"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_HS",
+        json.dumps(
+            {
+                "conn_type": "spark",
+                "host": "spark://m",
+                "port": 7077,
+                "extra": {"spark.airflowProviderHorovod.historyServerUrl": "http://hs:18080"},
+            }
+        ),
+    )
     op = HorovodRunnerOperator(task_id="t", python_callable=_train, conn_id="spark_hs", poll_interval_s=None)
     assert op.spark_ui_url is None  # before the try: no link
     # the live link's direct database write needs a running task's supervisor: record the call instead
@@ -83,8 +93,10 @@ def test_the_driver_advertises_an_address_rather_than_localhost():
     # Spark names the UI after the canonical name of a loopback driver address: "localhost"
     assert advertised_ui_url("http://localhost:4040", "localhost") == "http://127.0.0.1:4040"
     assert advertised_ui_url("http://localhost:4041", None) == "http://127.0.0.1:4041"
-    assert advertised_ui_url("http://spark-driver.internal:4040", "spark-driver.internal") == \
-        "http://spark-driver.internal:4040"
+    assert (
+        advertised_ui_url("http://spark-driver.internal:4040", "spark-driver.internal")
+        == "http://spark-driver.internal:4040"
+    )
     assert advertised_ui_url(None, "localhost") is None
 
 

@@ -41,12 +41,15 @@ def mlflow_server(server) -> str:
     return server.url
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"mlflow_experiment": "x"}, "need mlflow_conn_id"),
-    ({"mlflow_register_model": "m"}, "need mlflow_conn_id"),
-    ({"mlflow_conn_id": ""}, "mlflow_conn_id must be a non-empty string"),
-    ({"mlflow_conn_id": "m", "mlflow_register_model": 3}, "mlflow_register_model must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mlflow_experiment": "x"}, "need mlflow_conn_id"),
+        ({"mlflow_register_model": "m"}, "need mlflow_conn_id"),
+        ({"mlflow_conn_id": ""}, "mlflow_conn_id must be a non-empty string"),
+        ({"mlflow_conn_id": "m", "mlflow_register_model": 3}, "mlflow_register_model must be a non-empty string"),
+    ],
+)
 def test_bad_mlflow_arguments_fail_at_parse_time(kwargs, message):
     with pytest.raises(ValueError, match=message):
         HorovodRunnerOperator(task_id="t", python_callable=_train, **kwargs)
@@ -56,8 +59,10 @@ def test_without_the_client_the_error_gives_the_install_command(monkeypatch):
     # the one case a real environment cannot give while the dev extra has the client: find_spec says it is missing
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
-    for make in (lambda: HorovodRunnerOperator(task_id="t", python_callable=_train, mlflow_conn_id="m"),
-                 lambda: HorovodRunner(np=2, mlflow_run="abc")):
+    for make in (
+        lambda: HorovodRunnerOperator(task_id="t", python_callable=_train, mlflow_conn_id="m"),
+        lambda: HorovodRunner(np=2, mlflow_run="abc"),
+    ):
         with pytest.raises(ValueError, match=r"pip install 'airflow-provider-horovod\[mlflow\]'"):
             make()
 
@@ -71,8 +76,12 @@ def test_hook_run_lifecycle_and_registry_against_a_real_server(mlflow_server, mo
     from airflow_provider_horovod.hooks.mlflow import MlflowHook
 
     host, port = mlflow_server.rsplit(":", 1)
-    monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_T", json.dumps({"conn_type": "http", "host": host.split("//")[1],
-                                                            "port": int(port), "login": "u", "password": "p"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MLFLOW_T",
+        json.dumps(
+            {"conn_type": "http", "host": host.split("//")[1], "port": int(port), "login": "u", "password": "p"}
+        ),
+    )
     hook = MlflowHook("mlflow_t")
     env = hook.start_run("unit", tags={"airflow.try_number": 1}, params={"np": 2, "big": "x" * 2000})
     assert env["MLFLOW_TRACKING_URI"] == mlflow_server
@@ -86,8 +95,7 @@ def test_hook_run_lifecycle_and_registry_against_a_real_server(mlflow_server, mo
             c.add({"time": time.time(), "rank": 0, "step": step, "metrics": {"loss": 1.0 / step, "nan": None}})
             c.add({"time": time.time(), "rank": 1, "step": step})
     client = hook.get_conn()
-    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [
-        (s, 1.0 / s) for s in range(1, 6)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(s, 1.0 / s) for s in range(1, 6)]
     assert client.get_metric_history(run_id, "nan") == []
     run = client.get_run(run_id)
     assert run.data.params["np"] == "2" and len(run.data.params["big"]) == 500
@@ -104,15 +112,21 @@ def test_hook_run_lifecycle_and_registry_against_a_real_server(mlflow_server, mo
     run = client.get_run(run_id)
     assert run.info.status == "FAILED" and run.data.tags["horovod.error"] == "RuntimeError: boom"
     assert run.data.tags["horovod.artifact_dir"] == str(tmp_path)
-    assert hook.run_url(run.info.experiment_id, run_id) == \
-        f"{mlflow_server}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+    assert (
+        hook.run_url(run.info.experiment_id, run_id)
+        == f"{mlflow_server}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+    )
 
 
 def test_a_server_that_never_answers_costs_only_the_metrics_and_the_end_counts_them(capfd, monkeypatch):
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # port 9: refused at once, no backoff
-    sink = MlflowMetricsSink({"MLFLOW_RUN_ID": "r", "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
-                             retry_initial_s=0.05, retry_max_s=0.2, final_wait_s=1.0)
+    sink = MlflowMetricsSink(
+        {"MLFLOW_RUN_ID": "r", "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+        retry_initial_s=0.05,
+        retry_max_s=0.2,
+        final_wait_s=1.0,
+    )
     for step in range(3):
         sink.log([{"time": 1.0, "step": step, "metrics": {"loss": 1.0, "acc": 0.5}}])
     sink.close()
@@ -140,9 +154,14 @@ def test_the_sink_buffers_through_a_server_restart_and_delivers_every_later_step
     try:
         run_id = MlflowClient(server.url).create_run("0").info.run_id
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        sink = MlflowMetricsSink({"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": server.url},
-                                 retry_initial_s=0.2, retry_max_s=1.0, final_wait_s=60)
+        sink = MlflowMetricsSink(
+            {"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": server.url},
+            retry_initial_s=0.2,
+            retry_max_s=1.0,
+            final_wait_s=60,
+        )
         with MetricsCollector(None, sink=sink, sink_interval_s=0.1, log_interval_s=60) as collector:
+
             def train(steps):
                 for step in steps:
                     collector.add({"time": time.time(), "rank": 0, "step": step, "metrics": {"loss": 1.0 / step}})
@@ -170,14 +189,14 @@ def test_the_sink_buffers_through_a_server_restart_and_delivers_every_later_step
 def _tracked_run(mlflow_server, monkeypatch, conn_id: str):  # noqa: F811
     from airflow_provider_horovod.hooks.mlflow import MlflowHook
 
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "http", "host": mlflow_server,
-                                                                       "password": "tok"}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "http", "host": mlflow_server, "password": "tok"})
+    )
     hook = MlflowHook(conn_id)
     return hook, hook.start_run("unit-killed", tags={}, params={})
 
 
-def test_a_deferred_task_killed_by_a_user_ends_its_run_killed_from_the_trigger(
-        mlflow_server, monkeypatch, tmp_path):  # noqa: F811
+def test_a_deferred_task_killed_by_a_user_ends_its_run_killed_from_the_trigger(mlflow_server, monkeypatch, tmp_path):  # noqa: F811
     import asyncio
 
     from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
@@ -186,16 +205,18 @@ def test_a_deferred_task_killed_by_a_user_ends_its_run_killed_from_the_trigger(
     hook, env = _tracked_run(mlflow_server, monkeypatch, "mlflow_k")
     master = _FakeMaster(lambda method, path: (200, {"action": "KillSubmissionResponse", "message": "submitted"}))
     try:
-        trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url=master.url, staging=str(tmp_path),
-                                         timeout_s=5).with_mlflow_run("mlflow_k", env["MLFLOW_RUN_ID"])
+        trigger = HorovodSparkJobTrigger(
+            submission_id="driver-1", rest_url=master.url, staging=str(tmp_path), timeout_s=5
+        ).with_mlflow_run("mlflow_k", env["MLFLOW_RUN_ID"])
         asyncio.run(asyncio.wait_for(trigger.on_kill(), timeout=60))
     finally:
         master.close()
     assert master.requests == [("POST", "/v1/submissions/kill/driver-1")]
     run = hook.get_conn().get_run(env["MLFLOW_RUN_ID"])
     assert run.info.status == "KILLED" and run.info.end_time
-    assert run.data.tags["horovod.error"] == ("killed while deferred (the task was marked failed or success, or "
-                                              "cleared): driver driver-1 killed")
+    assert run.data.tags["horovod.error"] == (
+        "killed while deferred (the task was marked failed or success, or cleared): driver driver-1 killed"
+    )
 
 
 class _TI:
@@ -220,8 +241,10 @@ def test_the_operator_hands_its_run_to_the_trigger_and_ends_it_killed_when_kille
     def the_try(ctx):
         op.observers.attached(ctx, {"mlflow_run_id": env["MLFLOW_RUN_ID"]})  # the job's run, as a retry keeps it
         with pytest.raises(TaskDeferred) as deferred:
-            op.defer(trigger=HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://m:6066",
-                                                    staging="/s"), method_name="execute_complete")
+            op.defer(
+                trigger=HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://m:6066", staging="/s"),
+                method_name="execute_complete",
+            )
         kwargs = deferred.value.trigger.serialize()[1]
         assert (kwargs["mlflow_conn_id"], kwargs["mlflow_run_id"]) == ("mlflow_o", env["MLFLOW_RUN_ID"])
         # a sync task killed (marked failed, cleared): on_kill kills the job, and the try's error ends the run KILLED
@@ -236,10 +259,10 @@ def test_the_operator_hands_its_run_to_the_trigger_and_ends_it_killed_when_kille
     assert run.data.tags["horovod.error"] == "RuntimeError: Spark driver driver-1 was killed by this task"
 
 
-@pytest.mark.parametrize(("job_status", "run_status"), [("FAILED", "FAILED"), ("ABANDONED", "KILLED"),
-                                                        ("RUNNING", "RUNNING")])
-def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(
-        mlflow_server, monkeypatch, job_status, run_status):  # noqa: F811
+@pytest.mark.parametrize(
+    ("job_status", "run_status"), [("FAILED", "FAILED"), ("ABANDONED", "KILLED"), ("RUNNING", "RUNNING")]
+)
+def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(mlflow_server, monkeypatch, job_status, run_status):  # noqa: F811
     from airflow_provider_horovod.operators._reporting import JobReporter
     from airflow_provider_horovod.operators.modes.base import DeployMode
 
@@ -252,8 +275,9 @@ def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(
 
     hook, env = _tracked_run(mlflow_server, monkeypatch, "mlflow_r")
     op = HorovodRunnerOperator(task_id="t", python_callable=_train, mlflow_conn_id="mlflow_r")
-    op._mode = StoredJob(None, None, JobReporter(log=op.log, conn_id=None, poll_interval_s=None,
-                                                 max_return_value_bytes=1024))
+    op._mode = StoredJob(
+        None, None, JobReporter(log=op.log, conn_id=None, poll_interval_s=None, max_return_value_bytes=1024)
+    )
     assert op.get_job_status({"submission_id": "driver-1", "mlflow_run_id": env["MLFLOW_RUN_ID"]}, {}) == job_status
     run = hook.get_conn().get_run(env["MLFLOW_RUN_ID"])
     assert run.info.status == run_status  # a job still running keeps its run for the reattach
@@ -261,17 +285,34 @@ def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(
         assert run.data.tags["horovod.error"].startswith(f"the job ended {job_status} with no try watching it")
 
 
-@pytest.mark.parametrize("conn, expected", [
-    ("https://mlflow.example.com", {"MLFLOW_TRACKING_URI": "https://mlflow.example.com"}),  # conn_type https
-    ("http://mlflow.example.com:5000", {"MLFLOW_TRACKING_URI": "http://mlflow.example.com:5000"}),
-    ({"conn_type": "http", "host": "https://m.example.com", "extra": {"insecure_tls": "false"}},
-     {"MLFLOW_TRACKING_URI": "https://m.example.com"}),  # the string "false" is false
-    ({"conn_type": "http", "host": "https://m.example.com", "extra": {"insecure_tls": "true"}},
-     {"MLFLOW_TRACKING_URI": "https://m.example.com", "MLFLOW_TRACKING_INSECURE_TLS": "true"}),
-    ({"conn_type": "http", "host": "https://m.example.com", "password": "tok", "extra": {"ca_bundle": "/etc/ca.pem"}},
-     {"MLFLOW_TRACKING_URI": "https://m.example.com", "MLFLOW_TRACKING_TOKEN": "tok",
-      "MLFLOW_TRACKING_SERVER_CERT_PATH": "/etc/ca.pem"}),
-])
+@pytest.mark.parametrize(
+    "conn, expected",
+    [
+        ("https://mlflow.example.com", {"MLFLOW_TRACKING_URI": "https://mlflow.example.com"}),  # conn_type https
+        ("http://mlflow.example.com:5000", {"MLFLOW_TRACKING_URI": "http://mlflow.example.com:5000"}),
+        (
+            {"conn_type": "http", "host": "https://m.example.com", "extra": {"insecure_tls": "false"}},
+            {"MLFLOW_TRACKING_URI": "https://m.example.com"},
+        ),  # the string "false" is false
+        (
+            {"conn_type": "http", "host": "https://m.example.com", "extra": {"insecure_tls": "true"}},
+            {"MLFLOW_TRACKING_URI": "https://m.example.com", "MLFLOW_TRACKING_INSECURE_TLS": "true"},
+        ),
+        (
+            {
+                "conn_type": "http",
+                "host": "https://m.example.com",
+                "password": "tok",
+                "extra": {"ca_bundle": "/etc/ca.pem"},
+            },
+            {
+                "MLFLOW_TRACKING_URI": "https://m.example.com",
+                "MLFLOW_TRACKING_TOKEN": "tok",
+                "MLFLOW_TRACKING_SERVER_CERT_PATH": "/etc/ca.pem",
+            },
+        ),
+    ],
+)
 def test_the_connection_becomes_mlflows_own_environment(conn, expected, monkeypatch):
     from airflow_provider_horovod.hooks.mlflow import MlflowHook, _verify
 
@@ -279,8 +320,9 @@ def test_the_connection_becomes_mlflows_own_environment(conn, expected, monkeypa
     env = MlflowHook("mlflow_env").tracking_env()
     assert env == expected
     # the triggerer's own requests (end_run_async) verify as MLflow's client does
-    assert _verify(env) == ("/etc/ca.pem" if "MLFLOW_TRACKING_SERVER_CERT_PATH" in env
-                            else "MLFLOW_TRACKING_INSECURE_TLS" not in env)
+    assert _verify(env) == (
+        "/etc/ca.pem" if "MLFLOW_TRACKING_SERVER_CERT_PATH" in env else "MLFLOW_TRACKING_INSECURE_TLS" not in env
+    )
     # the driver's metrics sink takes the same credentials and TLS settings into its MLflow client's environment
     from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink
 

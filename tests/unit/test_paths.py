@@ -11,7 +11,13 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_horovod.paths import (
-    NAME_MAX, data_dir, decode_id_path, default_artifact_dir, default_staging_dir, encode_id_path, try_artifact_dir,
+    NAME_MAX,
+    data_dir,
+    decode_id_path,
+    default_artifact_dir,
+    default_staging_dir,
+    encode_id_path,
+    try_artifact_dir,
 )
 
 RUN = "manual__2026-01-01T00:00:00+00:00"
@@ -32,8 +38,10 @@ def dirs(task_id: str, run_id: str = RUN, dag_id: str = "d") -> tuple[str, str]:
 def test_tasks_whose_ids_differ_only_in_non_ascii_characters_get_their_own_directories(root):
     ja, zh = dirs("train_日本"), dirs("train_中国")
     assert ja[0] != zh[0] and ja[1] != zh[1]
-    assert ja == (f"{root}/d/manual__2026-01-01T00~3A00~3A00~2B00~3A00/train_~E6~97~A5~E6~9C~AC/try-1",
-                  f"{root}/.staging/d/manual__2026-01-01T00~3A00~3A00~2B00~3A00/train_~E6~97~A5~E6~9C~AC/try-1")
+    assert ja == (
+        f"{root}/d/manual__2026-01-01T00~3A00~3A00~2B00~3A00/train_~E6~97~A5~E6~9C~AC/try-1",
+        f"{root}/.staging/d/manual__2026-01-01T00~3A00~3A00~2B00~3A00/train_~E6~97~A5~E6~9C~AC/try-1",
+    )
     assert zh[0].endswith("/train_~E4~B8~AD~E5~9B~BD/try-1")
     assert all(p.isascii() for p in ja + zh)
 
@@ -72,7 +80,7 @@ def _names_of_ids(path: str) -> list[str]:
 
 
 def test_long_ids_become_nested_names_that_still_say_where_each_id_ends():
-    long_ascii, long_cjk, long_dots = "x" * 250, "日本" * 125, "." * 250   # Airflow ids have up to 250 characters
+    long_ascii, long_cjk, long_dots = "x" * 250, "日本" * 125, "." * 250  # Airflow ids have up to 250 characters
     for value in (long_ascii, long_cjk, long_dots, "a" * 254 + ":" + "b"):
         path = encode_id_path(value)
         names = path.split("/")
@@ -121,13 +129,16 @@ def test_decoding_refuses_what_the_encoding_never_writes():
             decode_id_path(bad)
 
 
-@pytest.mark.parametrize(("path", "current", "wanted", "expected"), [
-    ("/a/train/try-3", 3, 3, "/a/train/try-3"),
-    ("/a/train/try-3", 3, 1, "/a/train/try-1"),
-    ("s3://b/train/try-3/", 3, 2, "s3://b/train/try-2"),
-    ("/a/train/try-1", 2, 1, None),  # a reattached job's directory: not this try's name
-    ("/chosen/by/the/author", 2, 1, None),
-])
+@pytest.mark.parametrize(
+    ("path", "current", "wanted", "expected"),
+    [
+        ("/a/train/try-3", 3, 3, "/a/train/try-3"),
+        ("/a/train/try-3", 3, 1, "/a/train/try-1"),
+        ("s3://b/train/try-3/", 3, 2, "s3://b/train/try-2"),
+        ("/a/train/try-1", 2, 1, None),  # a reattached job's directory: not this try's name
+        ("/chosen/by/the/author", 2, 1, None),
+    ],
+)
 def test_earlier_tries_directories(path, current, wanted, expected):
     assert try_artifact_dir(path, current, wanted) == expected
 

@@ -22,8 +22,13 @@ def test_provider_info_modules_import():
 
 def test_airflow_providers_list_shows_it(tmp_path):
     airflow = Path(sys.executable).parent / "airflow"
-    proc = subprocess.run([str(airflow), "providers", "list", "-o", "plain"], capture_output=True, text=True,
-                          timeout=180, env={"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [str(airflow), "providers", "list", "-o", "plain"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "airflow-provider-horovod" in proc.stdout
 

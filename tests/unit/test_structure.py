@@ -43,15 +43,18 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 def test_import_graph_counts_every_form_of_import(tmp_path):
     """Relative, ``from pkg import module``, in functions, under TYPE_CHECKING, and a package's ``__init__``."""
-    root = _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/a.py": "from . import b\n",
-        "pkg/b.py": "def f():\n    from pkg.sub.c import C\n",
-        "pkg/sub/__init__.py": "from .d import D\n",
-        "pkg/sub/c.py": "C = 1\n",
-        "pkg/sub/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import A\nD = 1\n",
-        "pkg/e.py": "import pkg.sub.c\nfrom pkg.sub import c, D\n",
-    })
+    root = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from . import b\n",
+            "pkg/b.py": "def f():\n    from pkg.sub.c import C\n",
+            "pkg/sub/__init__.py": "from .d import D\n",
+            "pkg/sub/c.py": "C = 1\n",
+            "pkg/sub/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import A\nD = 1\n",
+            "pkg/e.py": "import pkg.sub.c\nfrom pkg.sub import c, D\n",
+        },
+    )
     graph = import_graph(root)
     assert graph["pkg.a"] == {"pkg.b": 1}
     assert graph["pkg.b"] == {"pkg.sub.c": 2, "pkg.sub": 2}  # importing pkg.sub.c runs pkg/sub/__init__.py
@@ -60,8 +63,10 @@ def test_import_graph_counts_every_form_of_import(tmp_path):
     assert graph["pkg.e"] == {"pkg.sub.c": 1, "pkg.sub": 1}
     found = cycles(graph)
     assert found == [["pkg.a", "pkg.b", "pkg.sub", "pkg.sub.d", "pkg.a"]]
-    assert describe(found[0], graph) == ("pkg.a -> pkg.b (line 1 of pkg.a) -> pkg.sub (line 2 of pkg.b) -> pkg.sub.d "
-                                         "(line 1 of pkg.sub) -> pkg.a (line 3 of pkg.sub.d)")
+    assert describe(found[0], graph) == (
+        "pkg.a -> pkg.b (line 1 of pkg.a) -> pkg.sub (line 2 of pkg.b) -> pkg.sub.d "
+        "(line 1 of pkg.sub) -> pkg.a (line 3 of pkg.sub.d)"
+    )
 
 
 def _importing_files() -> dict[str, Path]:
@@ -90,8 +95,10 @@ def test_names_are_imported_from_the_module_that_defines_them():
 
 def _defines_a_hook(path: Path) -> bool:
     """Whether the module's source defines a class with ``BaseHook`` among its bases (read, not imported)."""
-    return any(isinstance(node, ast.ClassDef) and any(ast.unparse(base).endswith("BaseHook") for base in node.bases)
-               for node in ast.walk(ast.parse(path.read_text(), str(path))))
+    return any(
+        isinstance(node, ast.ClassDef) and any(ast.unparse(base).endswith("BaseHook") for base in node.bases)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+    )
 
 
 def test_hooks_hold_only_hooks_and_the_provider_lists_them_all():
@@ -100,13 +107,17 @@ def test_hooks_hold_only_hooks_and_the_provider_lists_them_all():
     (``standalone/hook.py``: the hook lives with the submission, polls and states it uses, the home a second cluster
     manager copies); no other module defines one, and ``get_provider_info`` lists exactly these.
     """
-    hook_homes = sorted(name for name in modules() if name.startswith("airflow_provider_horovod.hooks.")
-                        or name.endswith(".hook"))
+    hook_homes = sorted(
+        name for name in modules() if name.startswith("airflow_provider_horovod.hooks.") or name.endswith(".hook")
+    )
     assert "airflow_provider_horovod.standalone.hook" in hook_homes
     for name in hook_homes:
         module = importlib.import_module(name)
-        hooks = [cls for _, cls in inspect.getmembers(module, inspect.isclass)
-                 if cls.__module__ == name and issubclass(cls, BaseHook)]
+        hooks = [
+            cls
+            for _, cls in inspect.getmembers(module, inspect.isclass)
+            if cls.__module__ == name and issubclass(cls, BaseHook)
+        ]
         assert hooks, f"{name} defines no BaseHook subclass: its helpers belong in airflow_provider_horovod.utils"
     elsewhere = sorted(name for name, path in modules().items() if name not in hook_homes and _defines_a_hook(path))
     assert elsewhere == [], "hooks outside hooks/ and the cluster managers' hook.py"
@@ -114,10 +125,14 @@ def test_hooks_hold_only_hooks_and_the_provider_lists_them_all():
     assert listed == hook_homes
 
 
-TASK_OR_RANK_ONLY = ("airflow_provider_horovod.runtime.task", "airflow_provider_horovod.runtime.rank",
-                     "airflow_provider_horovod.runtime.driver.",
-                     "airflow_provider_horovod.runtime.data", "airflow_provider_horovod.runtime.wire.logs",
-                     "airflow_provider_horovod.runtime.wire.jobspec")
+TASK_OR_RANK_ONLY = (
+    "airflow_provider_horovod.runtime.task",
+    "airflow_provider_horovod.runtime.rank",
+    "airflow_provider_horovod.runtime.driver.",
+    "airflow_provider_horovod.runtime.data",
+    "airflow_provider_horovod.runtime.wire.logs",
+    "airflow_provider_horovod.runtime.wire.jobspec",
+)
 """Runtime modules (prefixes) that only the Spark driver, its barrier tasks or the ranks load; the hooks load only
 the driver program itself (its file is what they submit) and the runtime zip's builder."""
 
@@ -127,8 +142,13 @@ def test_parsing_a_dag_that_uses_the_operator_loads_no_task_or_rank_code():
     import sys
 
     # a fresh interpreter, as the dag-processor has: -X importtime lists every module the import loads
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import airflow_provider_horovod.operators.horovod"],
-                          capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import airflow_provider_horovod.operators.horovod"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     assert "airflow_provider_horovod.operators.horovod" in loaded  # the listing is real
     assert "airflow_provider_horovod.runtime.settings" in loaded

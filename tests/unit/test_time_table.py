@@ -14,21 +14,43 @@ def test_the_table_lists_set_up_steps_and_modules_slowest_first(tmp_path: Path):
     (tmp_path / "test_fast.py").write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
     (tmp_path / "test_slow.py").write_text(
         "import pytest, time\n\n@pytest.fixture(scope='module')\ndef cluster():\n    time.sleep(0.6)\n\n"
-        "def test_c(cluster):\n    pass\n")
+        "def test_c(cluster):\n    pass\n"
+    )
     setup = tmp_path / "setup.tsv"
     setup.write_text("30\tscripts/setup.sh (./.venv)\n0\tscripts/setup_browser.sh\n")
     table = tmp_path / "table.tsv"
-    env = {**os.environ, "APH_SETUP_TIMES": str(setup), "APH_TIME_TABLE": str(table),
-           "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.time_table", "-p", "no:cacheprovider",
-                           "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    env = {**os.environ, "APH_SETUP_TIMES": str(setup), "APH_TIME_TABLE": str(table), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.time_table",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "time table (wall seconds, slowest first)" in proc.stdout, proc.stdout
     rows = [line.split("\t") for line in table.read_text().splitlines()]
     names = [name for _, name, _ in rows]
-    assert names == ["set-up: scripts/setup.sh (./.venv)", "test_slow.py", "test_fast.py",
-                     "set-up: scripts/setup_browser.sh"], rows
+    assert names == [
+        "set-up: scripts/setup.sh (./.venv)",
+        "test_slow.py",
+        "test_fast.py",
+        "set-up: scripts/setup_browser.sh",
+    ], rows
     seconds = {name: float(s) for s, name, _ in rows}
     assert seconds["test_slow.py"] >= 0.6  # the module fixture's set-up counts for its module
     assert {name: detail for _, name, detail in rows}["test_fast.py"] == "2 tests"

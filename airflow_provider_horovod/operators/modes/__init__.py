@@ -23,8 +23,12 @@ from airflow_provider_horovod.utils.spark_connection import connection_extras
 
 __all__ = ["cluster_manager", "resolve_deploy_mode"]
 
-OTHER_MASTERS = ((re.compile(r"yarn$"), "YARN"), (re.compile(r"k8s://"), "Kubernetes"),
-                 (re.compile(r"mesos://"), "Mesos"), (re.compile(r"local(-cluster)?(\[.*\])?$"), "a local master"))
+OTHER_MASTERS = (
+    (re.compile(r"yarn$"), "YARN"),
+    (re.compile(r"k8s://"), "Kubernetes"),
+    (re.compile(r"mesos://"), "Mesos"),
+    (re.compile(r"local(-cluster)?(\[.*\])?$"), "a local master"),
+)
 """Master URLs of Spark's other cluster managers, as ``spark-submit --master`` takes them, and their names."""
 
 
@@ -50,8 +54,10 @@ def resolve_deploy_mode(*, conn_id: str | None, deploy_mode: str | None, np: int
         return deploy_mode or "client"  # HorovodHook explains a missing non-default connection
     if conn.conn_type == "spark_connect":
         if np < 0:
-            raise HorovodJobError(f"np={np}: over Spark Connect (connection {conn_id!r}) there is no driver machine "
-                                  "to run ranks on; use np > 0 (barrier tasks)")
+            raise HorovodJobError(
+                f"np={np}: over Spark Connect (connection {conn_id!r}) there is no driver machine "
+                "to run ranks on; use np > 0 (barrier tasks)"
+            )
         return "connect"
     if deploy_mode is None:
         mode = connection_extras(conn).deploy_mode or conn.extra_dejson.get("deploy-mode") or "client"
@@ -78,7 +84,8 @@ def cluster_manager(master: str | None, *, conn_id: str) -> str:
     url = (master or "").strip()
     for pattern, name in OTHER_MASTERS:
         if pattern.match(url):
-            raise HorovodJobError(f"connection {conn_id!r}: cluster deploy mode submits to a Spark standalone master "
-                                  f"(spark://host:port), and {url!r} is {name}; use deploy_mode='client' there")
+            raise HorovodJobError(
+                f"connection {conn_id!r}: cluster deploy mode submits to a Spark standalone master "
+                f"(spark://host:port), and {url!r} is {name}; use deploy_mode='client' there"
+            )
     return "standalone"
-

@@ -38,8 +38,9 @@ class ClientMode(DeployMode):
 
     name = "client"
 
-    def __init__(self, request: TrainingJob, hook: HorovodHook, reporter: JobReporter, *,
-                 deferrable: bool = False) -> None:
+    def __init__(
+        self, request: TrainingJob, hook: HorovodHook, reporter: JobReporter, *, deferrable: bool = False
+    ) -> None:
         super().__init__(request, hook, reporter)
         self.deferrable = deferrable
         self._result: JobResult | None = None
@@ -53,8 +54,10 @@ class ClientMode(DeployMode):
         :raises OSError: the directory or file cannot be written.
         """
         if self.deferrable:
-            self.log.warning("deferrable=True needs deploy_mode='cluster' (in client mode the Spark driver "
-                                      "runs in this task's process); running synchronously")
+            self.log.warning(
+                "deferrable=True needs deploy_mode='cluster' (in client mode the Spark driver "
+                "runs in this task's process); running synchronously"
+            )
         staging = tempfile.mkdtemp(prefix="horovod-airflow-")  # mode 0700
         try:
             fd = os.open(os.path.join(staging, PAYLOAD_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -90,8 +93,12 @@ class ClientMode(DeployMode):
                 watchers.append(watcher)
 
         try:
-            self._result = self.hook.run_job(job, payload_path=os.path.join(external_id, PAYLOAD_FILE),
-                                             staging_dir=external_id, on_app_started=on_app_started)
+            self._result = self.hook.run_job(
+                job,
+                payload_path=os.path.join(external_id, PAYLOAD_FILE),
+                staging_dir=external_id,
+                on_app_started=on_app_started,
+            )
         finally:
             for watcher in watchers:
                 watcher.stop()

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_horovod.operators.modes.base import DeployMode
 from airflow_provider_horovod.paths import default_staging_dir
 from airflow_provider_horovod.standalone.durable import (
-    ABANDONED, KILL_MARKER, NOT_FOUND, REATTACHABLE_STATES, DurableClusterJob, abandoned_by, cluster_job, job_record,
+    ABANDONED,
+    KILL_MARKER,
+    NOT_FOUND,
+    REATTACHABLE_STATES,
+    DurableClusterJob,
+    abandoned_by,
+    cluster_job,
+    job_record,
 )
 from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.standalone.poll import (
@@ -89,8 +96,13 @@ class ClusterMode(DurableClusterJob, DeployMode):
     name = "cluster"
     resumable = True
 
-    def __init__(self, request: TrainingJob | None, hook: HorovodStandaloneHook, reporter: JobReporter,
-                 options: ClusterOptions | None = None) -> None:
+    def __init__(
+        self,
+        request: TrainingJob | None,
+        hook: HorovodStandaloneHook,
+        reporter: JobReporter,
+        options: ClusterOptions | None = None,
+    ) -> None:
         DeployMode.__init__(self, request, hook, reporter)
         self.options = options or ClusterOptions()
         self.submission_id: str | None = None
@@ -115,9 +127,14 @@ class ClusterMode(DurableClusterJob, DeployMode):
         self.hook.kill_earlier_tries(staging)
         submission_id = self.hook.submit(job, staging=staging)
         context["ti"].xcom_push(key=XCOM_SUBMISSION_ID, value=submission_id)
-        return job_record(submission_id=submission_id, staging=staging.record, artifact_dir=job.artifact_dir,
-                          try_number=context["ti"].try_number, deferred=options.deferrable,
-                          cancel_on_kill=options.cancel_on_kill)
+        return job_record(
+            submission_id=submission_id,
+            staging=staging.record,
+            artifact_dir=job.artifact_dir,
+            try_number=context["ti"].try_number,
+            deferred=options.deferrable,
+            cancel_on_kill=options.cancel_on_kill,
+        )
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         """
@@ -133,12 +150,16 @@ class ClusterMode(DurableClusterJob, DeployMode):
         state = self.hook.status(job["submission_id"]).driver_state or NOT_FOUND
         if state not in REATTACHABLE_STATES:
             return state
-        reason = abandoned_by(external_id, current_try=context["ti"].try_number,
-                              kill_recorded=Staging(job["staging"]).read_bytes(KILL_MARKER) is not None)
+        reason = abandoned_by(
+            external_id,
+            current_try=context["ti"].try_number,
+            kill_recorded=Staging(job["staging"]).read_bytes(KILL_MARKER) is not None,
+        )
         if reason is None:
             return state
-        self.log.warning("Driver %s is %s, but %s: not reconnecting to it; submitting a new job",
-                         job["submission_id"], state, reason)
+        self.log.warning(
+            "Driver %s is %s, but %s: not reconnecting to it; submitting a new job", job["submission_id"], state, reason
+        )
         return ABANDONED
 
     def _adopt(self, job: dict[str, str], context: Context) -> None:
@@ -167,11 +188,18 @@ class ClusterMode(DurableClusterJob, DeployMode):
         if options.deferrable:
             if options.defer is None:
                 raise RuntimeError("deferrable cluster mode needs the operator's defer")
-            options.defer(trigger=HorovodSparkJobTrigger(
-                submission_id=job["submission_id"], rest_url=self.hook.endpoints.rest_url, staging=job["staging"],
-                poll_interval_s=options.poll_interval_s or 5.0, cancel_on_kill=options.cancel_on_kill,
-                conn_id=self.hook.conn_id, master_ui_url=self.hook.endpoints.master_ui_url if self.hook.uses_gateway
-                else None), method_name="execute_complete")
+            options.defer(
+                trigger=HorovodSparkJobTrigger(
+                    submission_id=job["submission_id"],
+                    rest_url=self.hook.endpoints.rest_url,
+                    staging=job["staging"],
+                    poll_interval_s=options.poll_interval_s or 5.0,
+                    cancel_on_kill=options.cancel_on_kill,
+                    conn_id=self.hook.conn_id,
+                    master_ui_url=self.hook.endpoints.master_ui_url if self.hook.uses_gateway else None,
+                ),
+                method_name="execute_complete",
+            )
         staging = Staging(job["staging"])
         status = self._wait_for_driver(context["ti"], job["submission_id"], staging)
         killed = self._kill(job["submission_id"], status.driver_state, self.reporter.spark_app_id)
@@ -188,10 +216,20 @@ class ClusterMode(DurableClusterJob, DeployMode):
         interval = self.options.poll_interval_s
         poll, watcher, tick, progress = None, None, threading.Event(), ProgressLog()
         # what the job waits for, from the master (a mode that only resumes has no job to size it from)
-        slots = None if not interval or self.request is None else ClusterSlotsWatcher(
-            master_ui_url=self.hook.endpoints.master_ui_url, submission_id=submission_id,
-            app_id=lambda: read_app(staging)[0], np=self.request.np,
-            conf=self.options.conf, log=self.log.info, poll_interval_s=interval, access=self.hook.access).start()
+        slots = (
+            None
+            if not interval or self.request is None
+            else ClusterSlotsWatcher(
+                master_ui_url=self.hook.endpoints.master_ui_url,
+                submission_id=submission_id,
+                app_id=lambda: read_app(staging)[0],
+                np=self.request.np,
+                conf=self.options.conf,
+                log=self.log.info,
+                poll_interval_s=interval,
+                access=self.hook.access,
+            ).start()
+        )
         try:
             while True:
                 status = self.hook.status(submission_id)
@@ -227,8 +265,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         self._adopt(job, context)
         self.log.info("Driver %s of an earlier try already finished: reading its result", job["submission_id"])
         status = self.hook.status(job["submission_id"])
-        killed = self._kill(job["submission_id"], status.driver_state,
-                            read_app(Staging(job["staging"]))[0])
+        killed = self._kill(job["submission_id"], status.driver_state, read_app(Staging(job["staging"]))[0])
         return self.reporter.finish(context["ti"], read_result(Staging(job["staging"]), status, killed=killed))
 
     def complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -254,8 +291,16 @@ class ClusterMode(DurableClusterJob, DeployMode):
         if event["status"] != SUCCESS:
             cause = driver_failure(event["driver_state"], event["message"])
             killed = self._kill(event["submission_id"], event["driver_state"], event["app_id"])
-        return reporter.finish(ti, read_job_result(Staging(event["staging"]), app_id=event["app_id"],
-                                                   ui_url=event["ui_url"], submit_error=cause, killed=killed))
+        return reporter.finish(
+            ti,
+            read_job_result(
+                Staging(event["staging"]),
+                app_id=event["app_id"],
+                ui_url=event["ui_url"],
+                submit_error=cause,
+                killed=killed,
+            ),
+        )
 
     def _kill(self, submission_id: str, driver_state: str | None, app_id: str | None) -> Kill | None:
         """
@@ -270,8 +315,11 @@ class ClusterMode(DurableClusterJob, DeployMode):
             return None
         facts = {"submission_id": submission_id, "driver_state": driver_state, "app_id": app_id}
         if self._killing:
-            return Kill(f"Spark driver {submission_id} was killed by this task (on_kill: the task was stopped, "
-                        f"cleared or marked failed); driver state {driver_state}", {**facts, "by": "this task"})
+            return Kill(
+                f"Spark driver {submission_id} was killed by this task (on_kill: the task was stopped, "
+                f"cleared or marked failed); driver state {driver_state}",
+                {**facts, "by": "this task"},
+            )
         headline = self.hook.killed_from_outside(submission_id, driver_state, app_id)
         return None if headline is None else Kill(headline, {**facts, "by": "outside"})
 
@@ -298,9 +346,11 @@ class ClusterMode(DurableClusterJob, DeployMode):
         self._killing = True
         if self._staging is not None:
             try:
-                Staging(self._staging).write_bytes(KILL_MARKER, json.dumps(
-                    {"submission_id": self.submission_id, "killed_at": time.time()}).encode())
+                Staging(self._staging).write_bytes(
+                    KILL_MARKER, json.dumps({"submission_id": self.submission_id, "killed_at": time.time()}).encode()
+                )
             except Exception as err:  # noqa: BLE001 - the kill itself matters more than its record
-                self.log.warning("Cannot record the kill of driver %s in %s: %s", self.submission_id, self._staging,
-                                 err)
+                self.log.warning(
+                    "Cannot record the kill of driver %s in %s: %s", self.submission_id, self._staging, err
+                )
         self.hook.kill(self.submission_id)

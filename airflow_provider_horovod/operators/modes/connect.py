@@ -48,7 +48,8 @@ class ConnectMode(DeployMode):
                 f"artifact_dir or checkpoint_dir with a connection (artifact_dir {self.job.artifact_dir!r}, "
                 f"checkpoint_dir {self.job.settings.checkpoint_dir!r}) is supported in client and cluster "
                 "deploy modes; with Spark Connect give a plain URI and configure the store's credentials on the "
-                "cluster")
+                "cluster"
+            )
 
     def submit_job(self, context: Context) -> None:
         """

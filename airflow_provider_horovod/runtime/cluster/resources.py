@@ -10,8 +10,19 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-_MEMORY_UNITS = {"b": 1 / 2**20, "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1, "g": 1024, "gb": 1024,
-                 "t": 1024**2, "tb": 1024**2, "p": 1024**3, "pb": 1024**3}
+_MEMORY_UNITS = {
+    "b": 1 / 2**20,
+    "k": 1 / 1024,
+    "kb": 1 / 1024,
+    "m": 1,
+    "mb": 1,
+    "g": 1024,
+    "gb": 1024,
+    "t": 1024**2,
+    "tb": 1024**2,
+    "p": 1024**3,
+    "pb": 1024**3,
+}
 
 
 def memory_mib(value: str | None, default: int | None) -> int | None:
@@ -77,8 +88,9 @@ class AppResources:
     provider_set: frozenset[str] = frozenset()
 
     @classmethod
-    def from_conf(cls, conf: Mapping[str, str], *, assume_defaults: bool = True,
-                  cluster_mode: bool | None = None) -> AppResources:
+    def from_conf(
+        cls, conf: Mapping[str, str], *, assume_defaults: bool = True, cluster_mode: bool | None = None
+    ) -> AppResources:
         """
         Read the properties that decide where executors fit.
 
@@ -90,16 +102,18 @@ class AppResources:
         default_mb = 1024 if assume_defaults else None
         if cluster_mode is None:
             cluster_mode = str(conf.get("spark.submit.deployMode", "client")).strip() == "cluster"
-        return cls(task_cpus=max(_int(conf, "spark.task.cpus") or 1, 1),
-                   executor_cores=_int(conf, "spark.executor.cores"),
-                   executor_memory_mb=memory_mib(conf.get("spark.executor.memory"), default_mb),
-                   cores_max=_int(conf, "spark.cores.max"),
-                   executor_instances=_int(conf, "spark.executor.instances"),
-                   driver_cores=max(_int(conf, "spark.driver.cores") or 1, 1),
-                   driver_memory_mb=memory_mib(conf.get("spark.driver.memory"), default_mb),
-                   cluster_mode=cluster_mode, master=str(conf.get("spark.master") or ""),
-                   provider_set=frozenset(n.strip() for n in str(conf.get(PROVIDER_DEFAULTS) or "").split(",")
-                                          if n.strip()))
+        return cls(
+            task_cpus=max(_int(conf, "spark.task.cpus") or 1, 1),
+            executor_cores=_int(conf, "spark.executor.cores"),
+            executor_memory_mb=memory_mib(conf.get("spark.executor.memory"), default_mb),
+            cores_max=_int(conf, "spark.cores.max"),
+            executor_instances=_int(conf, "spark.executor.instances"),
+            driver_cores=max(_int(conf, "spark.driver.cores") or 1, 1),
+            driver_memory_mb=memory_mib(conf.get("spark.driver.memory"), default_mb),
+            cluster_mode=cluster_mode,
+            master=str(conf.get("spark.master") or ""),
+            provider_set=frozenset(n.strip() for n in str(conf.get(PROVIDER_DEFAULTS) or "").split(",") if n.strip()),
+        )
 
     @property
     def settings(self) -> str:
@@ -154,11 +168,16 @@ class AppResources:
         """The most task slots this application's own properties allow, and why; ``None``: no such cap."""
         executor_cores = self.executor_cores
         if self.cores_max is not None and self.master.startswith("spark://"):
-            slots = ((self.cores_max // executor_cores) * (executor_cores // self.task_cpus) if executor_cores
-                     else self.cores_max // self.task_cpus)
+            slots = (
+                (self.cores_max // executor_cores) * (executor_cores // self.task_cpus)
+                if executor_cores
+                else self.cores_max // self.task_cpus
+            )
             return slots, f"{self._cores_max()} ({self._settings(with_cap=False)})"
         if self.executor_instances is not None and executor_cores and self.master.startswith(("yarn", "k8s://")):
-            return (self.executor_instances * (executor_cores // self.task_cpus),
-                    f"spark.executor.instances={self.executor_instances} x spark.executor.cores="
-                    f"{self.executor_cores} (spark.task.cpus={self.task_cpus})")
+            return (
+                self.executor_instances * (executor_cores // self.task_cpus),
+                f"spark.executor.instances={self.executor_instances} x spark.executor.cores="
+                f"{self.executor_cores} (spark.task.cpus={self.task_cpus})",
+            )
         return None

@@ -51,9 +51,11 @@ class ClusterView:
         One line: ``cluster spark://...: 2 workers alive, 4 cores (0 free), at most 4 task slots for this job, 0
         free; held by app-... 'name' (4 cores)``.
         """
-        text = (f"cluster {self.master_url}: {_plural(self.workers_alive, 'worker')} alive, "
-                f"{_plural(self.cores, 'core')} ({self.cores_free} free), at most "
-                f"{_plural(self.max_slots, 'task slot')} for this job, {self.free_slots} free")
+        text = (
+            f"cluster {self.master_url}: {_plural(self.workers_alive, 'worker')} alive, "
+            f"{_plural(self.cores, 'core')} ({self.cores_free} free), at most "
+            f"{_plural(self.max_slots, 'task slot')} for this job, {self.free_slots} free"
+        )
         if self.holders:
             shown = list(self.holders[:MAX_HOLDERS])
             if len(self.holders) > MAX_HOLDERS:
@@ -77,8 +79,9 @@ def _free_mem(worker: Mapping[str, Any]) -> int | None:
     return None if total is None else total - (_mem(worker, "memoryused") or 0)
 
 
-def cluster_view(state: Mapping[str, Any], res: AppResources, *, app_id: str | None = None,
-                 driver_id: str | None = None) -> ClusterView:
+def cluster_view(
+    state: Mapping[str, Any], res: AppResources, *, app_id: str | None = None, driver_id: str | None = None
+) -> ClusterView:
     """
     What a standalone master's state page (``/json/``, decoded) means for an application of this job.
 
@@ -102,18 +105,22 @@ def cluster_view(state: Mapping[str, Any], res: AppResources, *, app_id: str | N
             dcores = int(own_driver.get("cores") or dcores)
             dmem = _mem(own_driver, "memory") if _mem(own_driver, "memory") is not None else dmem
             mem_text = f" and {dmem} MiB" if dmem is not None else ""
-            note = (f"in cluster deploy mode the driver takes {_plural(dcores, 'core')}{mem_text} on worker "
-                    f"{own_driver.get('worker')}")
+            note = (
+                f"in cluster deploy mode the driver takes {_plural(dcores, 'core')}{mem_text} on worker "
+                f"{own_driver.get('worker')}"
+            )
             candidates = [i for i, (wid, _, _) in enumerate(capacity) if wid == own_driver.get("worker")]
         else:
             note = f"in cluster deploy mode the driver takes spark.driver.cores={dcores}{mem_text} on a worker"
-            candidates = [i for i, (_, c, m) in enumerate(capacity)
-                          if c >= dcores and (dmem is None or m is None or m >= dmem)]
+            candidates = [
+                i for i, (_, c, m) in enumerate(capacity) if c >= dcores and (dmem is None or m is None or m >= dmem)
+            ]
         best = 0
         for i in candidates:
-            total = sum(res.slots_on(c - (dcores if j == i else 0),
-                                     None if m is None else m - ((dmem or 0) if j == i else 0))
-                        for j, (_, c, m) in enumerate(capacity))
+            total = sum(
+                res.slots_on(c - (dcores if j == i else 0), None if m is None else m - ((dmem or 0) if j == i else 0))
+                for j, (_, c, m) in enumerate(capacity)
+            )
             best = max(best, total)
         if not candidates:
             note += " (no alive worker has that much)"
@@ -123,8 +130,9 @@ def cluster_view(state: Mapping[str, Any], res: AppResources, *, app_id: str | N
     cap = res.cap()
     if cap is not None:
         max_slots = min(max_slots, cap[0])
-    free_slots = sum(res.slots_on(int(w.get("cores") or 0) - int(w.get("coresused") or 0), _free_mem(w))
-                     for w in workers)
+    free_slots = sum(
+        res.slots_on(int(w.get("cores") or 0) - int(w.get("coresused") or 0), _free_mem(w)) for w in workers
+    )
     if cap is not None:
         free_slots = min(free_slots, cap[0])
     holders: list[tuple[int, str]] = []
@@ -142,12 +150,17 @@ def cluster_view(state: Mapping[str, Any], res: AppResources, *, app_id: str | N
             continue
         holders.append((cores, f"driver {driver.get('id')} ({_plural(cores, 'core')})"))
     holders.sort(key=lambda h: -h[0])
-    return ClusterView(master_url=str(state.get("url") or "?"), workers_alive=len(workers),
-                       cores=sum(c for _, c, _ in capacity),
-                       cores_free=sum(max(int(w.get("cores") or 0) - int(w.get("coresused") or 0), 0)
-                                      for w in workers),
-                       max_slots=max_slots, free_slots=free_slots, holders=tuple(h for _, h in holders),
-                       driver_note=note, app_cores=app_cores)
+    return ClusterView(
+        master_url=str(state.get("url") or "?"),
+        workers_alive=len(workers),
+        cores=sum(c for _, c, _ in capacity),
+        cores_free=sum(max(int(w.get("cores") or 0) - int(w.get("coresused") or 0), 0) for w in workers),
+        max_slots=max_slots,
+        free_slots=free_slots,
+        holders=tuple(h for _, h in holders),
+        driver_note=note,
+        app_cores=app_cores,
+    )
 
 
 def never_fits_message(np_: int, res: AppResources, view: ClusterView | None = None) -> str | None:
@@ -158,27 +171,29 @@ def never_fits_message(np_: int, res: AppResources, view: ClusterView | None = N
     :param res: the application's resources.
     :param view: the standalone master's view, if known.
     """
-    head = (f"np={np_} needs {np_} task slots at the same time (one barrier task per rank), but this job can never "
-            "have them: ")
+    head = (
+        f"np={np_} needs {np_} task slots at the same time (one barrier task per rank), but this job can never "
+        "have them: "
+    )
     cap = res.cap()
     if cap is not None and np_ > cap[0]:
         return head + f"{cap[1]} allows at most {_plural(cap[0], 'task slot')}. Lower np to {cap[0]} or raise the cap"
     if view is None or np_ <= view.max_slots:
         return None
-    reason = (f"the cluster {view.master_url} has {_plural(view.workers_alive, 'worker')} alive with "
-              f"{_plural(view.cores, 'core')} in all")
+    reason = (
+        f"the cluster {view.master_url} has {_plural(view.workers_alive, 'worker')} alive with "
+        f"{_plural(view.cores, 'core')} in all"
+    )
     if view.driver_note:
         reason += f"; {view.driver_note}"
-    reason += (f"; that leaves at most {_plural(view.max_slots, 'task slot')} for this job's executors "
-               f"({res.settings})")
+    reason += f"; that leaves at most {_plural(view.max_slots, 'task slot')} for this job's executors ({res.settings})"
     fix = f"Lower np to {view.max_slots}" if view.max_slots > 0 else "Change the executor or driver sizes"
     if res.cluster_mode:
         fix += ", use client deploy mode (the driver then runs outside the cluster)"
     return head + reason + f". {fix} or add workers"
 
 
-def waiting_message(np_: int, own_slots: int, own_executors: int, view: ClusterView | None,
-                    res: AppResources) -> str:
+def waiting_message(np_: int, own_slots: int, own_executors: int, view: ClusterView | None, res: AppResources) -> str:
     """
     One line saying why the job is still waiting for its slots (the same situation gives the same line).
 
@@ -199,8 +214,7 @@ def waiting_message(np_: int, own_slots: int, own_executors: int, view: ClusterV
         else:
             own = "this application has no executors yet"
     else:
-        own = (f"this application has {_plural(own_slots, 'task slot')} on "
-               f"{_plural(own_executors, 'executor')}")
+        own = f"this application has {_plural(own_slots, 'task slot')} on {_plural(own_executors, 'executor')}"
         if view is not None and view.app_cores is not None:
             own += f" ({view.app_cores} of the {res.cores_for(np_)} cores it needs granted)"
     return f"{head}: {own}; {view.describe()}" if view is not None else f"{head}: {own}"

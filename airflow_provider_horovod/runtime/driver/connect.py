@@ -40,8 +40,9 @@ def _arrow_task(spec: JobSpec, batches: Iterable[Any]) -> Iterator[Any]:
 
     for result in barrier_task(spec, batches):
         for start in range(0, max(len(result), 1), CHUNK_BYTES):
-            yield pa.RecordBatch.from_pydict({"chunk": [result[start:start + CHUNK_BYTES]]},
-                                             schema=pa.schema([("chunk", pa.binary())]))
+            yield pa.RecordBatch.from_pydict(
+                {"chunk": [result[start : start + CHUNK_BYTES]]}, schema=pa.schema([("chunk", pa.binary())])
+            )
 
 
 def callback_host(spark: Any) -> str:
@@ -59,8 +60,9 @@ def callback_host(spark: Any) -> str:
         return probe.getsockname()[0]
 
 
-def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes,
-                        metrics: Callable[[dict], None] | None = None) -> bytes | None:
+def run_barrier_connect(
+    spark: Any, spec: JobSpec, runtime_zip: bytes, metrics: Callable[[dict], None] | None = None
+) -> bytes | None:
     """
     Run the barrier stage through a Spark Connect session; return rank 0's cloudpickled value.
 
@@ -73,9 +75,10 @@ def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes,
     :raises LaunchError: the stage could not run.
     """
     try:
-        check_barrier_conf({"spark.dynamicAllocation.enabled": spark.conf.get("spark.dynamicAllocation.enabled",
-                                                                              "false")},
-                           source="the Spark Connect session's conf")
+        check_barrier_conf(
+            {"spark.dynamicAllocation.enabled": spark.conf.get("spark.dynamicAllocation.enabled", "false")},
+            source="the Spark Connect session's conf",
+        )
     except ValueError as err:
         raise LaunchError(str(err)) from None
     with tempfile.TemporaryDirectory(prefix="horovod-connect-") as tmp:
@@ -95,7 +98,8 @@ def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes,
         spark.addTag(tag)
         try:
             frame = spark.range(0, spec.np, 1, spec.np).mapInArrow(
-                functools.partial(_arrow_task, spec), "chunk binary", barrier=True)
+                functools.partial(_arrow_task, spec), "chunk binary", barrier=True
+            )
             chunks = [row["chunk"] for row in frame.collect()]
         except KeyboardInterrupt:
             spark.interruptTag(tag)
@@ -105,7 +109,12 @@ def run_barrier_connect(spark: Any, spec: JobSpec, runtime_zip: bytes,
         finally:
             spark.removeTag(tag)
     if stage_error is not None:
-        raise_for_stage_failure(stage_error, logs.failures, lambda: (
-            f"np={spec.np} needs {spec.np} task slots at the same time (one barrier task per rank), more than the "
-            "cluster behind this Spark Connect server has; add executors or cores, or lower np"))
+        raise_for_stage_failure(
+            stage_error,
+            logs.failures,
+            lambda: (
+                f"np={spec.np} needs {spec.np} task slots at the same time (one barrier task per rank), more than the "
+                "cluster behind this Spark Connect server has; add executors or cores, or lower np"
+            ),
+        )
     return b"".join(bytes(c) for c in chunks) if chunks else None

@@ -90,17 +90,28 @@ class MetricsCollector:
     :param clock: the wall clock (tests).
     """
 
-    def __init__(self, artifact_dir: str | None, *, mirror_dir: str | None = None,
-                 emit: Callable[[str], None] | None = None,
-                 log_interval_s: float = 5.0, flush_interval_s: float = 2.0, remote_flush_interval_s: float = 10.0,
-                 sink: Any = None, sink_interval_s: float = 5.0, ranks: int | None = None,
-                 init_call: str | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        artifact_dir: str | None,
+        *,
+        mirror_dir: str | None = None,
+        emit: Callable[[str], None] | None = None,
+        log_interval_s: float = 5.0,
+        flush_interval_s: float = 2.0,
+        remote_flush_interval_s: float = 10.0,
+        sink: Any = None,
+        sink_interval_s: float = 5.0,
+        ranks: int | None = None,
+        init_call: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.artifact_dir = artifact_dir
         self.mirror_dir = mirror_dir
         self._emit = emit or _print
         self._log_interval_s = log_interval_s
-        self._flush_interval_s = remote_flush_interval_s if artifact_dir and is_remote(artifact_dir) \
-            else flush_interval_s
+        self._flush_interval_s = (
+            remote_flush_interval_s if artifact_dir and is_remote(artifact_dir) else flush_interval_s
+        )
         self._clock = clock
         self._lock = threading.Lock()
         self._started_at = clock()
@@ -194,18 +205,30 @@ class MetricsCollector:
         eta = (total - step) / rate if rate and total is not None and step is not None and rate > 0 else None
         slowest = None
         if step is not None and len(self._ranks) > 1:
-            behind = [(info["step"], int(r)) for r, info in self._ranks.items()
-                      if r != "0" and isinstance(info.get("step"), int)]
+            behind = [
+                (info["step"], int(r))
+                for r, info in self._ranks.items()
+                if r != "0" and isinstance(info.get("step"), int)
+            ]
             margin = max(1.0, rate or 0.0)  # about a second of steps: the ranks' samples are not simultaneous
             if behind and min(behind)[0] < step - margin:
                 slowest = min(behind)[1]
         return {
-            "time": self._clock(), "started_at": self._started_at, "state": self._state, "step": step,
-            "total_steps": total, "epoch": last.get("epoch"),
+            "time": self._clock(),
+            "started_at": self._started_at,
+            "state": self._state,
+            "step": step,
+            "total_steps": total,
+            "epoch": last.get("epoch"),
             "percent": 100.0 * step / total if step is not None and total else None,
-            "steps_per_s": rate, "eta_s": eta, "metrics": dict(self._latest),
+            "steps_per_s": rate,
+            "eta_s": eta,
+            "metrics": dict(self._latest),
             "ranks": {r: dict(v) for r, v in sorted(self._ranks.items(), key=lambda kv: int(kv[0]))},
-            "slowest_rank": slowest, "resumed": self._resumed, "phase": self._phase, "error": self._error,
+            "slowest_rank": slowest,
+            "resumed": self._resumed,
+            "phase": self._phase,
+            "error": self._error,
         }
 
     @property
@@ -231,15 +254,20 @@ class MetricsCollector:
         except Exception as err:  # noqa: BLE001 - the metrics never fail the training
             if not self._write_failed:
                 self._write_failed = True
-                sys.stderr.write(f"airflow-provider-horovod: cannot write the metrics under {self.artifact_dir}: "
-                                 f"{err}\n")
+                sys.stderr.write(
+                    f"airflow-provider-horovod: cannot write the metrics under {self.artifact_dir}: {err}\n"
+                )
 
     def _write_files(self, snapshot: dict[str, Any], history: list[str], written: int) -> None:
         snapshot_text = json.dumps(snapshot)
         for location in filter(None, (self.artifact_dir, self.mirror_dir)):
             if location == self.artifact_dir and history:
-                _write_text(join_location(location, METRICS_FILE), "".join(line + "\n" for line in history[written:]),
-                            append=bool(written), whole="".join(line + "\n" for line in history))
+                _write_text(
+                    join_location(location, METRICS_FILE),
+                    "".join(line + "\n" for line in history[written:]),
+                    append=bool(written),
+                    whole="".join(line + "\n" for line in history),
+                )
             _write_text(join_location(location, PROGRESS_FILE), snapshot_text)
             self._snapshot_written = True
 

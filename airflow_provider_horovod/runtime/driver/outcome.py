@@ -13,8 +13,10 @@ SLOTS_MESSAGE = "requires more slots than the total number of slots"
 """Spark's barrier slot check failure (SPARK-24819)."""
 
 
-_EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (?P<id>\S+) exited (?P<cause>[^)]*)\)"
-                            r"(?: Reason: (?P<reason>[^\n]*))?")
+_EXECUTOR_LOST = re.compile(
+    r"ExecutorLostFailure \(executor (?P<id>\S+) exited (?P<cause>[^)]*)\)"
+    r"(?: Reason: (?P<reason>[^\n]*))?"
+)
 _EXIT_CODE = re.compile(r"exited with code (?P<code>\d+)\s*$")
 _BARRIER_TASK = re.compile(r"barrier task \w+Task\(\d+, (?P<partition>\d+)\) finished unsuccessfully")
 _JOB_CANCELLED = re.compile(r"Job (?P<job>\d+) cancelled(?: (?P<reason>.*?))?(?:\s+SQLSTATE: \w+)?\s*$", re.MULTILINE)
@@ -32,8 +34,11 @@ def spark_reason(text: str, n: int = 40) -> str:
     :param n: at most this many lines are kept.
     :return: the lines, without Py4J's ``An error occurred while calling ...collectAndServe.`` preamble.
     """
-    lines = [line for line in text.splitlines()
-             if line.strip() and not line.lstrip().startswith("at ") and not _PY4J_CALL.match(line.strip())]
+    lines = [
+        line
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("at ") and not _PY4J_CALL.match(line.strip())
+    ]
     if lines and lines[0].startswith(": "):  # Py4J puts the Java exception on a line of its own after ": "
         lines[0] = lines[0][2:]
     return "\n".join(lines[:n])
@@ -55,15 +60,16 @@ def task_exception(text: str) -> str | None:
     starts = [i for i, line in enumerate(lines) if line.rstrip().endswith(_TRACEBACK)]
     if not starts:
         return None
-    for line in lines[starts[-1] + 1:]:
+    for line in lines[starts[-1] + 1 :]:
         if not line.strip() or line.startswith((" ", "\t")):
             continue
         return line.strip().removeprefix(_RUNTIME_ERRORS)
     return None
 
 
-def lost_executor(text: str, reports: list[dict], np: int | None = None,
-                  executor_host: Callable[[str], str | None] | None = None) -> ExecutorLostError | None:
+def lost_executor(
+    text: str, reports: list[dict], np: int | None = None, executor_host: Callable[[str], str | None] | None = None
+) -> ExecutorLostError | None:
     """
     The error of a barrier stage that failed because Spark lost an executor (its JVM killed, out of memory, its
     worker gone), its message the headline and its attributes the facts, or ``None`` when Spark's account says
@@ -102,12 +108,15 @@ def lost_executor(text: str, reports: list[dict], np: int | None = None,
     exit_code = int(code.group("code")) if (code := _EXIT_CODE.search(reason)) else None
     which = f" ({', '.join(where)})" if where else ""
     hint = ": SIGKILL, e.g. the kernel's OOM killer or a kill -9" if exit_code == 137 else ""
-    headline = (f"Spark lost executor {executor}{f' on {host}' if host else ''}{which} during the barrier stage: "
-                f"{reason}{hint} (exited {match.group('cause')}). The other ranks were stopped and Spark does not "
-                "re-attempt a barrier stage: retry the task (retries=) and, with checkpoints, the next try resumes "
-                "from the latest one")
-    return ExecutorLostError(headline, executor=executor, host=host, rank=rank, partition=partition, reason=given,
-                             exit_code=exit_code)
+    headline = (
+        f"Spark lost executor {executor}{f' on {host}' if host else ''}{which} during the barrier stage: "
+        f"{reason}{hint} (exited {match.group('cause')}). The other ranks were stopped and Spark does not "
+        "re-attempt a barrier stage: retry the task (retries=) and, with checkpoints, the next try resumes "
+        "from the latest one"
+    )
+    return ExecutorLostError(
+        headline, executor=executor, host=host, rank=rank, partition=partition, reason=given, exit_code=exit_code
+    )
 
 
 def cancelled_job(text: str) -> JobCancelledError | None:
@@ -123,15 +132,22 @@ def cancelled_job(text: str) -> JobCancelledError | None:
     if match is None:
         return None
     reason = (match.group("reason") or "").strip() or None
-    headline = (f"Spark cancelled the barrier job (job {match.group('job')}) from outside this run"
-                f"{f': {reason}' if reason else ''}. Its ranks were stopped; the Spark UI's kill link, other code "
-                "cancelling this application's jobs, or the SparkContext stopping do this")
+    headline = (
+        f"Spark cancelled the barrier job (job {match.group('job')}) from outside this run"
+        f"{f': {reason}' if reason else ''}. Its ranks were stopped; the Spark UI's kill link, other code "
+        "cancelling this application's jobs, or the SparkContext stopping do this"
+    )
     return JobCancelledError(headline, job_id=int(match.group("job")), reason=reason)
 
 
-def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
-                            not_enough_slots: Callable[[], str], *, np: int | None = None,
-                            executor_host: Callable[[str], str | None] | None = None) -> None:
+def raise_for_stage_failure(
+    stage_error: BaseException,
+    reports: list[dict],
+    not_enough_slots: Callable[[], str],
+    *,
+    np: int | None = None,
+    executor_host: Callable[[str], str | None] | None = None,
+) -> None:
     """
     Raise the error that explains a failed barrier stage.
 
@@ -157,8 +173,11 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     lost = lost_executor(str(stage_error), reports, np, executor_host)
     # ... and so is a cancellation: the ranks it stopped report their ends (a signal) as failures of their own
     cancelled = cancelled_job(str(stage_error)) if lost is None else None
-    if lost is None and cancelled is None and (any(not f.is_secondary for f in failures)
-                                               or (in_exception is not None and not reports)):
+    if (
+        lost is None
+        and cancelled is None
+        and (any(not f.is_secondary for f in failures) or (in_exception is not None and not reports))
+    ):
         raise root_cause(failures) from None
     if SLOTS_MESSAGE in str(stage_error):
         raise LaunchError(not_enough_slots()) from stage_error
@@ -166,8 +185,9 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     # account, not Py4J's "An error occurred while calling ...collectAndServe".
     cause = task_exception(str(stage_error))
     # an exception without text (Py4J's, when the driver JVM is gone or out of memory) is named by its type
-    details = spark_reason(str(stage_error)) or (f"{type(stage_error).__module__}.{type(stage_error).__qualname__}"
-                                                 " (with no message)").removeprefix("builtins.")
+    details = spark_reason(str(stage_error)) or (
+        f"{type(stage_error).__module__}.{type(stage_error).__qualname__} (with no message)"
+    ).removeprefix("builtins.")
     if lost is not None:
         reason = f"{lost}\nSpark's account: {details}"
     elif cancelled is not None:
@@ -179,8 +199,9 @@ def raise_for_stage_failure(stage_error: BaseException, reports: list[dict],
     else:
         reason = f"the Horovod barrier stage failed: {details}"
     if failures:
-        reason += ("\nRanks stopped as a consequence: "
-                   + ", ".join(f"{f.rank} ({f.exc_type})" for f in sorted(failures, key=lambda f: f.rank)))
+        reason += "\nRanks stopped as a consequence: " + ", ".join(
+            f"{f.rank} ({f.exc_type})" for f in sorted(failures, key=lambda f: f.rank)
+        )
     if lost is not None:
         raise ExecutorLostError(cut(reason, MAX_MESSAGE_CHARS), **lost.facts()) from stage_error
     if cancelled is not None:

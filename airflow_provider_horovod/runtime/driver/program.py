@@ -205,8 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run the job described by the command line; see the module docstring."""
     args, rest = _parse(sys.argv[1:] if argv is None else argv)
     result_dir = args.result_dir
-    outcome: dict = {"status": "failed", "app_id": None, "ui_url": None, "artifact_paths": [], "error": None,
-                     "message": None, "metrics": {}}
+    outcome: dict = {
+        "status": "failed",
+        "app_id": None,
+        "ui_url": None,
+        "artifact_paths": [],
+        "error": None,
+        "message": None,
+        "metrics": {},
+    }
     runner = None
     try:
         if args.runtime:  # the runner ships it on to the executors (runtime_zip)
@@ -218,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         from airflow_provider_horovod.runtime.wire.payload import verify_payload
         from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
     except (ImportError, OSError) as err:  # e.g. no cloudpickle, pyspark or s3fs in the driver's interpreter
-        outcome["message"] = (f"the Spark driver's Python {sys.executable} cannot load the runtime: "
-                              f"{type(err).__name__}: {err}. {WHICH_PYTHON}")
+        outcome["message"] = (
+            f"the Spark driver's Python {sys.executable} cannot load the runtime: "
+            f"{type(err).__name__}: {err}. {WHICH_PYTHON}"
+        )
         _write_json(_join(result_dir, RESULT_FILE), outcome)
         print(f"airflow-provider-horovod: {outcome['message']}", file=sys.stderr, flush=True)
         return 1
@@ -229,11 +238,15 @@ def main(argv: list[str] | None = None) -> int:
         payload = _read_bytes(args.payload)
         settings = _settings(rest)
         verify_payload(payload, key=bytes.fromhex(key_hex) if key_hex else None)
-        print(f"airflow-provider-horovod: payload verified ({len(payload)} bytes"
-              f"{', HMAC ok' if key_hex else ''}); np={settings.np}", flush=True)
+        print(
+            f"airflow-provider-horovod: payload verified ({len(payload)} bytes"
+            f"{', HMAC ok' if key_hex else ''}); np={settings.np}",
+            flush=True,
+        )
         names = [n for n in os.environ.get(RANK_ENV_NAMES, "").split(",") if n]
-        runner = BarrierRunner(settings, artifact_dir=args.artifact_dir,
-                               env={n: os.environ[n] for n in names if n in os.environ})
+        runner = BarrierRunner(
+            settings, artifact_dir=args.artifact_dir, env={n: os.environ[n] for n in names if n in os.environ}
+        )
         if args.artifact_dir:
             ensure_dir(args.artifact_dir)
         if settings.np > 0:
@@ -265,8 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(err, ExecutorLostError | JobCancelledError):  # the Airflow side raises its twin, with the facts
             outcome["kind"], outcome["facts"], outcome["message"] = type(err).__name__, err.facts(), str(err)
         if _jvm_gone(err):
-            outcome["message"] = (f"the Spark driver's JVM ended while the job ran ({outcome['message']}); the "
-                                  f"lines before it say why. {JVM_GONE_HINT}")
+            outcome["message"] = (
+                f"the Spark driver's JVM ended while the job ran ({outcome['message']}); the "
+                f"lines before it say why. {JVM_GONE_HINT}"
+            )
         outcome["traceback"] = traceback.format_exc()
         traceback.print_exc()
         return 1

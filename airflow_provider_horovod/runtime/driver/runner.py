@@ -57,13 +57,21 @@ class BarrierRunner:
     :raises ValueError: ``settings.timeline`` without ``artifact_dir``, or a bad ``mlflow_run``.
     """
 
-    def __init__(self, settings: JobSettings, *, artifact_dir: str | None = None, env: dict[str, str] | None = None,
-                 spark: Any = None, mlflow_run: bool | str = False) -> None:
+    def __init__(
+        self,
+        settings: JobSettings,
+        *,
+        artifact_dir: str | None = None,
+        env: dict[str, str] | None = None,
+        spark: Any = None,
+        mlflow_run: bool | str = False,
+    ) -> None:
         self.settings = settings
         """The job's knobs, checked."""
         if settings.timeline and not artifact_dir:
-            raise ValueError("timeline=True needs artifact_dir: the Horovod Timeline is written there as "
-                             f"{TIMELINE_FILE_NAME}")
+            raise ValueError(
+                f"timeline=True needs artifact_dir: the Horovod Timeline is written there as {TIMELINE_FILE_NAME}"
+            )
         self.spark = spark
         self.artifact_dir = artifact_dir
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
@@ -82,8 +90,7 @@ class BarrierRunner:
         """The number of processes as given: ``> 0`` barrier tasks, ``< 0`` processes on the driver."""
         return self.settings.np
 
-    def run_call(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-                 ) -> Any:
+    def run_call(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         """
         Run ``fn(*args, **kwargs)`` on every rank and return rank 0's return value.
 
@@ -105,9 +112,11 @@ class BarrierRunner:
         if len(payload) > LARGE_PAYLOAD_BYTES:
             import warnings
 
-            warnings.warn(f"the training payload is {len(payload) / 2**20:.0f} MiB: a dataset captured in the function "
-                          "or its arguments travels with every task; pass a path and load it inside main instead",
-                          stacklevel=3)
+            warnings.warn(
+                f"the training payload is {len(payload) / 2**20:.0f} MiB: a dataset captured in the function "
+                "or its arguments travels with every task; pass a path and load it inside main instead",
+                stacklevel=3,
+            )
         result = self.run_payload(payload)
         value = None if result is None else cloudpickle.loads(result)
         if isinstance(value, ReturnValueRefused):
@@ -133,11 +142,19 @@ class BarrierRunner:
         :raises RankFailedError: a rank failed.
         :raises LaunchError: the stage could not run.
         """
-        env = self.env if not self.mlflow_run else \
-            {**run_env(None if self.mlflow_run is True else self.mlflow_run), **self.env}
+        env = (
+            self.env
+            if not self.mlflow_run
+            else {**run_env(None if self.mlflow_run is True else self.mlflow_run), **self.env}
+        )
         spec = JobSpec(payload=payload, settings=self.settings, artifact_dir=self.artifact_dir, env=env)
-        with MetricsCollector(self.artifact_dir, mirror_dir=progress_mirror, sink=MlflowMetricsSink.from_env(env),
-                              ranks=spec.np, init_call=spec.launcher.init_call) as collector:
+        with MetricsCollector(
+            self.artifact_dir,
+            mirror_dir=progress_mirror,
+            sink=MlflowMetricsSink.from_env(env),
+            ranks=spec.np,
+            init_call=spec.launcher.init_call,
+        ) as collector:
             try:
                 if self.np < 0:
                     collector.phase(f"starting {spec.np} rank{'s' if spec.np > 1 else ''} on the driver")
@@ -152,8 +169,9 @@ class BarrierRunner:
             collector.finish("finished")
         return result
 
-    def _run_barrier(self, spec: JobSpec, metrics: Callable[[dict], None],
-                     phase: Callable[[str], None] = lambda text: None) -> bytes | None:
+    def _run_barrier(
+        self, spec: JobSpec, metrics: Callable[[dict], None], phase: Callable[[str], None] = lambda text: None
+    ) -> bytes | None:
         from pyspark.sql import SparkSession
 
         spark = self.spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
@@ -171,16 +189,22 @@ class BarrierRunner:
         master = str(sc.master)
         slots = local_master_slots(master)
         if slots is not None and spec.np > slots:
-            raise LaunchError(f"np={spec.np} needs {spec.np} task slots but the master {master} has {slots}; "
-                              f"use local[{spec.np}] or a smaller np")
+            raise LaunchError(
+                f"np={spec.np} needs {spec.np} task slots but the master {master} has {slots}; "
+                f"use local[{spec.np}] or a smaller np"
+            )
         ship_runtime(sc)
         host = conf.get("spark.driver.host", "127.0.0.1")
         group = f"horovod-{uuid.uuid4().hex[:12]}"
         stage_error: Exception | None = None
         results: list[bytes] = []
         with LogServer(host, on_metrics=metrics) as logs:
-            spec = dataclasses.replace(spec, log_address=logs.address, log_token=logs.token,
-                                       executors_share_driver_stderr=master.startswith("local"))
+            spec = dataclasses.replace(
+                spec,
+                log_address=logs.address,
+                log_token=logs.token,
+                executors_share_driver_stderr=master.startswith("local"),
+            )
             rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))
             rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
             # ... so, once the slots come, only the job is left
@@ -205,8 +229,13 @@ class BarrierRunner:
                 sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         # The log server is closed: every failure report a task sent has arrived.
         if stage_error is not None:
-            raise_for_stage_failure(stage_error, logs.failures, lambda: not_enough_slots(sc, spec.np), np=spec.np,
-                                    executor_host=functools.partial(_executor_host, sc))
+            raise_for_stage_failure(
+                stage_error,
+                logs.failures,
+                lambda: not_enough_slots(sc, spec.np),
+                np=spec.np,
+                executor_host=functools.partial(_executor_host, sc),
+            )
         return results[0] if results else None
 
 
@@ -293,13 +322,27 @@ class HorovodRunner(BarrierRunner):
         try_number: int | None = None,
         mlflow_run: bool | str = False,
     ) -> None:
-        super().__init__(JobSettings(
-            np=np, driver_log_verbosity=driver_log_verbosity, gloo_timeout_s=gloo_timeout_s,
-            start_timeout_s=start_timeout_s, training_timeout_s=training_timeout_s,
-            slot_wait_timeout_s=slot_wait_timeout_s, use_gpu=use_gpu, gpu_visibility=gpu_visibility,
-            timeline=timeline, max_return_value_bytes=max_return_value_bytes, launcher=launcher,
-            checkpoint_dir=checkpoint_dir, try_number=try_number),
-            artifact_dir=artifact_dir, env=env, spark=spark, mlflow_run=mlflow_run)
+        super().__init__(
+            JobSettings(
+                np=np,
+                driver_log_verbosity=driver_log_verbosity,
+                gloo_timeout_s=gloo_timeout_s,
+                start_timeout_s=start_timeout_s,
+                training_timeout_s=training_timeout_s,
+                slot_wait_timeout_s=slot_wait_timeout_s,
+                use_gpu=use_gpu,
+                gpu_visibility=gpu_visibility,
+                timeline=timeline,
+                max_return_value_bytes=max_return_value_bytes,
+                launcher=launcher,
+                checkpoint_dir=checkpoint_dir,
+                try_number=try_number,
+            ),
+            artifact_dir=artifact_dir,
+            env=env,
+            spark=spark,
+            mlflow_run=mlflow_run,
+        )
 
     def run(self, main: Callable[..., Any], **kwargs: Any) -> Any:
         """

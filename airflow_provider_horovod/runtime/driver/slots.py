@@ -71,7 +71,7 @@ def master_ui_urls(master: str, conf: Mapping[str, str]) -> list[str]:
         return []
     port = str(conf.get("spark.master.ui.port") or "8080").strip()
     urls = []
-    for host_port in master[len("spark://"):].split(","):
+    for host_port in master[len("spark://") :].split(","):
         host = host_port.rsplit(":", 1)[0] if ":" in host_port else host_port
         if host:
             urls.append(f"http://{host}:{port}")
@@ -79,9 +79,8 @@ def master_ui_urls(master: str, conf: Mapping[str, str]) -> list[str]:
 
 
 def _same_master(state_url: object, master: str) -> bool:
-    wanted = {hp.strip() for hp in master[len("spark://"):].split(",")}
-    return isinstance(state_url, str) and state_url.startswith("spark://") and \
-        state_url[len("spark://"):] in wanted
+    wanted = {hp.strip() for hp in master[len("spark://") :].split(",")}
+    return isinstance(state_url, str) and state_url.startswith("spark://") and state_url[len("spark://") :] in wanted
 
 
 def read_master_state(urls: Sequence[str], master: str, timeout_s: float = MASTER_TIMEOUT_S) -> dict | None:
@@ -101,8 +100,12 @@ def read_master_state(urls: Sequence[str], master: str, timeout_s: float = MASTE
                 state = json.loads(response.read())
         except (OSError, ValueError, urllib.error.URLError):
             continue
-        if isinstance(state, dict) and state.get("status", "ALIVE") == "ALIVE" \
-                and _same_master(state.get("url"), master) and isinstance(state.get("workers"), list):
+        if (
+            isinstance(state, dict)
+            and state.get("status", "ALIVE") == "ALIVE"
+            and _same_master(state.get("url"), master)
+            and isinstance(state.get("workers"), list)
+        ):
             return state
     return None
 
@@ -125,8 +128,15 @@ def own_driver_id() -> str | None:
     return name if _DRIVER_DIR.fullmatch(name) else None
 
 
-def wait_for_slots(sc: Any, np_: int, timeout_s: float | None, *, log: Callable[[str], None] | None = None,
-                   poll_s: float = POLL_INTERVAL_S, master_poll_s: float = MASTER_POLL_INTERVAL_S) -> float:
+def wait_for_slots(
+    sc: Any,
+    np_: int,
+    timeout_s: float | None,
+    *,
+    log: Callable[[str], None] | None = None,
+    poll_s: float = POLL_INTERVAL_S,
+    master_poll_s: float = MASTER_POLL_INTERVAL_S,
+) -> float:
     """
     Return once this application has ``np_`` task slots; log why it waits, on change; fail when it never can.
 
@@ -169,13 +179,21 @@ def wait_for_slots(sc: Any, np_: int, timeout_s: float | None, *, log: Callable[
                 raise LaunchError(message)
         line = waiting_message(np_, slots, executors, view, res)
         if line != last:
-            log(line + ("" if urls and view is not None or not urls else
-                        f" (the standalone master's state page at {urls[0]}/json/ did not answer: set "
-                        "spark.master.ui.port for a view of the cluster)"))
+            log(
+                line
+                + (
+                    ""
+                    if urls and view is not None or not urls
+                    else f" (the standalone master's state page at {urls[0]}/json/ did not answer: set "
+                    "spark.master.ui.port for a view of the cluster)"
+                )
+            )
             last = line
         if timeout_s is not None and now - started >= timeout_s:
-            raise LaunchError(f"np={np_} needs {np_} task slots at the same time, and they did not come within "
-                              f"slot_wait_timeout_s={timeout_s:g} s; {line.split(': ', 1)[1]}")
+            raise LaunchError(
+                f"np={np_} needs {np_} task slots at the same time, and they did not come within "
+                f"slot_wait_timeout_s={timeout_s:g} s; {line.split(': ', 1)[1]}"
+            )
         wait = poll_s if timeout_s is None else min(poll_s, max(started + timeout_s - now, 0.0))
         tick.wait(wait)  # the poll interval (a JVM call per poll; Spark offers no executor-added callback here)
         slots, executors = own_slots(sc)
@@ -211,9 +229,12 @@ def not_enough_slots(sc: Any, np_: int) -> str:
     detail = ""
     try:  # the JVM's own count of concurrent task slots for the default resource profile
         slots, executors = own_slots(sc)
-        detail = (", but this application has no executors" if executors == 0 else
-                  f", but this application has {slots} task slot{'s' if slots != 1 else ''} on {executors} "
-                  f"executor{'s' if executors != 1 else ''}")
+        detail = (
+            ", but this application has no executors"
+            if executors == 0
+            else f", but this application has {slots} task slot{'s' if slots != 1 else ''} on {executors} "
+            f"executor{'s' if executors != 1 else ''}"
+        )
     except Exception:  # noqa: BLE001 - a private API: the message is still useful without the count
         pass
     return (

@@ -27,8 +27,9 @@ def error_record(exc_type: str, message: str, tb: str) -> bytes:
     The error file's JSON (what :meth:`~airflow_provider_horovod.runtime.task.rank_process.RankProcess.failure`
     reads): ``{"exc_type", "exc_message", "traceback", "failed_at"}``, ``failed_at`` in seconds since the epoch.
     """
-    return json.dumps({"exc_type": exc_type, "exc_message": message, "traceback": tb,
-                       "failed_at": time.time()}).encode()
+    return json.dumps(
+        {"exc_type": exc_type, "exc_message": message, "traceback": tb, "failed_at": time.time()}
+    ).encode()
 
 
 def qualname(obj: object) -> str:
@@ -92,7 +93,9 @@ def pickle_result(value: Any, limit: int | None) -> bytes:
     if data is not None:
         return data
     refused = ReturnValueRefused(sink.size, int(limit or 0), qualname(value))
-    sys.stderr.write(f"airflow-provider-horovod: {refused.describe()}; write large results under artifact_dir() "
-                     "and return their paths\n")
+    sys.stderr.write(
+        f"airflow-provider-horovod: {refused.describe()}; write large results under artifact_dir() "
+        "and return their paths\n"
+    )
     sys.stderr.flush()
     return cloudpickle.dumps(refused)

@@ -128,8 +128,14 @@ def main() -> int:
     except ImportError as err:
         tb = traceback.format_exc()
         sys.stderr.write(tb)
-        write_atomic(error_path, error_record(LOAD_ERROR, f"{backend.launcher.label} is not importable by this "
-                                              f"rank's Python {sys.executable}: {err}", tb))
+        write_atomic(
+            error_path,
+            error_record(
+                LOAD_ERROR,
+                f"{backend.launcher.label} is not importable by this rank's Python {sys.executable}: {err}",
+                tb,
+            ),
+        )
         return 1
     from airflow_provider_horovod.runtime.wire.payload import loads_payload
 
@@ -168,8 +174,10 @@ def main() -> int:
             data = pickle_result(value, int(limit) if limit else None)
         except Exception as err:
             tb = traceback.format_exc()
-            message = (f"rank 0's return value ({type(value).__name__}) cannot be pickled: {err}. "
-                       "Return paths, metrics or other plain values.")
+            message = (
+                f"rank 0's return value ({type(value).__name__}) cannot be pickled: {err}. "
+                "Return paths, metrics or other plain values."
+            )
             write_atomic(error_path, error_record("TypeError", message, tb))
             return 1
         write_atomic(os.environ[ENV_RESULT], data)

@@ -113,8 +113,17 @@ class LaunchBackend:
         """
         raise NotImplementedError
 
-    def rank_env(self, slot: Slot, plan: Sequence[Slot], *, addr: str, port: int | None, run_id: str | None,
-                 iface: str, gloo_timeout_s: int) -> dict[str, str]:
+    def rank_env(
+        self,
+        slot: Slot,
+        plan: Sequence[Slot],
+        *,
+        addr: str,
+        port: int | None,
+        run_id: str | None,
+        iface: str,
+        gloo_timeout_s: int,
+    ) -> dict[str, str]:
         """
         The launcher's environment of one rank, all strings.
 
@@ -150,10 +159,20 @@ class HorovodBackend(LaunchBackend):
         server, port = _start_rendezvous(plan, peers=peers, bind=bind)
         return Rendezvous(port=port, server=server)
 
-    def rank_env(self, slot: Slot, plan: Sequence[Slot], *, addr: str, port: int | None, run_id: str | None,
-                 iface: str, gloo_timeout_s: int) -> dict[str, str]:
-        return gloo_env(slot, rendezvous_addr=addr, rendezvous_port=port or 0, iface=iface,
-                        gloo_timeout_s=gloo_timeout_s)
+    def rank_env(
+        self,
+        slot: Slot,
+        plan: Sequence[Slot],
+        *,
+        addr: str,
+        port: int | None,
+        run_id: str | None,
+        iface: str,
+        gloo_timeout_s: int,
+    ) -> dict[str, str]:
+        return gloo_env(
+            slot, rendezvous_addr=addr, rendezvous_port=port or 0, iface=iface, gloo_timeout_s=gloo_timeout_s
+        )
 
     def rank_done(self, addr: str, port: int, rank: int, *, initialized: bool) -> None:
         _report_done(addr, port, rank, initialized=initialized)
@@ -169,8 +188,17 @@ class TorchBackend(LaunchBackend):
         reserved = reserve_port(bind)
         return Rendezvous(port=reserved.getsockname()[1], run_id=uuid.uuid4().hex, reserved=reserved)
 
-    def rank_env(self, slot: Slot, plan: Sequence[Slot], *, addr: str, port: int | None, run_id: str | None,
-                 iface: str, gloo_timeout_s: int) -> dict[str, str]:
+    def rank_env(
+        self,
+        slot: Slot,
+        plan: Sequence[Slot],
+        *,
+        addr: str,
+        port: int | None,
+        run_id: str | None,
+        iface: str,
+        gloo_timeout_s: int,
+    ) -> dict[str, str]:
         return torch_env(slot, plan, master_addr=addr, master_port=port, iface=iface, run_id=run_id)
 
     # rank_done: the store lives in rank 0's process, which ends with the job: nothing to report to

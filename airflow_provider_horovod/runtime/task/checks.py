@@ -51,15 +51,20 @@ def _preflight(host: str, launcher_name: str = HOROVOD) -> None:
             else:
                 whose, where = "the executor's", f" on {host}"
                 other = "or point spark.pyspark.python / PYSPARK_PYTHON at an interpreter that has it"
-            raise LaunchError(f"{module.split('.')[0]} ({module}) is not importable by {whose} Python "
-                              f"{sys.executable}{where}: install it there ({hint}), {other}")
+            raise LaunchError(
+                f"{module.split('.')[0]} ({module}) is not importable by {whose} Python "
+                f"{sys.executable}{where}: install it there ({hint}), {other}"
+            )
 
 
 def _task_gpus(ctx, host: str) -> list[str]:
     """This barrier task's GPUs as device IDs (Spark's addresses mapped through the executor's own list)."""
     info = ctx.resources().get(GPU_RESOURCE)
-    return owned_gpus(list(info.addresses) if info is not None else [], os.environ.get(CUDA_VISIBLE_DEVICES),
-                      where=f"task {ctx.partitionId()} on {host}")
+    return owned_gpus(
+        list(info.addresses) if info is not None else [],
+        os.environ.get(CUDA_VISIBLE_DEVICES),
+        where=f"task {ctx.partitionId()} on {host}",
+    )
 
 
 def _rank_interface(spec: JobSpec, rendezvous_addr: str, host: str) -> str:

@@ -56,8 +56,10 @@ def check_gpu_conf(conf: Mapping[str, str]) -> float:
         amount = 0.0
     if amount <= 0:
         found = "is not set" if raw is None else f"is {raw!r}"
-        raise LaunchError(f"use_gpu=True but this Spark application does not give tasks GPUs ({TASK_GPU_CONF} "
-                          f"{found}): {_HOW_TO_SCHEDULE}")
+        raise LaunchError(
+            f"use_gpu=True but this Spark application does not give tasks GPUs ({TASK_GPU_CONF} "
+            f"{found}): {_HOW_TO_SCHEDULE}"
+        )
     return amount
 
 
@@ -83,9 +85,11 @@ def owned_gpus(addresses: Sequence[str], executor_visible: str | None, *, where:
     devices = []
     for address in addresses:
         if not _INDEX.fullmatch(str(address)) or int(address) >= len(visible):
-            raise LaunchError(f"Spark gave {where} GPU address {address!r}, which is not an index into the "
-                              f"executor's {CUDA_VISIBLE_DEVICES}={executor_visible!r}; make the discovery script "
-                              f"report indices 0..{max(len(visible) - 1, 0)} of that list")
+            raise LaunchError(
+                f"Spark gave {where} GPU address {address!r}, which is not an index into the "
+                f"executor's {CUDA_VISIBLE_DEVICES}={executor_visible!r}; make the discovery script "
+                f"report indices 0..{max(len(visible) - 1, 0)} of that list"
+            )
         devices.append(visible[int(address)])
     return devices
 
@@ -119,14 +123,21 @@ def visible_devices(owned: Sequence[Sequence[str]], plan: Sequence[Slot], index:
     flat = [d for devices in lists for d in devices]
     if len(set(flat)) != len(flat):
         shared = sorted({d for d in flat if flat.count(d) > 1})
-        raise LaunchError(f"ranks on host {slot.address} share GPU(s) {shared} (fractional {TASK_GPU_CONF}?), so "
-                          "gpu_visibility='host' cannot give each local rank its own device index; use "
-                          "gpu_visibility='rank' and torch.cuda.set_device(0)")
+        raise LaunchError(
+            f"ranks on host {slot.address} share GPU(s) {shared} (fractional {TASK_GPU_CONF}?), so "
+            "gpu_visibility='host' cannot give each local rank its own device index; use "
+            "gpu_visibility='rank' and torch.cuda.set_device(0)"
+        )
     return ",".join([devices[0] for devices in lists] + [d for devices in lists for d in devices[1:]])
 
 
-def device_env(use_gpu: bool, owned: Sequence[Sequence[str]], plan: Sequence[Slot], index: int,
-               visibility: str = DEFAULT_GPU_VISIBILITY) -> dict[str, str]:
+def device_env(
+    use_gpu: bool,
+    owned: Sequence[Sequence[str]],
+    plan: Sequence[Slot],
+    index: int,
+    visibility: str = DEFAULT_GPU_VISIBILITY,
+) -> dict[str, str]:
     """
     The device variables of rank ``plan[index]``: ``CUDA_VISIBLE_DEVICES`` only.
 
@@ -184,8 +195,11 @@ def driver_owned_gpus(np_: int, driver_visible: str | None, gpu_count: int | Non
                 f"use_gpu=True but the driver has {found or 'no'} GPU{'' if found == 1 else 's'} ({NVIDIA_GPUS_DIR} "
                 f"lists {found} and CUDA_VISIBLE_DEVICES is not set) for {np_} rank{'' if np_ == 1 else 's'} on the "
                 "driver, one GPU each; run on a machine with that many GPUs, or pass use_gpu=False to train on the "
-                "CPU")
+                "CPU"
+            )
     elif not driver_visible.strip():
-        raise LaunchError("use_gpu=True but the driver's CUDA_VISIBLE_DEVICES is empty (no GPU visible) for "
-                          f"{np_} rank{'' if np_ == 1 else 's'} on the driver; pass use_gpu=False to train on the CPU")
+        raise LaunchError(
+            "use_gpu=True but the driver's CUDA_VISIBLE_DEVICES is empty (no GPU visible) for "
+            f"{np_} rank{'' if np_ == 1 else 's'} on the driver; pass use_gpu=False to train on the CPU"
+        )
     return [owned_gpus([str(r)], driver_visible, where=f"rank {r} on the driver") for r in range(np_)]

@@ -52,17 +52,22 @@ def consequence_note(rank: int) -> str:
 
     :param rank: the bystander rank.
     """
-    return (f"[rank {rank}] ^ rank {rank} stopped because another rank failed first: its traceback above is a "
-            "consequence; the job's error names the rank that failed and why")
+    return (
+        f"[rank {rank}] ^ rank {rank} stopped because another rank failed first: its traceback above is a "
+        "consequence; the job's error names the rank that failed and why"
+    )
 
 
 def _left_uninitialized(rank: int) -> str:
-    return (f"rank {rank} ended (exit code 0) without calling hvd.init(); call hvd.init() on every rank, or on none "
-            "(a function that does not use Horovod)")
+    return (
+        f"rank {rank} ended (exit code 0) without calling hvd.init(); call hvd.init() on every rank, or on none "
+        "(a function that does not use Horovod)"
+    )
 
 
-def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
-                  metrics: Callable[[dict], None] | None = None) -> bytes | None:
+def run_on_driver(
+    spec: JobSpec, stdout: Callable[[str], None] | None = None, metrics: Callable[[dict], None] | None = None
+) -> bytes | None:
     """
     Run ``spec.np`` ranks as processes on this machine (``HorovodRunner(np=-N)``); no Spark tasks.
 
@@ -97,14 +102,33 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
     workdir = tempfile.mkdtemp(prefix="horovod-ranks-")
     backend = backend_for(spec.launcher.name)
     rendezvous = backend.open_rendezvous(plan, bind="127.0.0.1")
-    envs = [backend.rank_env(s, plan, addr="127.0.0.1", port=rendezvous.port, run_id=rendezvous.run_id,
-                             iface="lo", gloo_timeout_s=spec.settings.gloo_timeout_s) for s in plan]
+    envs = [
+        backend.rank_env(
+            s,
+            plan,
+            addr="127.0.0.1",
+            port=rendezvous.port,
+            run_id=rendezvous.run_id,
+            iface="lo",
+            gloo_timeout_s=spec.settings.gloo_timeout_s,
+        )
+        for s in plan
+    ]
     owned = driver_owned_gpus(spec.np, os.environ.get(CUDA_VISIBLE_DEVICES)) if spec.settings.use_gpu else []
     threads = omp_threads(spec, os.environ)  # torchrun's rule for several processes on one machine
-    procs = [RankProcess(s, spec, envs[i], workdir, sink,
-                         devices=device_env(spec.settings.use_gpu, owned, plan, i, spec.settings.gpu_visibility), metrics=metrics,
-                         threads=threads)
-             for i, s in enumerate(plan)]
+    procs = [
+        RankProcess(
+            s,
+            spec,
+            envs[i],
+            workdir,
+            sink,
+            devices=device_env(spec.settings.use_gpu, owned, plan, i, spec.settings.gpu_visibility),
+            metrics=metrics,
+            threads=threads,
+        )
+        for i, s in enumerate(plan)
+    ]
     exited: queue.Queue[tuple[RankProcess, RankFailedError | None]] = queue.Queue()
     try:
         for p in procs:
@@ -138,7 +162,6 @@ def run_on_driver(spec: JobSpec, stdout: Callable[[str], None] | None = None,
             p.kill()
         rendezvous.close()
         shutil.rmtree(workdir, ignore_errors=True)
-
 
 
 def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
@@ -189,16 +212,24 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             client.send(f"[rank {s.rank}] {short}")
 
     def launch_env(port: int | None, run_id: str | None) -> dict[str, str]:
-        return backend.rank_env(slot, plan, addr=rendezvous_addr, port=port, run_id=run_id, iface=iface,
-                                gloo_timeout_s=spec.settings.gloo_timeout_s)
+        return backend.rank_env(
+            slot,
+            plan,
+            addr=rendezvous_addr,
+            port=port,
+            run_id=run_id,
+            iface=iface,
+            gloo_timeout_s=spec.settings.gloo_timeout_s,
+        )
 
     # The rank starts before the allGather below and imports its framework while the tasks gather (about a
     # second for all but the last task to arrive); the port and devices follow with release().
     gloo = launch_env(None, None)
     devices = {} if spec.settings.use_gpu else device_env(False, [], plan, partition, spec.settings.gpu_visibility)
     workdir = tempfile.mkdtemp(prefix="horovod-rank-")
-    proc = RankProcess(slot, spec, gloo, workdir, sink, devices=devices,
-                       metrics=client.send_metrics if client is not None else None)
+    proc = RankProcess(
+        slot, spec, gloo, workdir, sink, devices=devices, metrics=client.send_metrics if client is not None else None
+    )
     rendezvous: Rendezvous | None = None
     try:
         try:
@@ -206,13 +237,23 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             if partition == 0:
                 rendezvous = backend.open_rendezvous(plan, bind=addresses[0], peers=addresses)
                 rendezvous.on_uninitialized(lambda rank: proc.peer_left(_left_uninitialized(rank)))
-            mine_info = {"port": rendezvous.port if rendezvous else None,
-                         "run_id": rendezvous.run_id if rendezvous else None, "gpus": mine}
+            mine_info = {
+                "port": rendezvous.port if rendezvous else None,
+                "run_id": rendezvous.run_id if rendezvous else None,
+                "gpus": mine,
+            }
             infos = [json.loads(m) for m in ctx.allGather(json.dumps(mine_info))]
             port = int(infos[0]["port"])
-            proc.release(launch_env(port, infos[0]["run_id"]),
-                         device_env(spec.settings.use_gpu, [info["gpus"] for info in infos], plan, partition,
-                                    spec.settings.gpu_visibility))
+            proc.release(
+                launch_env(port, infos[0]["run_id"]),
+                device_env(
+                    spec.settings.use_gpu,
+                    [info["gpus"] for info in infos],
+                    plan,
+                    partition,
+                    spec.settings.gpu_visibility,
+                ),
+            )
             err = proc.run_to_end(host=addresses[partition])
             if err is not None:
                 reported = client is not None and client.report_failure(err.to_dict())

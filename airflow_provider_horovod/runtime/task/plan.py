@@ -17,9 +17,22 @@ IFACE_ENV = "HOROVOD_AIRFLOW_IFACE"
 """Overrides the interface choice: comma-separated names; each host uses the first one it has."""
 
 _SCRUBBED_PREFIXES = ("HOROVOD_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_")
-_SCRUBBED_NAMES = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                             "GROUP_RANK", "NODE_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME", "ROLE_RANK",
-                             "ROLE_WORLD_SIZE"})
+_SCRUBBED_NAMES = frozenset(
+    {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "NODE_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_NAME",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -77,8 +90,17 @@ def build_plan(addresses: Sequence[str]) -> list[Slot]:
     for address, partitions in partitions_by_host.items():
         for local_rank, partition in enumerate(partitions):
             cross = hosts_at_local_rank[local_rank]
-            plan[partition] = Slot(partition, keys[address], address, rank, local_rank, cross.index(address),
-                                   len(addresses), len(partitions), len(cross))
+            plan[partition] = Slot(
+                partition,
+                keys[address],
+                address,
+                rank,
+                local_rank,
+                cross.index(address),
+                len(addresses),
+                len(partitions),
+                len(cross),
+            )
             rank += 1
     return [slot for slot in plan if slot is not None]
 
@@ -87,9 +109,15 @@ def to_slot_info(slot: Slot):  # -> horovod.runner.common.util.hosts.SlotInfo
     """Horovod's own ``SlotInfo`` for ``slot`` (what ``RendezvousServer.init`` and ``gloo_run`` take)."""
     from horovod.runner.common.util.hosts import SlotInfo
 
-    return SlotInfo(hostname=slot.host_key, rank=slot.rank, local_rank=slot.local_rank,
-                    cross_rank=slot.cross_rank, size=slot.size, local_size=slot.local_size,
-                    cross_size=slot.cross_size)
+    return SlotInfo(
+        hostname=slot.host_key,
+        rank=slot.rank,
+        local_rank=slot.local_rank,
+        cross_rank=slot.cross_rank,
+        size=slot.size,
+        local_size=slot.local_size,
+        cross_size=slot.cross_size,
+    )
 
 
 def local_plan(np_: int) -> list[Slot]:
@@ -97,8 +125,9 @@ def local_plan(np_: int) -> list[Slot]:
     return [Slot(-1, "h0", "127.0.0.1", r, r, 0, np_, np_, 1) for r in range(np_)]
 
 
-def torch_env(slot: Slot, plan: Sequence[Slot], *, master_addr: str, master_port: int | None, iface: str,
-              run_id: str | None) -> dict[str, str]:
+def torch_env(
+    slot: Slot, plan: Sequence[Slot], *, master_addr: str, master_port: int | None, iface: str, run_id: str | None
+) -> dict[str, str]:
     """
     The torchrun environment of one rank, all as strings: what ``torchrun`` gives each worker it starts, so
     ``torch.distributed.init_process_group(backend, init_method="env://")`` (the default) joins the job.
@@ -121,13 +150,20 @@ def torch_env(slot: Slot, plan: Sequence[Slot], *, master_addr: str, master_port
     hosts = list(dict.fromkeys(s.host_key for s in plan))
     env = {
         "MASTER_ADDR": master_addr,
-        "RANK": slot.rank, "WORLD_SIZE": slot.size,
-        "LOCAL_RANK": slot.local_rank, "LOCAL_WORLD_SIZE": slot.local_size,
-        "GROUP_RANK": hosts.index(slot.host_key), "NODE_RANK": hosts.index(slot.host_key),
+        "RANK": slot.rank,
+        "WORLD_SIZE": slot.size,
+        "LOCAL_RANK": slot.local_rank,
+        "LOCAL_WORLD_SIZE": slot.local_size,
+        "GROUP_RANK": hosts.index(slot.host_key),
+        "NODE_RANK": hosts.index(slot.host_key),
         "GROUP_WORLD_SIZE": len(hosts),
-        "ROLE_NAME": "default", "ROLE_RANK": slot.rank, "ROLE_WORLD_SIZE": slot.size,
-        "TORCHELASTIC_RESTART_COUNT": 0, "TORCHELASTIC_MAX_RESTARTS": 0,
-        "GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface,
+        "ROLE_NAME": "default",
+        "ROLE_RANK": slot.rank,
+        "ROLE_WORLD_SIZE": slot.size,
+        "TORCHELASTIC_RESTART_COUNT": 0,
+        "TORCHELASTIC_MAX_RESTARTS": 0,
+        "GLOO_SOCKET_IFNAME": iface,
+        "NCCL_SOCKET_IFNAME": iface,
     }
     if master_port is not None:
         env["MASTER_PORT"] = master_port
@@ -227,8 +263,9 @@ def choose_interface(destination: str, override: str | None = None) -> str:
     for name in names:
         if name in present:
             return name
-    raise ValueError(f"{IFACE_ENV}={override!r} names no interface of {socket.gethostname()}, which has "
-                     f"{sorted(present)}")
+    raise ValueError(
+        f"{IFACE_ENV}={override!r} names no interface of {socket.gethostname()}, which has {sorted(present)}"
+    )
 
 
 def gloo_env(

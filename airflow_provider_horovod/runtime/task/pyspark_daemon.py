@@ -73,8 +73,7 @@ def behind(path: Sequence[str], moved: Sequence[str]) -> list[str]:
     :param moved: the entries to put last (:func:`movable`).
     """
     last = {os.path.abspath(p) for p in moved}
-    return ([p for p in path if os.path.abspath(p) not in last] +
-            [p for p in path if os.path.abspath(p) in last])
+    return [p for p in path if os.path.abspath(p) not in last] + [p for p in path if os.path.abspath(p) in last]
 
 
 def main() -> None:

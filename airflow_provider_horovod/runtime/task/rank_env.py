@@ -13,9 +13,20 @@ from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 
-def worker_environ(spec: JobSpec, *, launch_env: Mapping[str, str], devices: Mapping[str, str], payload: str,
-                   result: str, error: str, lifeline_fd: int, progress_fd: int, metrics_fd: int | None = None,
-                   release_fd: int | None = None, threads: int | None = None) -> dict[str, str]:
+def worker_environ(
+    spec: JobSpec,
+    *,
+    launch_env: Mapping[str, str],
+    devices: Mapping[str, str],
+    payload: str,
+    result: str,
+    error: str,
+    lifeline_fd: int,
+    progress_fd: int,
+    metrics_fd: int | None = None,
+    release_fd: int | None = None,
+    threads: int | None = None,
+) -> dict[str, str]:
     """
     The variables a rank's process gets on top of its launcher's environment
     (:func:`~airflow_provider_horovod.runtime.task.plan.child_environ` applies them). ``spec.env`` overrides the

@@ -25,8 +25,9 @@ FAILURE_GRACE_S = 10.0
 """After a rank fails, how long to wait for the others' own failure reports before stopping them."""
 
 
-def next_deadline(spec: JobSpec, phase: str, started_at: float, init_entered_at: float | None
-                  ) -> tuple[float, str] | None:
+def next_deadline(
+    spec: JobSpec, phase: str, started_at: float, init_entered_at: float | None
+) -> tuple[float, str] | None:
     """
     The next limit a rank can run into, as ``(time.monotonic() value, which)`` (``which`` as
     :func:`timeout_failure` takes it); ``None`` when the job sets no limit that applies now.
@@ -50,8 +51,16 @@ def next_deadline(spec: JobSpec, phase: str, started_at: float, init_entered_at:
     return min(limits) if limits else None
 
 
-def timeout_failure(which: str, *, rank: int, spec: JobSpec, peer_left: str | None, exit_code: int | None,
-                    host: str | None, output_tail: list[str]) -> RankFailedError:
+def timeout_failure(
+    which: str,
+    *,
+    rank: int,
+    spec: JobSpec,
+    peer_left: str | None,
+    exit_code: int | None,
+    host: str | None,
+    output_tail: list[str],
+) -> RankFailedError:
     """
     The error of a rank its launcher stopped at a limit.
 
@@ -67,23 +76,51 @@ def timeout_failure(which: str, *, rank: int, spec: JobSpec, peer_left: str | No
     """
     init = spec.launcher.init_call
     if which == "training":
-        kind, message = TRAINING_TIMEOUT, (f"rank {rank} was still running when training_timeout_s="
-                                           f"{spec.settings.training_timeout_s:g} ran out")
+        kind, message = (
+            TRAINING_TIMEOUT,
+            (f"rank {rank} was still running when training_timeout_s={spec.settings.training_timeout_s:g} ran out"),
+        )
     elif which == "peer":
         kind, message = PEER_LEFT, f"{peer_left}, so rank {rank} waited for it in {init} in vain"
     elif which == "start":
-        kind, message = START_TIMEOUT, (f"rank {rank} never reached {init} within start_timeout_s="
-                                        f"{spec.settings.start_timeout_s:g}: it was still loading the training "
-                                        "function (unpickling, imports)")
+        kind, message = (
+            START_TIMEOUT,
+            (
+                f"rank {rank} never reached {init} within start_timeout_s="
+                f"{spec.settings.start_timeout_s:g}: it was still loading the training "
+                "function (unpickling, imports)"
+            ),
+        )
     else:
-        kind, message = WAITING_FOR_PEERS, (f"rank {rank} was waiting in {init} for the other ranks when "
-                                            f"start_timeout_s={spec.settings.start_timeout_s:g} ran out")
-    return rank_failed(rank=rank, exit_code=exit_code, host=host, exc_type=kind, exc_message=message,
-                       output_tail=output_tail, failed_at=time.time(), launcher=spec.launcher.name)
+        kind, message = (
+            WAITING_FOR_PEERS,
+            (
+                f"rank {rank} was waiting in {init} for the other ranks when "
+                f"start_timeout_s={spec.settings.start_timeout_s:g} ran out"
+            ),
+        )
+    return rank_failed(
+        rank=rank,
+        exit_code=exit_code,
+        host=host,
+        exc_type=kind,
+        exc_message=message,
+        output_tail=output_tail,
+        failed_at=time.time(),
+        launcher=spec.launcher.name,
+    )
 
 
-def exit_failure(*, rank: int, exit_code: int | None, error_path: str, host: str | None, output_tail: list[str],
-                 exited_at: float | None, launcher_name: str = HOROVOD) -> RankFailedError:
+def exit_failure(
+    *,
+    rank: int,
+    exit_code: int | None,
+    error_path: str,
+    host: str | None,
+    output_tail: list[str],
+    exited_at: float | None,
+    launcher_name: str = HOROVOD,
+) -> RankFailedError:
     """
     The error of a rank that exited with a non-zero status: what its error file says (exception type, message,
     traceback, when it failed), or only the status and output for a rank that died without writing one.
@@ -103,7 +140,14 @@ def exit_failure(*, rank: int, exit_code: int | None, error_path: str, host: str
             details = json.load(f)
     except (OSError, ValueError):
         pass
-    return rank_failed(rank=rank, exit_code=exit_code, host=host, exc_type=details.get("exc_type"),
-                       exc_message=details.get("exc_message"), traceback=details.get("traceback"),
-                       output_tail=output_tail, failed_at=details.get("failed_at", exited_at),
-                       launcher=launcher_name)
+    return rank_failed(
+        rank=rank,
+        exit_code=exit_code,
+        host=host,
+        exc_type=details.get("exc_type"),
+        exc_message=details.get("exc_message"),
+        traceback=details.get("traceback"),
+        output_tail=output_tail,
+        failed_at=details.get("failed_at", exited_at),
+        launcher=launcher_name,
+    )

@@ -51,9 +51,17 @@ class RankProcess:
     :param threads: its ``OMP_NUM_THREADS`` (:func:`~.rank_env.omp_threads`); ``None``: as inherited.
     """
 
-    def __init__(self, slot: Slot, spec: JobSpec, gloo: dict[str, str], workdir: str, sink: Sink,
-                 devices: dict[str, str] | None = None, metrics: MetricsSink | None = None,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self,
+        slot: Slot,
+        spec: JobSpec,
+        gloo: dict[str, str],
+        workdir: str,
+        sink: Sink,
+        devices: dict[str, str] | None = None,
+        metrics: MetricsSink | None = None,
+        threads: int | None = None,
+    ) -> None:
         self.slot = slot
         self._threads = threads
         self._devices = dict(devices or {})
@@ -114,16 +122,29 @@ class RankProcess:
         if deferred:
             release_read, self._release = os.pipe()
             fds.append(release_read)
-        extra = worker_environ(self._spec, launch_env=self._gloo, devices=self._devices, payload=payload_path,
-                               result=self.result_path, error=self.error_path, lifeline_fd=read_end,
-                               progress_fd=progress_write, metrics_fd=metrics_write, release_fd=release_read,
-                               threads=self._threads)
+        extra = worker_environ(
+            self._spec,
+            launch_env=self._gloo,
+            devices=self._devices,
+            payload=payload_path,
+            result=self.result_path,
+            error=self.error_path,
+            lifeline_fd=read_end,
+            progress_fd=progress_write,
+            metrics_fd=metrics_write,
+            release_fd=release_read,
+            threads=self._threads,
+        )
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", protocol.WORKER_MODULE],
                 env=child_environ(os.environ, extra, sys.path),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=tuple(fds), cwd=self._dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=tuple(fds),
+                cwd=self._dir,
             )
         except BaseException:
             os.close(progress_read)
@@ -136,12 +157,14 @@ class RankProcess:
         self._started_at = time.monotonic()
         self._reader = threading.Thread(target=self._pump, name=f"rank-{self.slot.rank}-output", daemon=True)
         self._reader.start()
-        self._progress_reader = threading.Thread(target=self._follow_progress, args=(progress_read,),
-                                                 name=f"rank-{self.slot.rank}-progress", daemon=True)
+        self._progress_reader = threading.Thread(
+            target=self._follow_progress, args=(progress_read,), name=f"rank-{self.slot.rank}-progress", daemon=True
+        )
         self._progress_reader.start()
         if metrics_read is not None:
-            threading.Thread(target=self._follow_metrics, args=(metrics_read,), name=f"rank-{self.slot.rank}-metrics",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._follow_metrics, args=(metrics_read,), name=f"rank-{self.slot.rank}-metrics", daemon=True
+            ).start()
         threading.Thread(target=self._watch_exit, name=f"rank-{self.slot.rank}-exit", daemon=True).start()
 
     def release(self, gloo: dict[str, str], devices: dict[str, str]) -> None:
@@ -180,8 +203,14 @@ class RankProcess:
                         self.ever_initialized = True
                     self._changed.notify_all()
                 if self._metrics is not None and milestone in events:
-                    self._metrics({"event": MILESTONE_EVENT, "rank": self.slot.rank, "milestone": events[milestone],
-                                   "time": time.time()})
+                    self._metrics(
+                        {
+                            "event": MILESTONE_EVENT,
+                            "rank": self.slot.rank,
+                            "milestone": events[milestone],
+                            "time": time.time(),
+                        }
+                    )
         except OSError:
             pass
         finally:
@@ -265,8 +294,15 @@ class RankProcess:
     def _timed_out(self, which: str, host: str | None) -> RankFailedError:
         self.kill()
         self.wait()
-        return timeout_failure(which, rank=self.slot.rank, spec=self._spec, peer_left=self._peer_left,
-                               exit_code=self.returncode, host=host, output_tail=list(self.tail))
+        return timeout_failure(
+            which,
+            rank=self.slot.rank,
+            spec=self._spec,
+            peer_left=self._peer_left,
+            exit_code=self.returncode,
+            host=host,
+            output_tail=list(self.tail),
+        )
 
     def failure(self, host: str | None = None) -> RankFailedError:
         """
@@ -274,8 +310,15 @@ class RankProcess:
 
         :param host: the rank's host, named in the error.
         """
-        return exit_failure(rank=self.slot.rank, exit_code=self.returncode, error_path=self.error_path, host=host,
-                            output_tail=list(self.tail), exited_at=self.exited_at, launcher_name=self._spec.launcher.name)
+        return exit_failure(
+            rank=self.slot.rank,
+            exit_code=self.returncode,
+            error_path=self.error_path,
+            host=host,
+            output_tail=list(self.tail),
+            exited_at=self.exited_at,
+            launcher_name=self._spec.launcher.name,
+        )
 
     def result(self) -> bytes | None:
         """

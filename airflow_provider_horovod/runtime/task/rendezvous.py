@@ -121,8 +121,10 @@ def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = (), bind: str = "
         def _refused(self) -> bool:
             if self.client_address[0] in allowed:
                 return False
-            sys.stderr.write(f"airflow-provider-horovod: refused a rendezvous request from {self.client_address[0]}, "
-                             f"which is not one of this job's hosts {sorted(allowed)}\n")
+            sys.stderr.write(
+                f"airflow-provider-horovod: refused a rendezvous request from {self.client_address[0]}, "
+                f"which is not one of this job's hosts {sorted(allowed)}\n"
+            )
             self.send_status_code(403)
             return True
 
@@ -186,8 +188,9 @@ def _report_done(addr: str, port: int, rank: int, timeout_s: float = 30.0, initi
     for attempt in range(DONE_REPORT_ATTEMPTS):
         conn = http.client.HTTPConnection(addr, port, timeout=timeout_s)
         try:
-            conn.request("PUT", f"/{DONE_SCOPE}/{rank}", body=b"1" if initialized else b"0",
-                         headers={"Content-Length": "1"})
+            conn.request(
+                "PUT", f"/{DONE_SCOPE}/{rank}", body=b"1" if initialized else b"0", headers={"Content-Length": "1"}
+            )
             status = conn.getresponse().status
             if status == 200:
                 return
@@ -198,8 +201,10 @@ def _report_done(addr: str, port: int, rank: int, timeout_s: float = 30.0, initi
             conn.close()
         if attempt + 1 < DONE_REPORT_ATTEMPTS:
             time.sleep(0.2 * (attempt + 1))  # back-off before the next attempt
-    raise LaunchError(f"rank {rank} finished but could not tell the rendezvous store at {addr}:{port} "
-                      f"({DONE_REPORT_ATTEMPTS} attempts, last: {last}); failing the stage so task 0 does not wait")
+    raise LaunchError(
+        f"rank {rank} finished but could not tell the rendezvous store at {addr}:{port} "
+        f"({DONE_REPORT_ATTEMPTS} attempts, last: {last}); failing the stage so task 0 does not wait"
+    )
 
 
 def _stop_rendezvous(server) -> None:

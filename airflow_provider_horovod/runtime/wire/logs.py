@@ -68,8 +68,13 @@ class LogServer:
         they are dropped.
     """
 
-    def __init__(self, host: str, on_line: Callable[[str], None] | None = None, stream: TextIO | None = None,
-                 on_metrics: Callable[[dict], None] | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        on_line: Callable[[str], None] | None = None,
+        stream: TextIO | None = None,
+        on_metrics: Callable[[dict], None] | None = None,
+    ) -> None:
         self.token = secrets.token_hex(16)
         self._host = host
         self._stream = stream
@@ -106,11 +111,11 @@ class LogServer:
                     line = frame.decode("utf-8", "replace")
                     with owner._lock:
                         if line.startswith(_FAILURE_PREFIX):
-                            owner.failures.append(json.loads(line[len(_FAILURE_PREFIX):]))
+                            owner.failures.append(json.loads(line[len(_FAILURE_PREFIX) :]))
                         elif line.startswith(_METRICS_PREFIX):
                             if owner._on_metrics is not None:
                                 try:
-                                    record = json.loads(line[len(_METRICS_PREFIX):])
+                                    record = json.loads(line[len(_METRICS_PREFIX) :])
                                 except ValueError:
                                     continue  # cut at the frame limit: the next record follows
                                 owner._on_metrics(record)
@@ -124,8 +129,9 @@ class LogServer:
 
         self._server = _Server((self._host, 0), _Handler)
         # shutdown() waits for the serve loop to notice: poll often so closing costs milliseconds, not 0.5 s
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="horovod-log-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="horovod-log-server", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -172,8 +178,10 @@ class LogClient:
             self._sock = sock
         except OSError as err:
             self._broken = True
-            sys.stderr.write(f"airflow-provider-horovod: cannot reach the driver's log channel at "
-                             f"{self._address[0]}:{self._address[1]} ({err}); output stays in this executor's stderr\n")
+            sys.stderr.write(
+                f"airflow-provider-horovod: cannot reach the driver's log channel at "
+                f"{self._address[0]}:{self._address[1]} ({err}); output stays in this executor's stderr\n"
+            )
 
     @staticmethod
     def _frame(text: str, limit: int = MAX_FRAME_CHARS) -> bytes:

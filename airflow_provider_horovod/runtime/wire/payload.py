@@ -101,10 +101,10 @@ def read_header(data: bytes) -> tuple[dict[str, Any], bytes]:
     if newline < 0:
         raise PayloadError("payload header is truncated")
     try:
-        header = json.loads(data[len(MAGIC):newline])
+        header = json.loads(data[len(MAGIC) : newline])
     except ValueError as err:
         raise PayloadError(f"payload header is not valid JSON: {err}") from err
-    body = data[newline + 1:]
+    body = data[newline + 1 :]
     if len(body) != header.get("size"):
         raise PayloadError(f"payload body is {len(body)} bytes, header says {header.get('size')}: truncated or padded")
     if hashlib.sha256(body).hexdigest() != header.get("sha256"):
@@ -112,7 +112,9 @@ def read_header(data: bytes) -> tuple[dict[str, Any], bytes]:
     return header, body
 
 
-def loads_payload(data: bytes, *, key: bytes | None = None) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+def loads_payload(
+    data: bytes, *, key: bytes | None = None
+) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     """
     Check and deserialize a payload made by :func:`dumps_payload`.
 
@@ -127,8 +129,10 @@ def loads_payload(data: bytes, *, key: bytes | None = None) -> tuple[Callable[..
     try:
         fn, args, kwargs = cloudpickle.loads(body)
     except Exception as err:
-        raise PayloadError(f"cannot unpickle the training function on {sys.executable}: {type(err).__name__}: {err}. "
-                           "A module it needs may be missing on this interpreter.") from err
+        raise PayloadError(
+            f"cannot unpickle the training function on {sys.executable}: {type(err).__name__}: {err}. "
+            "A module it needs may be missing on this interpreter."
+        ) from err
     return fn, tuple(args), dict(kwargs)
 
 
@@ -145,8 +149,9 @@ def verify_payload(data: bytes, *, key: bytes | None = None) -> bytes:
     if key is not None:
         expected = _mac(key, header)
         if not header.get("hmac") or not hmac.compare_digest(expected, str(header["hmac"])):
-            raise PayloadError("payload authentication failed (HMAC mismatch): refusing to run code that was not "
-                               "signed by this run")
+            raise PayloadError(
+                "payload authentication failed (HMAC mismatch): refusing to run code that was not signed by this run"
+            )
     here = {"python": _python_version(), "cloudpickle": cloudpickle.__version__}
     for field, mine in here.items():
         if header.get(field) != mine:

@@ -157,8 +157,9 @@ def pickle_by_value() -> Iterator[_ByValueModules]:
             modules.undo()
 
 
-def shipped_by_value(fn: Callable[..., Any], args: tuple[Any, ...] | list[Any] = (),
-                     kwargs: dict[str, Any] | None = None) -> list[str]:
+def shipped_by_value(
+    fn: Callable[..., Any], args: tuple[Any, ...] | list[Any] = (), kwargs: dict[str, Any] | None = None
+) -> list[str]:
     """
     The modules whose code :func:`~.payload.dumps_payload` ships by value for this call (in the order met).
 
@@ -180,7 +181,9 @@ _MAX_ITEMS = 1000
 """How many of one container's items (a dict's keys and values apiece) and attributes are tried, each pickled once."""
 
 
-def _first_unpicklable(label: str, value: Any, depth: int = _MAX_DEPTH, path: frozenset[int] = frozenset()) -> str | None:
+def _first_unpicklable(
+    label: str, value: Any, depth: int = _MAX_DEPTH, path: frozenset[int] = frozenset()
+) -> str | None:
     """
     ``label`` with the path to the innermost value that cannot be pickled, e.g. ``keyword argument 'cfg'['gen']
     (builtins.generator)``, or ``None`` when ``value`` pickles.
@@ -238,7 +241,9 @@ def _callable_candidates(fn: Any, depth: int = 0) -> list[tuple[str, Any]]:
     found: list[tuple[str, Any]] = []
     owner = getattr(fn, "__self__", None)
     if owner is not None and not isinstance(owner, types.ModuleType | type) and hasattr(owner, "__dict__"):
-        found += [(f"attribute {a!r} of {type(owner).__qualname__} (bound to {name})", v) for a, v in vars(owner).items()]
+        found += [
+            (f"attribute {a!r} of {type(owner).__qualname__} (bound to {name})", v) for a, v in vars(owner).items()
+        ]
     try:
         closure = inspect.getclosurevars(fn)
     except TypeError:  # not a Python function: a callable object, a builtin
@@ -250,8 +255,11 @@ def _callable_candidates(fn: Any, depth: int = 0) -> list[tuple[str, Any]]:
         if not isinstance(v, types.ModuleType):
             found.append((f"global {n!r} used by {name}", v))
         elif _is_by_value_candidate(v.__name__) is not None:  # shipped whole, with every attribute
-            found += [(f"attribute {a!r} of module {v.__name__!r} (used by {name})", attr)
-                      for a, attr in vars(v).items() if not a.startswith("__")]
+            found += [
+                (f"attribute {a!r} of module {v.__name__!r} (used by {name})", attr)
+                for a, attr in vars(v).items()
+                if not a.startswith("__")
+            ]
     return found
 
 

@@ -72,8 +72,10 @@ def resume_line(resumed: Mapping[str, Any]) -> str:
     :param resumed: ``{"step", "try_number", "saved_by", "location"}`` (the last three may be ``None``).
     """
     number, saved_by, where = resumed.get("try_number"), resumed.get("saved_by"), resumed.get("location")
-    return (f"resuming from checkpoint step {resumed.get('step')}{f' (try {number})' if number is not None else ''}"
-            f"{f', saved by try {saved_by}' if saved_by is not None else ''}{f', from {where}' if where else ''}")
+    return (
+        f"resuming from checkpoint step {resumed.get('step')}{f' (try {number})' if number is not None else ''}"
+        f"{f', saved by try {saved_by}' if saved_by is not None else ''}{f', from {where}' if where else ''}"
+    )
 
 
 def progress_line(snapshot: Mapping[str, Any]) -> str | None:

@@ -13,6 +13,8 @@ args = parser.parse_args()
 dist.init_process_group("gloo")
 total = torch.tensor([float(args.epochs)])
 dist.all_reduce(total)
-print(f"script rank {os.environ['RANK']}/{os.environ['WORLD_SIZE']} as {__name__}: total {total.item()} "
-      f"tag {args.tag}", flush=True)
+print(
+    f"script rank {os.environ['RANK']}/{os.environ['WORLD_SIZE']} as {__name__}: total {total.item()} tag {args.tag}",
+    flush=True,
+)
 dist.destroy_process_group()

@@ -89,9 +89,16 @@ class Trainer:
 
     def __call__(self, x, config, tags):
         """Helpers from this file (a function, a class) and from the DAG folder's helper module."""
-        return report({"lr": self.lr, "scaled": _scaled(x), "total": Accumulator().add(x).add(1).total,
-                       "helper": helper_only_on_driver.describe(x), "config": config.describe(),
-                       "tags": [t.name for t in tags["list"]]})
+        return report(
+            {
+                "lr": self.lr,
+                "scaled": _scaled(x),
+                "total": Accumulator().add(x).add(1).total,
+                "helper": helper_only_on_driver.describe(x),
+                "config": config.describe(),
+                "tags": [t.name for t in tags["list"]],
+            }
+        )
 
     @staticmethod
     def static_fit(epochs, describe):
@@ -110,21 +117,40 @@ def make_schedule(scale):
 
 
 def horovod_task(task_id, python_callable, **kwargs):
-    return HorovodRunnerOperator(task_id=task_id, python_callable=python_callable, np=2, conn_id=None,
-                                 poll_interval_s=None, conf={"spark.ui.enabled": "false"}, gloo_timeout_s=60,
-                                 training_timeout_s=150, execution_timeout=timedelta(minutes=4), **kwargs)
+    return HorovodRunnerOperator(
+        task_id=task_id,
+        python_callable=python_callable,
+        np=2,
+        conn_id=None,
+        poll_interval_s=None,
+        conf={"spark.ui.enabled": "false"},
+        gloo_timeout_s=60,
+        training_timeout_s=150,
+        execution_timeout=timedelta(minutes=4),
+        **kwargs,
+    )
 
 
-with DAG(dag_id="horovod_callable_shapes", schedule=None, start_date=START, catchup=False, max_active_tasks=1,
-         default_args={"retries": 0}):
+with DAG(
+    dag_id="horovod_callable_shapes",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    max_active_tasks=1,
+    default_args={"retries": 0},
+):
     # Each task's callable is one shape; its arguments carry more shapes (a lambda, a closure, a class method,
     # DAG-file objects), pickled the same way and called on the ranks: fewer Spark jobs for the same coverage.
     horovod_task("partial", functools.partial(train, lr=0.05), op_kwargs={"epochs": 2})
-    horovod_task("nested_partial", functools.partial(functools.partial(configured, Config(0.1)), tag=Tag("nested")),
-                 op_kwargs={"epochs": 3, "transform": lambda epochs: epochs * FACTOR})
+    horovod_task(
+        "nested_partial",
+        functools.partial(functools.partial(configured, Config(0.1)), tag=Tag("nested")),
+        op_kwargs={"epochs": 3, "transform": lambda epochs: epochs * FACTOR},
+    )
     horovod_task("bound_method", Trainer(0.2).fit, op_kwargs={"epochs": 2, "schedule": make_schedule(3)})
-    horovod_task("callable_instance", Trainer(0.3), op_args=[7, Config(0.4)],
-                 op_kwargs={"tags": {"list": [Tag("a"), Tag("b")]}})
+    horovod_task(
+        "callable_instance", Trainer(0.3), op_args=[7, Config(0.4)], op_kwargs={"tags": {"list": [Tag("a"), Tag("b")]}}
+    )
     horovod_task("staticmethod", Trainer.static_fit, op_args=[3, Trainer.describe])
     horovod_task("lambda", lambda: train(0.01, epochs=1))
 
@@ -225,8 +251,14 @@ def keyboard_interrupt_on_rank_zero():
     hvd.allreduce(torch.tensor([1.0]))
 
 
-with DAG(dag_id="horovod_user_code", schedule=None, start_date=START, catchup=False, max_active_tasks=1,
-         default_args={"retries": 0}):
+with DAG(
+    dag_id="horovod_user_code",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    max_active_tasks=1,
+    default_args={"retries": 0},
+):
     horovod_task("process_sets", process_sets)
     horovod_task("init_shutdown_init", init_shutdown_init)
     horovod_task("sys_exit_zero", sys_exit_zero)

@@ -28,16 +28,42 @@ def train_and_save(tag):
     return None
 
 
-CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.cores": "1", "spark.driver.memory": "512m", "spark.executor.memory": "512m"}
+CONF = {
+    "spark.pyspark.python": sys.executable,
+    "spark.pyspark.driver.python": sys.executable,
+    "spark.driver.cores": "1",
+    "spark.driver.memory": "512m",
+    "spark.executor.memory": "512m",
+}
 
-with DAG(dag_id="horovod_cluster", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 0}):
-    HorovodRunnerOperator(task_id="sync", python_callable=train_and_save, op_kwargs={"tag": "sync"}, np=2,
-                          conn_id="spark_cluster", deploy_mode="cluster", deferrable=False, conf=CONF,
-                          poll_interval_s=1)
-    HorovodRunnerOperator(task_id="deferred", python_callable=train_and_save, op_kwargs={"tag": "deferred"}, np=2,
-                          conn_id="spark_cluster", deferrable=True, conf=CONF, poll_interval_s=1)
+with DAG(
+    dag_id="horovod_cluster",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+    HorovodRunnerOperator(
+        task_id="sync",
+        python_callable=train_and_save,
+        op_kwargs={"tag": "sync"},
+        np=2,
+        conn_id="spark_cluster",
+        deploy_mode="cluster",
+        deferrable=False,
+        conf=CONF,
+        poll_interval_s=1,
+    )
+    HorovodRunnerOperator(
+        task_id="deferred",
+        python_callable=train_and_save,
+        op_kwargs={"tag": "deferred"},
+        np=2,
+        conn_id="spark_cluster",
+        deferrable=True,
+        conf=CONF,
+        poll_interval_s=1,
+    )
 
 
 def long_training():
@@ -52,7 +78,19 @@ def long_training():
         time.sleep(1)
 
 
-with DAG(dag_id="horovod_cluster_long", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 0}):
-    HorovodRunnerOperator(task_id="train", python_callable=long_training, np=2, conn_id="spark_cluster",
-                          deferrable=False, conf=CONF, poll_interval_s=1)
+with DAG(
+    dag_id="horovod_cluster_long",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=long_training,
+        np=2,
+        conn_id="spark_cluster",
+        deferrable=False,
+        conf=CONF,
+        poll_interval_s=1,
+    )

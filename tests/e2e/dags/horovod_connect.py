@@ -26,6 +26,11 @@ def train_and_save():
     return None
 
 
-with DAG(dag_id="horovod_connect", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 0}):
+with DAG(
+    dag_id="horovod_connect",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
     HorovodRunnerOperator(task_id="train", python_callable=train_and_save, np=2, conn_id="spark_connect_test")

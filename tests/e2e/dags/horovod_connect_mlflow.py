@@ -34,10 +34,27 @@ def fail_on_rank_one():
     hvd.allreduce(torch.ones(1))
 
 
-with DAG(dag_id="horovod_connect_mlflow", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 0}):
-    HorovodRunnerOperator(task_id="train", python_callable=train_reporting, op_kwargs={"steps": 4, "lr": 0.5}, np=2,
-                          conn_id="spark_connect_test", mlflow_conn_id="mlflow_test",
-                          mlflow_experiment="connect_training")
-    HorovodRunnerOperator(task_id="rank_fails", python_callable=fail_on_rank_one, np=2, conn_id="spark_connect_test",
-                          mlflow_conn_id="mlflow_test", mlflow_experiment="connect_failures")
+with DAG(
+    dag_id="horovod_connect_mlflow",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=train_reporting,
+        op_kwargs={"steps": 4, "lr": 0.5},
+        np=2,
+        conn_id="spark_connect_test",
+        mlflow_conn_id="mlflow_test",
+        mlflow_experiment="connect_training",
+    )
+    HorovodRunnerOperator(
+        task_id="rank_fails",
+        python_callable=fail_on_rank_one,
+        np=2,
+        conn_id="spark_connect_test",
+        mlflow_conn_id="mlflow_test",
+        mlflow_experiment="connect_failures",
+    )

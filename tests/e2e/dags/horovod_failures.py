@@ -60,10 +60,16 @@ def rank_and_size(tag):
     return {"rank": hvd.rank(), "size": hvd.size(), "tag": tag}
 
 
-with DAG(dag_id="horovod_failures", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 0}):
+with DAG(
+    dag_id="horovod_failures",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
     HorovodRunnerOperator(task_id="rank_fails", python_callable=fail_on_rank_one, np=2)
     HorovodRunnerOperator(task_id="unstorable_return", python_callable=return_a_model, np=2)
-    HorovodRunnerOperator(task_id="oversize_return", python_callable=save_model_return_bytes, np=2,
-                          max_return_value_bytes=2000)
+    HorovodRunnerOperator(
+        task_id="oversize_return", python_callable=save_model_return_bytes, np=2, max_return_value_bytes=2000
+    )
     HorovodRunnerOperator(task_id="on_driver", python_callable=rank_and_size, op_kwargs={"tag": "{{ ds }}"}, np=-2)

@@ -32,10 +32,27 @@ def fail_first_try():
     return {"try": try_number()}
 
 
-with DAG(dag_id="horovod_mlflow_failures", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, max_active_tasks=1):
-    HorovodRunnerOperator(task_id="rank_fails", python_callable=fail_on_rank_1, np=2, retries=0,
-                          mlflow_conn_id="mlflow_default", mlflow_experiment="failures")
-    HorovodRunnerOperator(task_id="retried", python_callable=fail_first_try, np=2, retries=1,
-                          retry_delay=pendulum.duration(seconds=0), mlflow_conn_id="mlflow_default",
-                          mlflow_experiment="retries")
+with DAG(
+    dag_id="horovod_mlflow_failures",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_tasks=1,
+):
+    HorovodRunnerOperator(
+        task_id="rank_fails",
+        python_callable=fail_on_rank_1,
+        np=2,
+        retries=0,
+        mlflow_conn_id="mlflow_default",
+        mlflow_experiment="failures",
+    )
+    HorovodRunnerOperator(
+        task_id="retried",
+        python_callable=fail_first_try,
+        np=2,
+        retries=1,
+        retry_delay=pendulum.duration(seconds=0),
+        mlflow_conn_id="mlflow_default",
+        mlflow_experiment="retries",
+    )

@@ -30,19 +30,30 @@ def train_to_s3():
     # (Python worker, Spark driver JVM, spark-submit) carries it on its command line
     secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
     ancestors = psutil.Process().parents()
-    return {"model_path": path, "has_secret": bool(secret),
-            "ancestors": len(ancestors),
-            "secret_on_a_command_line": any(secret and secret in " ".join(p.cmdline()) for p in ancestors)}
+    return {
+        "model_path": path,
+        "has_secret": bool(secret),
+        "ancestors": len(ancestors),
+        "secret_on_a_command_line": any(secret and secret in " ".join(p.cmdline()) for p in ancestors),
+    }
 
 
-with DAG("horovod_object_storage", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, tags=["test"]):
+with DAG(
+    "horovod_object_storage",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["test"],
+):
     HorovodRunnerOperator(
         task_id="train",
         python_callable=train_to_s3,
         np=2,
         artifact_dir=ObjectStoragePath("s3://models/x/", conn_id="minio"),
         # the event log holds everything the Spark UI's Environment page shows (the History Server renders it)
-        conf={"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
-              "spark.eventLog.dir": os.environ.get("HOROVOD_TEST_EVENT_LOG_DIR", "/tmp")},
+        conf={
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.dir": os.environ.get("HOROVOD_TEST_EVENT_LOG_DIR", "/tmp"),
+        },
     )

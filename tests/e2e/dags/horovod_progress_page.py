@@ -37,10 +37,20 @@ def train_reporting(steps: int):
     return steps
 
 
-with DAG(dag_id="horovod_progress_page", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 0}):
-    HorovodRunnerOperator(task_id="train", python_callable=train_reporting, op_kwargs={"steps": 100}, np=2,
-                          conf={"spark.pyspark.python": sys.executable})
+with DAG(
+    dag_id="horovod_progress_page",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=train_reporting,
+        op_kwargs={"steps": 100},
+        np=2,
+        conf={"spark.pyspark.python": sys.executable},
+    )
 
 
 def fail_then_resume(steps: int):
@@ -68,8 +78,18 @@ def no_report():
     return "done"
 
 
-with DAG(dag_id="horovod_progress_retry", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=0)}):
-    HorovodRunnerOperator(task_id="train", python_callable=fail_then_resume, op_kwargs={"steps": 40}, np=2,
-                          conf={"spark.pyspark.python": sys.executable})
+with DAG(
+    dag_id="horovod_progress_retry",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=0)},
+):
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=fail_then_resume,
+        op_kwargs={"steps": 40},
+        np=2,
+        conf={"spark.pyspark.python": sys.executable},
+    )
     HorovodRunnerOperator(task_id="silent", python_callable=no_report, np=-1)

@@ -23,11 +23,20 @@ from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR
 
 def _snapshot(state, step, total, started, now, losses, ranks):
     rate = step / (now - started) if now > started and step else None
-    return {"time": now, "started_at": started, "state": state, "step": step, "total_steps": total, "epoch": step // 40,
-            "percent": 100.0 * step / total, "steps_per_s": rate,
-            "eta_s": (total - step) / rate if rate else None, "metrics": losses,
-            "ranks": {str(r): {"step": max(0, step - 3 * r), "time": now} for r in range(ranks)},
-            "slowest_rank": ranks - 1 if ranks > 1 else None}
+    return {
+        "time": now,
+        "started_at": started,
+        "state": state,
+        "step": step,
+        "total_steps": total,
+        "epoch": step // 40,
+        "percent": 100.0 * step / total,
+        "steps_per_s": rate,
+        "eta_s": (total - step) / rate if rate else None,
+        "metrics": losses,
+        "ranks": {str(r): {"step": max(0, step - 3 * r), "time": now} for r in range(ranks)},
+        "slowest_rank": ranks - 1 if ranks > 1 else None,
+    }
 
 
 @dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False, max_active_runs=1)
@@ -46,8 +55,19 @@ def horovod_progress_writer():
             for step in range(1, steps + 1):
                 now = time.time()
                 metrics = {"loss": 2.0 * math.exp(-step / 40) + 0.05, "acc": 1 - math.exp(-step / 30)}
-                history.write(json.dumps({"time": now, "rank": 0, "step": step, "total_steps": steps,
-                                          "epoch": step // 40, "metrics": metrics}) + "\n")
+                history.write(
+                    json.dumps(
+                        {
+                            "time": now,
+                            "rank": 0,
+                            "step": step,
+                            "total_steps": steps,
+                            "epoch": step // 40,
+                            "metrics": metrics,
+                        }
+                    )
+                    + "\n"
+                )
                 if interval or step == steps:
                     history.flush()
                     state = "finished" if step == steps else "running"

@@ -13,11 +13,17 @@ import pendulum
 from airflow.sdk import DAG, Asset
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
-CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.cores": "1", "spark.driver.memory": "512m", "spark.executor.memory": "512m",
-        # one executor per rank; Spark's defaults for re-attempts stay (spark.stage.maxConsecutiveAttempts=4,
-        # spark.task.maxFailures=4): the tests show it re-attempts nothing
-        "spark.executor.cores": "1", "spark.cores.max": "2"}
+CONF = {
+    "spark.pyspark.python": sys.executable,
+    "spark.pyspark.driver.python": sys.executable,
+    "spark.driver.cores": "1",
+    "spark.driver.memory": "512m",
+    "spark.executor.memory": "512m",
+    # one executor per rank; Spark's defaults for re-attempts stay (spark.stage.maxConsecutiveAttempts=4,
+    # spark.task.maxFailures=4): the tests show it re-attempts nothing
+    "spark.executor.cores": "1",
+    "spark.cores.max": "2",
+}
 STEPS, INTERVAL = 40, 5
 
 
@@ -49,14 +55,31 @@ def train_resumable(steps: int, interval: int, step_s: float):
                 save_checkpoint({"weight": weight}, step=step)
     if hvd.rank() != 0:
         return None
-    return {"try_number": try_number(), "resumed_from_step": start, "trained_steps": [start + 1, steps],
-            "weight": float(weight)}
+    return {
+        "try_number": try_number(),
+        "resumed_from_step": start,
+        "trained_steps": [start + 1, steps],
+        "weight": float(weight),
+    }
 
 
 for _dag_id, _mode in (("horovod_resume_executor", "cluster"), ("horovod_resume_worker", "client")):
-    with DAG(dag_id=_dag_id, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,
-             default_args={"retries": 1, "retry_delay": timedelta(seconds=0)}):
-        HorovodRunnerOperator(task_id="train", python_callable=train_resumable,
-                              op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25}, np=2,
-                              conn_id="spark_cluster", deploy_mode=_mode, deferrable=False, conf=CONF,
-                              poll_interval_s=1, outlets=[Asset(f"{_dag_id}_model")])
+    with DAG(
+        dag_id=_dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+    ):
+        HorovodRunnerOperator(
+            task_id="train",
+            python_callable=train_resumable,
+            op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25},
+            np=2,
+            conn_id="spark_cluster",
+            deploy_mode=_mode,
+            deferrable=False,
+            conf=CONF,
+            poll_interval_s=1,
+            outlets=[Asset(f"{_dag_id}_model")],
+        )

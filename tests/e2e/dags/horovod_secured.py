@@ -26,8 +26,13 @@ from airflow.providers.apache.spark.decorators.pyspark import pyspark_task
 from airflow.sdk import DAG
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
-CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.cores": "1", "spark.driver.memory": "512m", "spark.executor.memory": "512m"}
+CONF = {
+    "spark.pyspark.python": sys.executable,
+    "spark.pyspark.driver.python": sys.executable,
+    "spark.driver.cores": "1",
+    "spark.driver.memory": "512m",
+    "spark.executor.memory": "512m",
+}
 
 
 def allreduce():
@@ -62,29 +67,76 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 with DAG(dag_id="horovod_secured", schedule=None, start_date=START, catchup=False, default_args={"retries": 0}):
     pyspark = pyspark_task(spark_master, task_id="pyspark", conn_id="spark_secure")()
-    pyspark >> HorovodRunnerOperator(task_id="deferred", python_callable=allreduce, np=2, conn_id="spark_secure",
-                                     deploy_mode="cluster", deferrable=True, conf=CONF, poll_interval_s=1)
+    pyspark >> HorovodRunnerOperator(
+        task_id="deferred",
+        python_callable=allreduce,
+        np=2,
+        conn_id="spark_secure",
+        deploy_mode="cluster",
+        deferrable=True,
+        conf=CONF,
+        poll_interval_s=1,
+    )
 
 with DAG(dag_id="pyspark_old_layout", schedule=None, start_date=START, catchup=False):
     pyspark_task(spark_master, task_id="pyspark", conn_id="spark_secure_old")()
 
-with DAG(dag_id="horovod_secured_wrong_token", schedule=None, start_date=START, catchup=False,
-         default_args={"retries": 1, "retry_delay": timedelta(seconds=0)}):
-    HorovodRunnerOperator(task_id="deferred", python_callable=allreduce, np=2, conn_id="spark_secure_wrong",
-                          deploy_mode="cluster", deferrable=True, conf=CONF, poll_interval_s=1)
+with DAG(
+    dag_id="horovod_secured_wrong_token",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+):
+    HorovodRunnerOperator(
+        task_id="deferred",
+        python_callable=allreduce,
+        np=2,
+        conn_id="spark_secure_wrong",
+        deploy_mode="cluster",
+        deferrable=True,
+        conf=CONF,
+        poll_interval_s=1,
+    )
 
 ENCRYPTION = {"spark.network.crypto.enabled": "true", "spark.io.encryption.enabled": "true"}
-EVENT_LOG = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": "{{ var.value.secured_event_log_dir }}",
-             "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+EVENT_LOG = {
+    "spark.eventLog.enabled": "true",
+    "spark.eventLog.dir": "{{ var.value.secured_event_log_dir }}",
+    "spark.eventLog.compress": "false",
+    "spark.eventLog.rolling.enabled": "false",
+}
 AUTH_CONF = {**CONF, **ENCRYPTION, "spark.executor.cores": "1", "spark.cores.max": "2"}
 
 with DAG(dag_id="horovod_auth", schedule=None, start_date=START, catchup=False, default_args={"retries": 0}):
-    client = HorovodRunnerOperator(task_id="client", python_callable=allreduce, np=2, conn_id="spark_auth",
-                                   deploy_mode="client", conf={**AUTH_CONF, **EVENT_LOG}, poll_interval_s=1)
-    client >> HorovodRunnerOperator(task_id="cluster", python_callable=allreduce, np=2, conn_id="spark_auth",
-                                    deploy_mode="cluster", deferrable=True, conf={**AUTH_CONF, **EVENT_LOG},
-                                    poll_interval_s=1)
+    client = HorovodRunnerOperator(
+        task_id="client",
+        python_callable=allreduce,
+        np=2,
+        conn_id="spark_auth",
+        deploy_mode="client",
+        conf={**AUTH_CONF, **EVENT_LOG},
+        poll_interval_s=1,
+    )
+    client >> HorovodRunnerOperator(
+        task_id="cluster",
+        python_callable=allreduce,
+        np=2,
+        conn_id="spark_auth",
+        deploy_mode="cluster",
+        deferrable=True,
+        conf={**AUTH_CONF, **EVENT_LOG},
+        poll_interval_s=1,
+    )
 
 with DAG(dag_id="horovod_auth_kill", schedule=None, start_date=START, catchup=False, default_args={"retries": 0}):
-    HorovodRunnerOperator(task_id="train", python_callable=allreduce_until_stopped, np=2, conn_id="spark_auth",
-                          deploy_mode="cluster", deferrable=True, conf=AUTH_CONF, poll_interval_s=1)
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=allreduce_until_stopped,
+        np=2,
+        conn_id="spark_auth",
+        deploy_mode="cluster",
+        deferrable=True,
+        conf=AUTH_CONF,
+        poll_interval_s=1,
+    )

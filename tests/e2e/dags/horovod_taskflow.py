@@ -15,8 +15,13 @@ def helper_defined_in_the_dag_file(x: float) -> float:
     return x * SCALE
 
 
-with DAG(dag_id="horovod_taskflow", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, max_active_tasks=1):
+with DAG(
+    dag_id="horovod_taskflow",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_tasks=1,
+):
 
     @task
     def learning_rates() -> list[float]:

@@ -40,8 +40,14 @@ def link_from_an_earlier_version() -> str:
     return SparkUILink().get_link(ti.task, ti_key=ti)
 
 
-with DAG(dag_id="horovod_unicode_ids", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, max_active_tasks=1, default_args={"retries": 0}):
+with DAG(
+    dag_id="horovod_unicode_ids",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_tasks=1,
+    default_args={"retries": 0},
+):
     HorovodRunnerOperator(task_id="train_日本", python_callable=write_model, op_kwargs={"tag": "ja"}, np=2)
     HorovodRunnerOperator(task_id="train_中国", python_callable=write_model, op_kwargs={"tag": "zh"}, np=2)
     publish_link()

@@ -11,9 +11,14 @@ import pendulum
 from airflow.sdk import DAG, Asset
 from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
 
-CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.cores": "1", "spark.driver.memory": "512m", "spark.executor.memory": "512m",
-        "spark.cores.max": "2"}
+CONF = {
+    "spark.pyspark.python": sys.executable,
+    "spark.pyspark.driver.python": sys.executable,
+    "spark.driver.cores": "1",
+    "spark.driver.memory": "512m",
+    "spark.executor.memory": "512m",
+    "spark.cores.max": "2",
+}
 
 
 def ddp_train_and_save(steps: int, pause_s: float = 0.0):
@@ -45,19 +50,51 @@ def ddp_train_and_save(steps: int, pause_s: float = 0.0):
         return None
     path = os.path.join(artifact_dir(), "model.pt")
     torch.save(model.module.state_dict(), path)
-    return {"model_path": path, "world_size": size, "same_weights": weights[0] == weights[1], "master_addr": master,
-            "steps": int(steps)}
+    return {
+        "model_path": path,
+        "world_size": size,
+        "same_weights": weights[0] == weights[1],
+        "master_addr": master,
+        "steps": int(steps),
+    }
 
 
-with DAG(dag_id="torch_cluster_deferred", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 0}):
-    TorchDistributedOperator(task_id="train", python_callable=ddp_train_and_save, op_kwargs={"steps": 3}, np=2,
-                             conn_id="spark_cluster", deploy_mode="cluster", deferrable=True, conf=CONF,
-                             poll_interval_s=1, outlets=[Asset("torch_cluster_model")])
+with DAG(
+    dag_id="torch_cluster_deferred",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+    TorchDistributedOperator(
+        task_id="train",
+        python_callable=ddp_train_and_save,
+        op_kwargs={"steps": 3},
+        np=2,
+        conn_id="spark_cluster",
+        deploy_mode="cluster",
+        deferrable=True,
+        conf=CONF,
+        poll_interval_s=1,
+        outlets=[Asset("torch_cluster_model")],
+    )
 
 # Durable reattach (sync): the test SIGKILLs the task process while the driver RUNS; the retry reattaches to it.
-with DAG(dag_id="torch_durable", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 1, "retry_delay": timedelta(seconds=0)}):
-    TorchDistributedOperator(task_id="train", python_callable=ddp_train_and_save,
-                             op_kwargs={"steps": 20, "pause_s": 1}, np=2, conn_id="spark_cluster",
-                             deploy_mode="cluster", deferrable=False, conf=CONF, poll_interval_s=1)
+with DAG(
+    dag_id="torch_durable",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+):
+    TorchDistributedOperator(
+        task_id="train",
+        python_callable=ddp_train_and_save,
+        op_kwargs={"steps": 20, "pause_s": 1},
+        np=2,
+        conn_id="spark_cluster",
+        deploy_mode="cluster",
+        deferrable=False,
+        conf=CONF,
+        poll_interval_s=1,
+    )

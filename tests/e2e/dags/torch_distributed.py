@@ -9,8 +9,16 @@ import pendulum
 from airflow.sdk import DAG, Asset, task
 from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
 
-TORCHRUN_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",
-                  "MASTER_PORT")
+TORCHRUN_NAMES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_script.py")
 
 
@@ -25,11 +33,17 @@ def fail_on_rank_one():
     dist.all_reduce(torch.ones(1))  # rank 0 waits in a collective rank 1 never joins: it must be stopped
 
 
-with DAG(dag_id="torch_taskflow", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, max_active_tasks=1):
+with DAG(
+    dag_id="torch_taskflow",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_tasks=1,
+):
 
-    @task.torch_distributed(np=2, conn_id=None, poll_interval_s=None, multiple_outputs=True,
-                            outlets=[Asset("ddp_taskflow_model")])
+    @task.torch_distributed(
+        np=2, conn_id=None, poll_interval_s=None, multiple_outputs=True, outlets=[Asset("ddp_taskflow_model")]
+    )
     def train(scale: float) -> dict:
         import os
 
@@ -59,9 +73,21 @@ with DAG(dag_id="torch_taskflow", schedule=None, start_date=pendulum.datetime(20
     trained = train(10.0)
     report(trained["model_path"], trained["total"])
 
-    TorchDistributedOperator(task_id="script", script=SCRIPT, script_args=["--epochs", 3, "--tag", "{{ run_id }}"],
-                             np=2, conn_id=None, poll_interval_s=None, driver_log_verbosity="all")
+    TorchDistributedOperator(
+        task_id="script",
+        script=SCRIPT,
+        script_args=["--epochs", 3, "--tag", "{{ run_id }}"],
+        np=2,
+        conn_id=None,
+        poll_interval_s=None,
+        driver_log_verbosity="all",
+    )
 
-with DAG(dag_id="torch_failures", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, default_args={"retries": 0}):
+with DAG(
+    dag_id="torch_failures",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
     TorchDistributedOperator(task_id="rank_fails", python_callable=fail_on_rank_one, np=2, conn_id=None)

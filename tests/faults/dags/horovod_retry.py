@@ -37,11 +37,15 @@ def rank_and_size():
     return {"rank": hvd.rank(), "size": hvd.size()}
 
 
-with DAG(dag_id="horovod_retry", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,
-         default_args={"retries": 1, "retry_delay": timedelta(seconds=0)}):
+with DAG(
+    dag_id="horovod_retry",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+):
     HorovodRunnerOperator(task_id="train", python_callable=flaky_training, np=2)
 
-with DAG(dag_id="horovod_parallel", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False):
+with DAG(dag_id="horovod_parallel", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
     HorovodRunnerOperator(task_id="a", python_callable=rank_and_size, np=2)
     HorovodRunnerOperator(task_id="b", python_callable=rank_and_size, np=2)

@@ -25,9 +25,20 @@ import pytest
 from pydantic import ValidationError
 
 from airflow_provider_horovod.clients import (
-    ApplicationInfo, AsyncSparkRestClient, DriverStatus, ExecutorInfo, JobInfo, MasterState, RetryPolicy,
-    SparkRestClient, SparkRestError, SparkRestPayloadError, SparkRestUnavailableError, SparkSubmissionError,
-    StageInfo, SubmissionResponse,
+    ApplicationInfo,
+    AsyncSparkRestClient,
+    DriverStatus,
+    ExecutorInfo,
+    JobInfo,
+    MasterState,
+    RetryPolicy,
+    SparkRestClient,
+    SparkRestError,
+    SparkRestPayloadError,
+    SparkRestUnavailableError,
+    SparkSubmissionError,
+    StageInfo,
+    SubmissionResponse,
 )
 from airflow_provider_horovod.clients._spark_model import parse_list
 
@@ -134,13 +145,16 @@ def test_master_state_after_the_kill():
     assert app.state == "FINISHED" and driver.state == "KILLED" and state.cores_used == 0
 
 
-@pytest.mark.parametrize(("name", "state", "terminal", "successful", "active"), [
-    ("submission_status_running", "RUNNING", False, False, True),
-    ("submission_status_finished", "FINISHED", True, True, False),
-    ("submission_status_failed", "FAILED", True, False, False),
-    ("submission_status_killed", "KILLED", True, False, False),
-    ("submission_status_error", "ERROR", True, False, False),
-])
+@pytest.mark.parametrize(
+    ("name", "state", "terminal", "successful", "active"),
+    [
+        ("submission_status_running", "RUNNING", False, False, True),
+        ("submission_status_finished", "FINISHED", True, True, False),
+        ("submission_status_failed", "FAILED", True, False, False),
+        ("submission_status_killed", "KILLED", True, False, False),
+        ("submission_status_error", "ERROR", True, False, False),
+    ],
+)
 def test_driver_status_states(name, state, terminal, successful, active):
     status = DriverStatus.from_json(load(name))
     assert status.success and status.driver_state == state
@@ -155,10 +169,15 @@ def test_error_driver_status_carries_the_exception():
     assert "NoSuchFileException" in status.message and "missing.py" in status.message
 
 
-@pytest.mark.parametrize(("state", "terminal", "active", "transient"), [
-    ("SUBMITTED", False, True, False), ("RELAUNCHING", False, True, False), ("UNKNOWN", False, False, True),
-    ("SOMETHING_NEW", False, False, False),
-])
+@pytest.mark.parametrize(
+    ("state", "terminal", "active", "transient"),
+    [
+        ("SUBMITTED", False, True, False),
+        ("RELAUNCHING", False, True, False),
+        ("UNKNOWN", False, False, True),
+        ("SOMETHING_NEW", False, False, False),
+    ],
+)
 def test_driver_states_not_recorded(state, terminal, active, transient):
     status = DriverStatus.from_json({**load("submission_status_running"), "driverState": state})
     assert (status.is_terminal, status.is_active, status.is_transient) == (terminal, active, transient)
@@ -180,9 +199,13 @@ def test_submission_responses():
 
 
 RECORDS = [
-    ("applications", ApplicationInfo, True), ("jobs", JobInfo, True), ("stages", StageInfo, True),
-    ("executors", ExecutorInfo, True), ("master_state_running", MasterState, False),
-    ("master_state_completed", MasterState, False), ("submission_status_error", DriverStatus, False),
+    ("applications", ApplicationInfo, True),
+    ("jobs", JobInfo, True),
+    ("stages", StageInfo, True),
+    ("executors", ExecutorInfo, True),
+    ("master_state_running", MasterState, False),
+    ("master_state_completed", MasterState, False),
+    ("submission_status_error", DriverStatus, False),
     ("submission_create", SubmissionResponse, False),
 ]
 
@@ -215,8 +238,9 @@ def test_nested_and_element_errors_name_their_path():
         MasterState.from_json({**state, "workers": [state["workers"][0], worker]})
     with pytest.raises(SparkRestPayloadError, match=r"^JobInfo\.stageIds\[1\]: should be an integer, got '7'"):
         JobInfo.from_json({**load("jobs")[0], "stageIds": [3, "7"]})
-    with pytest.raises(SparkRestPayloadError,
-                       match=r"^ExecutorInfo: field 'totalCores' should be an integer, got True"):
+    with pytest.raises(
+        SparkRestPayloadError, match=r"^ExecutorInfo: field 'totalCores' should be an integer, got True"
+    ):
         ExecutorInfo.from_json({**load("executors")[0], "totalCores": True})
     with pytest.raises(SparkRestPayloadError, match=r"^jobs: expected a JSON array, got dict"):
         parse_list(JobInfo, {"jobs": []}, "jobs")
@@ -267,15 +291,18 @@ class Script:
 
 
 def sync_client(script: Script, retry: RetryPolicy = FAST, **kwargs: Any) -> SparkRestClient:
-    return SparkRestClient(ui_url=UI, master_ui_url=MASTER, rest_url=REST, retry=retry,
-                           transport=httpx.MockTransport(script), **kwargs)
+    return SparkRestClient(
+        ui_url=UI, master_ui_url=MASTER, rest_url=REST, retry=retry, transport=httpx.MockTransport(script), **kwargs
+    )
 
 
 def run_async(script: Script, call: Callable[[AsyncSparkRestClient], Any], retry: RetryPolicy = FAST) -> Any:
     async def main():
-        async with AsyncSparkRestClient(ui_url=UI, master_ui_url=MASTER, rest_url=REST, retry=retry,
-                                        transport=httpx.MockTransport(script)) as client:
+        async with AsyncSparkRestClient(
+            ui_url=UI, master_ui_url=MASTER, rest_url=REST, retry=retry, transport=httpx.MockTransport(script)
+        ) as client:
             return await call(client)
+
     return asyncio.run(main())
 
 
@@ -300,8 +327,10 @@ def test_503_twice_then_200_succeeds_async():
 
 def test_404_raises_at_once_with_the_status_code():
     script = Script(httpx.Response(404, text="unknown app: app-x"))
-    with sync_client(script, retry=RetryPolicy(max_attempts=5, initial_backoff_s=10)) as client, \
-            pytest.raises(SparkRestError) as info:
+    with (
+        sync_client(script, retry=RetryPolicy(max_attempts=5, initial_backoff_s=10)) as client,
+        pytest.raises(SparkRestError) as info,
+    ):
         client.executors("app-x")
     assert type(info.value) is SparkRestError and info.value.status_code == 404
     assert info.value.url == f"{UI}/api/v1/applications/app-x/executors" and "unknown app: app-x" in str(info.value)
@@ -315,8 +344,9 @@ def test_404_raises_at_once_async():
     assert info.value.status_code == 404 and len(script.requests) == 1
 
 
-@pytest.mark.parametrize(("name", "status"), [("rest_error_unknown_version", 468),
-                                              ("rest_error_malformed_create", 400)])
+@pytest.mark.parametrize(
+    ("name", "status"), [("rest_error_unknown_version", 468), ("rest_error_malformed_create", 400)]
+)
 def test_rest_server_error_responses_give_the_server_message(name, status):
     body = load(name)
     script = Script(httpx.Response(status, json=body))
@@ -353,8 +383,10 @@ def test_real_connection_refused_is_retried_then_raised(caplog):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
     caplog.set_level(logging.WARNING, logger="airflow_provider_horovod.clients.spark_rest_calls")
-    with SparkRestClient(ui_url=f"http://127.0.0.1:{port}", timeout_s=2, retry=FAST) as client, \
-            pytest.raises(SparkRestUnavailableError) as info:
+    with (
+        SparkRestClient(ui_url=f"http://127.0.0.1:{port}", timeout_s=2, retry=FAST) as client,
+        pytest.raises(SparkRestUnavailableError) as info,
+    ):
         client.applications()
     assert isinstance(info.value.__cause__, httpx.ConnectError) and info.value.status_code is None
     assert len([r for r in caplog.records if "retrying in" in r.getMessage()]) == FAST.max_attempts - 1
@@ -385,17 +417,25 @@ def test_kill_is_retried_on_5xx():
 def test_create_request_body():
     script = Script(ok("submission_create"))
     with sync_client(script) as client:
-        client.create_submission(app_resource="file:/jobs/app.py", main_class="org.apache.spark.deploy.PythonRunner",
-                                 app_args=["/jobs/app.py", ""], spark_properties={"spark.cores.max": 2},
-                                 environment_variables={"PYSPARK_PYTHON": "/usr/bin/python3"})
+        client.create_submission(
+            app_resource="file:/jobs/app.py",
+            main_class="org.apache.spark.deploy.PythonRunner",
+            app_args=["/jobs/app.py", ""],
+            spark_properties={"spark.cores.max": 2},
+            environment_variables={"PYSPARK_PYTHON": "/usr/bin/python3"},
+        )
     (request,) = script.requests
     body = json.loads(request.content)
     assert request.url == f"{REST}/v1/submissions/create" and request.method == "POST"
     assert body == {
-        "action": "CreateSubmissionRequest", "appResource": "file:/jobs/app.py",
-        "mainClass": "org.apache.spark.deploy.PythonRunner", "appArgs": ["/jobs/app.py", ""],
-        "sparkProperties": {"spark.cores.max": "2"}, "environmentVariables": {"PYSPARK_PYTHON": "/usr/bin/python3"},
-        "clientSparkVersion": body["clientSparkVersion"]}
+        "action": "CreateSubmissionRequest",
+        "appResource": "file:/jobs/app.py",
+        "mainClass": "org.apache.spark.deploy.PythonRunner",
+        "appArgs": ["/jobs/app.py", ""],
+        "sparkProperties": {"spark.cores.max": "2"},
+        "environmentVariables": {"PYSPARK_PYTHON": "/usr/bin/python3"},
+        "clientSparkVersion": body["clientSparkVersion"],
+    }
     assert body["clientSparkVersion"][0].isdigit()
 
 
@@ -512,8 +552,10 @@ def test_timeouts_are_honored_and_retried_for_reads(silent_server):
     url, accepted = silent_server
     policy = RetryPolicy(max_attempts=2, initial_backoff_s=0.05)
     started = time.monotonic()
-    with SparkRestClient(ui_url=url, timeout_s=0.5, retry=policy) as client, \
-            pytest.raises(SparkRestUnavailableError, match="timed out") as info:
+    with (
+        SparkRestClient(ui_url=url, timeout_s=0.5, retry=policy) as client,
+        pytest.raises(SparkRestUnavailableError, match="timed out") as info,
+    ):
         client.applications()
     elapsed = time.monotonic() - started
     assert isinstance(info.value.__cause__, httpx.ReadTimeout) and info.value.status_code is None
@@ -534,8 +576,10 @@ def test_timeouts_are_honored_async_and_create_is_not_repeated(silent_server):
 
 
 def test_clients_import_no_airflow():
-    code = ("import sys, airflow_provider_horovod.clients; "
-            "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')); "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, airflow_provider_horovod.clients; "
+        "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -13,7 +13,12 @@ import httpx
 import pytest
 
 from airflow_provider_horovod.clients import (
-    AsyncSparkRestClient, RetryPolicy, SparkRestAccess, SparkRestAuthError, SparkRestClient, SparkRestTLSError,
+    AsyncSparkRestClient,
+    RetryPolicy,
+    SparkRestAccess,
+    SparkRestAuthError,
+    SparkRestClient,
+    SparkRestTLSError,
     SparkRestUnavailableError,
 )
 from airflow_provider_horovod.clients.spark_rest_calls import Call, is_retryable
@@ -25,8 +30,14 @@ POLICY = RetryPolicy(max_attempts=5, initial_backoff_s=0.01, max_backoff_s=0.02)
 
 
 def client(script: Script, access: SparkRestAccess | None = ACCESS) -> SparkRestClient:
-    return SparkRestClient(ui_url=UI, master_ui_url=MASTER, rest_url=REST, retry=POLICY,
-                           transport=httpx.MockTransport(script), access=access)
+    return SparkRestClient(
+        ui_url=UI,
+        master_ui_url=MASTER,
+        rest_url=REST,
+        retry=POLICY,
+        transport=httpx.MockTransport(script),
+        access=access,
+    )
 
 
 @pytest.mark.parametrize("status", [401, 403])
@@ -51,13 +62,23 @@ def test_a_refused_create_is_sent_once_and_no_token_is_said_so():
 
 
 def test_every_call_of_the_async_client_carries_the_token_and_a_403_is_final():
-    script = Script(httpx.Response(200, json={"action": "SubmissionStatusResponse", "success": True,
-                                              "submissionId": "driver-1", "driverState": "RUNNING"}),
-                    httpx.Response(403))
+    script = Script(
+        httpx.Response(
+            200,
+            json={
+                "action": "SubmissionStatusResponse",
+                "success": True,
+                "submissionId": "driver-1",
+                "driverState": "RUNNING",
+            },
+        ),
+        httpx.Response(403),
+    )
 
     async def main():
-        async with AsyncSparkRestClient(rest_url=REST, retry=POLICY, access=ACCESS,
-                                        transport=httpx.MockTransport(script)) as spark:
+        async with AsyncSparkRestClient(
+            rest_url=REST, retry=POLICY, access=ACCESS, transport=httpx.MockTransport(script)
+        ) as spark:
             first = await spark.driver_status("driver-1")
             with pytest.raises(SparkRestAuthError):
                 await spark.kill_submission("driver-1")

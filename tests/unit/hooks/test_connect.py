@@ -27,10 +27,13 @@ class _Session:
         self.conf = conf
 
 
-@pytest.mark.parametrize(("conf", "expected"), [
-    (_Conf("local-1700000000000"), "local-1700000000000"),
-    (_Conf(None), None),
-    (_Conf(error=RuntimeError("not allowed")), None),  # the job runs all the same
-])
+@pytest.mark.parametrize(
+    ("conf", "expected"),
+    [
+        (_Conf("local-1700000000000"), "local-1700000000000"),
+        (_Conf(None), None),
+        (_Conf(error=RuntimeError("not allowed")), None),  # the job runs all the same
+    ],
+)
 def test_application_id(conf, expected):
     assert HorovodConnectHook(conn_id="c").application_id(_Session(conf)) == expected

@@ -80,9 +80,15 @@ def test_submit_runs_the_binary_and_feeds_each_line_to_the_log_processor(tmp_pat
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     started = tmp_path / "preexec"
     lines: list[str] = []
-    hook = _SparkSubmit(local_master="local[1]", on_line=lines.append, conn_id=spark_conn, name="contract",
-                        application_args=["--np", "1"], deploy_mode="client",
-                        env_vars={"PATH": os.pathsep.join([str(bindir), os.environ.get("PATH", "")])})
+    hook = _SparkSubmit(
+        local_master="local[1]",
+        on_line=lines.append,
+        conn_id=spark_conn,
+        name="contract",
+        application_args=["--np", "1"],
+        deploy_mode="client",
+        env_vars={"PATH": os.pathsep.join([str(bindir), os.environ.get("PATH", "")])},
+    )
     hook.submit(application="app.py", preexec_fn=lambda: started.touch())
     assert isinstance(hook._submit_sp, subprocess.Popen) and hook._submit_sp.returncode == 0
     assert started.exists()

@@ -24,8 +24,15 @@ def train():
 
 def _ti(**changes):
     pushed: dict = {}
-    values = {"dag_id": "d", "run_id": RUN, "task_id": "train", "try_number": 1, "map_index": -1,
-              "xcom_push": lambda key, value: pushed.__setitem__(key, value), "pushed": pushed}
+    values = {
+        "dag_id": "d",
+        "run_id": RUN,
+        "task_id": "train",
+        "try_number": 1,
+        "map_index": -1,
+        "xcom_push": lambda key, value: pushed.__setitem__(key, value),
+        "pushed": pushed,
+    }
     return SimpleNamespace(**{**values, **changes})
 
 
@@ -35,14 +42,23 @@ def test_every_try_of_a_task_instance_gets_one_directory_and_nothing_else_shares
     assert first == str(tmp_path / "d" / "manual__2026-01-01T00~3A00~3A00~2B00~3A00" / "train" / "checkpoints")
     assert default_checkpoint_dir({"ti": _ti(try_number=2)}) == first
     assert default_artifact_dir({"ti": _ti(try_number=2)}) != default_artifact_dir({"ti": _ti()})
-    others = {default_checkpoint_dir({"ti": _ti(**c)}) for c in (
-        {"run_id": "scheduled__2026-01-02T00:00:00+00:00"}, {"map_index": 0}, {"map_index": 1}, {"task_id": "other"},
-        {"dag_id": "e"})}
+    others = {
+        default_checkpoint_dir({"ti": _ti(**c)})
+        for c in (
+            {"run_id": "scheduled__2026-01-02T00:00:00+00:00"},
+            {"map_index": 0},
+            {"map_index": 1},
+            {"task_id": "other"},
+            {"dag_id": "e"},
+        )
+    }
     assert len(others) == 5 and first not in others
     assert default_checkpoint_dir({"ti": _ti(map_index=1, try_number=3)}).endswith("/train/map-1/checkpoints")
     monkeypatch.setenv("AIRFLOW__HOROVOD__ARTIFACT_ROOT", "s3://bucket/root/")
-    assert default_checkpoint_dir({"ti": _ti()}) == \
-        "s3://bucket/root/d/manual__2026-01-01T00~3A00~3A00~2B00~3A00/train/checkpoints"
+    assert (
+        default_checkpoint_dir({"ti": _ti()})
+        == "s3://bucket/root/d/manual__2026-01-01T00~3A00~3A00~2B00~3A00/train/checkpoints"
+    )
 
 
 class _Submitted(Exception):
@@ -61,7 +77,7 @@ def _submitted_settings(op, ti, monkeypatch) -> JobSettings:
     with pytest.raises(_Submitted):
         op.execute({"ti": ti})
     [command] = seen
-    return _settings(_parse(command[command.index("--payload"):])[1])
+    return _settings(_parse(command[command.index("--payload") :])[1])
 
 
 def test_the_operator_hands_both_tries_the_same_directory_and_each_its_number(monkeypatch, tmp_path):
@@ -84,15 +100,25 @@ def test_a_given_checkpoint_dir_is_rendered_and_may_name_the_artifact_dir_s_conn
     monkeypatch.setenv("AIRFLOW_CONN_STORE", json.dumps({"conn_type": "aws", "login": "AKID", "password": "s3cr3t"}))
     monkeypatch.setenv("AIRFLOW_CONN_OTHER", json.dumps({"conn_type": "aws", "login": "AKID2", "password": "x"}))
     assert "checkpoint_dir" in HorovodRunnerOperator.template_fields
-    op = HorovodRunnerOperator(task_id="train", python_callable=train, np=2, conn_id=None,
-                               checkpoint_dir="s3://store@bucket/ckpt/train")
+    op = HorovodRunnerOperator(
+        task_id="train", python_callable=train, np=2, conn_id=None, checkpoint_dir="s3://store@bucket/ckpt/train"
+    )
     settings = _submitted_settings(op, _ti(), monkeypatch)
     assert settings.checkpoint_dir == "s3://bucket/ckpt/train"  # no connection id for the ranks
     assert op.training_job({"ti": _ti()}).env["AWS_ACCESS_KEY_ID"] == "AKID"  # its credentials travel as env_vars do
-    op = HorovodRunnerOperator(task_id="train", python_callable=train, np=2, conn_id=None,
-                               artifact_dir="s3://other@bucket/art", checkpoint_dir="s3://store@bucket/ckpt")
-    with pytest.raises(ValueError, match=r"artifact_dir names connection 'other' and checkpoint_dir names "
-                                         r"connection 'store'"):
+    op = HorovodRunnerOperator(
+        task_id="train",
+        python_callable=train,
+        np=2,
+        conn_id=None,
+        artifact_dir="s3://other@bucket/art",
+        checkpoint_dir="s3://store@bucket/ckpt",
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"artifact_dir names connection 'other' and checkpoint_dir names "
+        r"connection 'store'",
+    ):
         op.execute({"ti": _ti()})
 
 

@@ -23,8 +23,11 @@ def test_dataset_names_follow_openlineage_conventions():
 
 
 def test_inputs_from_inlets_first_else_path_arguments():
-    args_only = input_locations([], ["relative/not-data", 3], {"data": "/data/digits.npz", "lr": 0.1,
-                                                               "features": "s3://bucket/features", "name": "x"})
+    args_only = input_locations(
+        [],
+        ["relative/not-data", 3],
+        {"data": "/data/digits.npz", "lr": 0.1, "features": "s3://bucket/features", "name": "x"},
+    )
     assert args_only == ["/data/digits.npz", "s3://bucket/features"]
     inlet = Asset("features", uri="s3://bucket/features")
     assert input_locations([inlet, Asset("named-only")], [], {"data": "/data/digits.npz"}) == ["s3://bucket/features"]
@@ -41,7 +44,10 @@ def test_the_training_run_facet_serializes_with_its_metrics_and_producer():
     facet = training_run_facet(np=2, launcher="torch", metrics={"loss": 0.25, "acc": 0.9})
     lineage = operator_lineage("/a/try-1", [], run_facets={TRAINING_FACET: facet})
     as_json = Serde.to_dict(lineage.run_facets[TRAINING_FACET])
-    assert {k: as_json[k] for k in ("np", "launcher", "metrics")} == {"np": 2, "launcher": "torch",
-                                                                     "metrics": {"loss": 0.25, "acc": 0.9}}
+    assert {k: as_json[k] for k in ("np", "launcher", "metrics")} == {
+        "np": 2,
+        "launcher": "torch",
+        "metrics": {"loss": 0.25, "acc": 0.9},
+    }
     assert as_json["_producer"] and as_json["_schemaURL"].startswith("http"), as_json
     assert training_run_facet(np=-2, launcher="horovod", metrics=None).metrics == {}

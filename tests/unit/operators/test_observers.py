@@ -91,11 +91,13 @@ class FakeMode(DeployMode):
 def _run(monkeypatch, tmp_path, value: Any) -> tuple[list, FakeMode]:
     monkeypatch.setenv("AIRFLOW__HOROVOD__ARTIFACT_ROOT", str(tmp_path))
     with DAG("d", schedule=None):
-        op = HorovodRunnerOperator(task_id="train", python_callable=train, np=2, conn_id=None,
-                                   env_vars={"USER_VAR": "u"})
+        op = HorovodRunnerOperator(
+            task_id="train", python_callable=train, np=2, conn_id=None, env_vars={"USER_VAR": "u"}
+        )
     seen: list = []
-    monkeypatch.setattr(op, "_new_observers", lambda: setattr(op, "_observers", Observers([Recorder(seen)]))
-                        or op._observers)
+    monkeypatch.setattr(
+        op, "_new_observers", lambda: setattr(op, "_observers", Observers([Recorder(seen)])) or op._observers
+    )
     modes: list[FakeMode] = []
 
     def fake_mode(job):
@@ -112,12 +114,17 @@ def _run(monkeypatch, tmp_path, value: Any) -> tuple[list, FakeMode]:
     return seen, modes[0]
 
 
-def test_the_operator_tells_its_observers_each_point_in_order_and_submits_the_job_they_added_to(
-        monkeypatch, tmp_path):
+def test_the_operator_tells_its_observers_each_point_in_order_and_submits_the_job_they_added_to(monkeypatch, tmp_path):
     seen, mode = _run(monkeypatch, tmp_path, {"loss": 0.1})
     record = {"submission_id": "driver-1", "observer": "was here"}
-    assert seen == [("created", "d.train"), ("submitting", {"USER_VAR": "u"}), ("submitted", record),
-                    ("attached", record), ("attached", record), ("finished", {"loss": 0.1})]
+    assert seen == [
+        ("created", "d.train"),
+        ("submitting", {"USER_VAR": "u"}),
+        ("submitted", record),
+        ("attached", record),
+        ("attached", record),
+        ("finished", {"loss": 0.1}),
+    ]
     assert mode.submitted_env == {"USER_VAR": "u", "OBSERVED": "1"}  # the observers' job is the one submitted
 
 
@@ -135,18 +142,27 @@ def test_lineage_adds_the_enabled_openlineage_properties_to_the_job_s_conf_and_k
 
     # the OpenLineage provider's macros read a task instance of the metadata database; here they name this one
     run_id = "01234567-89ab-cdef-0123-456789abcdef"
-    for name, value in (("lineage_job_namespace", lambda: "airflow-ns"), ("lineage_job_name", lambda ti: "d.train"),
-                        ("lineage_run_id", lambda ti: run_id), ("lineage_root_run_id", lambda ti: run_id),
-                        ("lineage_root_job_name", lambda ti: "d")):
+    for name, value in (
+        ("lineage_job_namespace", lambda: "airflow-ns"),
+        ("lineage_job_name", lambda ti: "d.train"),
+        ("lineage_run_id", lambda ti: run_id),
+        ("lineage_root_run_id", lambda ti: run_id),
+        ("lineage_root_job_name", lambda ti: "d"),
+    ):
         monkeypatch.setattr(ol_spark, name, value)
     job = _job(**{"spark.executor.memory": "1g"})
     assert LineageObserver(inject_parent_job_info=False, inject_transport_info=False).created({}, job) is job
     context = {"ti": _TI()}
     injected = LineageObserver(inject_parent_job_info=True, inject_transport_info=False).created(context, job)
-    assert injected.conf == {"spark.executor.memory": "1g", "spark.openlineage.parentJobNamespace": "airflow-ns",
-                             "spark.openlineage.parentJobName": "d.train", "spark.openlineage.parentRunId": run_id,
-                             "spark.openlineage.rootParentRunId": run_id, "spark.openlineage.rootParentJobName": "d",
-                             "spark.openlineage.rootParentJobNamespace": "airflow-ns"}
+    assert injected.conf == {
+        "spark.executor.memory": "1g",
+        "spark.openlineage.parentJobNamespace": "airflow-ns",
+        "spark.openlineage.parentJobName": "d.train",
+        "spark.openlineage.parentRunId": run_id,
+        "spark.openlineage.rootParentRunId": run_id,
+        "spark.openlineage.rootParentJobName": "d",
+        "spark.openlineage.rootParentJobNamespace": "airflow-ns",
+    }
     assert job.conf == {"spark.executor.memory": "1g"}  # the job it was given is left as it was
     mine = _job(**{"spark.openlineage.parentJobName": "mine"})
     kept = LineageObserver(inject_parent_job_info=True, inject_transport_info=False).created(context, mine)
@@ -156,13 +172,19 @@ def test_lineage_adds_the_enabled_openlineage_properties_to_the_job_s_conf_and_k
 def test_the_model_s_location_goes_on_each_outlet_s_event_and_an_alias_gets_the_run_s_own_asset(tmp_path):
     model, alias = Asset("model://digits"), AssetAlias("digits-models")
     events = OutletEventAccessors()
-    result = JobResult(app_id="app-1", ui_url=None, artifact_paths=[f"{tmp_path}/model.pt"], return_value=None,
-                       metrics={"loss": 0.1})
+    result = JobResult(
+        app_id="app-1", ui_url=None, artifact_paths=[f"{tmp_path}/model.pt"], return_value=None, metrics={"loss": 0.1}
+    )
     outcome = FinishedTry({"accuracy": 0.97}, result, str(tmp_path))
     ModelAssetEvents([model, alias], LOG).finished({"outlet_events": events}, outcome)
     extra = events[model].extra
-    assert extra == {"artifact_dir": str(tmp_path), "artifact_paths": [f"{tmp_path}/model.pt"],
-                     "spark_app_id": "app-1", "metrics": {"loss": 0.1}, "return_value": {"accuracy": 0.97}}
+    assert extra == {
+        "artifact_dir": str(tmp_path),
+        "artifact_paths": [f"{tmp_path}/model.pt"],
+        "spark_app_id": "app-1",
+        "metrics": {"loss": 0.1},
+        "return_value": {"accuracy": 0.97},
+    }
     [aliased] = events[alias].asset_alias_events
     assert aliased.dest_asset_key.uri == f"file://{tmp_path}" and aliased.extra == extra
     untouched = OutletEventAccessors()

@@ -45,24 +45,39 @@ def test_the_operator_and_the_decorator_run_the_torch_launcher():
     assert decorated.custom_operator_name == "@task.torch_distributed"
     assert isinstance(decorated, TorchDistributedOperator) and decorated.job_settings().launcher == "torch"
     # siblings over one base: neither operator is the other
-    assert not isinstance(decorated, HorovodRunnerOperator) and not issubclass(HorovodRunnerOperator,
-                                                                                 TorchDistributedOperator)
+    assert not isinstance(decorated, HorovodRunnerOperator) and not issubclass(
+        HorovodRunnerOperator, TorchDistributedOperator
+    )
     assert TorchDistributedOperator.__bases__ == HorovodRunnerOperator.__bases__ == (DistributedTrainingOperator,)
     assert HorovodRunnerOperator(task_id="h", python_callable=train).job_settings().launcher == "horovod"
-    assert HorovodRunnerOperator(task_id="h", python_callable=train, launcher="torch").job_settings().launcher == \
-        "torch"
+    assert (
+        HorovodRunnerOperator(task_id="h", python_callable=train, launcher="torch").job_settings().launcher == "torch"
+    )
 
 
-@pytest.mark.parametrize(("kwargs", "error", "message"), [
-    ({}, ValueError, "give one of python_callable (a training function) or script (the path of a torchrun "
-                     "training script); got neither"),
-    ({"python_callable": "train"}, TypeError, "python_callable must be callable, got str"),
-    ({"python_callable": train, "launcher": "horovod"}, ValueError,
-     "launcher must be 'torch' for TorchDistributedOperator and @task.torch_distributed, got 'horovod'"),
-    ({"python_callable": train, "script_args": ["--epochs", "2"]}, ValueError,
-     "script_args are the command-line arguments of script="),
-    ({"script": 3}, ValueError, "script must be the path of a Python training script, got int"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {},
+            ValueError,
+            "give one of python_callable (a training function) or script (the path of a torchrun "
+            "training script); got neither",
+        ),
+        ({"python_callable": "train"}, TypeError, "python_callable must be callable, got str"),
+        (
+            {"python_callable": train, "launcher": "horovod"},
+            ValueError,
+            "launcher must be 'torch' for TorchDistributedOperator and @task.torch_distributed, got 'horovod'",
+        ),
+        (
+            {"python_callable": train, "script_args": ["--epochs", "2"]},
+            ValueError,
+            "script_args are the command-line arguments of script=",
+        ),
+        ({"script": 3}, ValueError, "script must be the path of a Python training script, got int"),
+    ],
+)
 def test_bad_arguments_fail_when_the_dag_is_parsed_naming_the_parameter(kwargs, error, message):
     with pytest.raises(error) as raised:
         TorchDistributedOperator(task_id="t", **kwargs)
@@ -91,14 +106,16 @@ def test_a_script_ships_as_run_script_with_its_rendered_arguments_as_strings(scr
 def test_the_decorator_refuses_another_launcher_and_the_timeline():
     with pytest.raises(ValueError, match="got 'horovod'; use HorovodRunnerOperator or @task.horovod"), _dag():
         torch_distributed_task(train, task_id="t", launcher="horovod")()
-    with pytest.raises(ValueError, match="timeline=True records the Horovod Timeline and needs launcher='horovod'"), \
-            _dag():
+    with (
+        pytest.raises(ValueError, match="timeline=True records the Horovod Timeline and needs launcher='horovod'"),
+        _dag(),
+    ):
         torch_distributed_task(train, task_id="t2", timeline=True)()
 
 
 def _driver_settings(args: list[str]) -> JobSettings:
     """The settings the driver program reads from its command line (from ``--payload`` on)."""
-    namespace, rest = _parse(args[args.index("--payload"):])
+    namespace, rest = _parse(args[args.index("--payload") :])
     return _settings(rest)
 
 
@@ -127,8 +144,9 @@ def test_client_mode_s_spark_submit_command_carries_the_launcher(tmp_path, monke
     (tmp_path / "payload.bin").write_bytes(b"p")
     with pytest.raises(_Submitted):
         job = TrainingJob(key=b"k" * 32, payload=b"p", artifact_dir=str(tmp_path / "art"), settings=op.job_settings())
-        client.HorovodHook(conn_id=None).run_job(job, payload_path=str(tmp_path / "payload.bin"),
-                                                 staging_dir=str(tmp_path))
+        client.HorovodHook(conn_id=None).run_job(
+            job, payload_path=str(tmp_path / "payload.bin"), staging_dir=str(tmp_path)
+        )
     [command] = seen
     assert "--launcher" in command and _driver_settings(command) == op.job_settings()
 
@@ -137,14 +155,33 @@ def test_cluster_mode_s_rest_submission_carries_the_launcher(tmp_path):
     from airflow_provider_horovod.standalone.submission import driver_submission
     from airflow_provider_horovod.utils.staging import Staging
 
-    op = TorchDistributedOperator(task_id="t", python_callable=train, np=2, deploy_mode="cluster", deferrable=True,
-                                  use_gpu=True, gpu_visibility="rank")  # GPU scheduling travels alike
-    submission = driver_submission(Staging(tmp_path), master_url="spark://127.0.0.1:7077",
-                                   master_ui_url="http://127.0.0.1:8080", name="n", np=2, conf={}, env_vars={},
-                                   key=b"k" * 32, artifact_dir=str(tmp_path / "art"), settings=op.job_settings())
+    op = TorchDistributedOperator(
+        task_id="t",
+        python_callable=train,
+        np=2,
+        deploy_mode="cluster",
+        deferrable=True,
+        use_gpu=True,
+        gpu_visibility="rank",
+    )  # GPU scheduling travels alike
+    submission = driver_submission(
+        Staging(tmp_path),
+        master_url="spark://127.0.0.1:7077",
+        master_ui_url="http://127.0.0.1:8080",
+        name="n",
+        np=2,
+        conf={},
+        env_vars={},
+        key=b"k" * 32,
+        artifact_dir=str(tmp_path / "art"),
+        settings=op.job_settings(),
+    )
     settings = _driver_settings(submission.app_args)
     assert settings == op.job_settings() and (settings.launcher, settings.use_gpu, settings.gpu_visibility) == (
-        "torch", True, "rank")
+        "torch",
+        True,
+        "rank",
+    )
 
 
 def test_spark_connect_s_runner_carries_the_launcher():

@@ -45,8 +45,10 @@ def test_runner_accepts_negative_np_and_keyword_only():
         ({"gloo_timeout_s": 0}, r"gloo_timeout_s must be a positive int \(seconds\)"),
         ({"max_return_value_bytes": -1}, r"max_return_value_bytes must be a positive int"),
         ({"conf": {"spark.dynamicAllocation.enabled": "true"}}, r"spark.dynamicAllocation.enabled.*Allowed: false"),
-        ({"spark_submit_kwargs": {"py_files": "x.zip", "executor_memory": "1g"}},
-         r"spark_submit_kwargs: \['py_files'\] are set by the provider"),
+        (
+            {"spark_submit_kwargs": {"py_files": "x.zip", "executor_memory": "1g"}},
+            r"spark_submit_kwargs: \['py_files'\] are set by the provider",
+        ),
     ],
 )
 def test_operator_rejects_bad_arguments(kwargs, message):
@@ -86,8 +88,9 @@ def test_unpicklable_callable_is_refused_before_anything_is_submitted(tmp_path):
             return 1
 
     pushed: list = []
-    ti = SimpleNamespace(dag_id="d", run_id="r", task_id="t", try_number=1, map_index=-1,
-                         xcom_push=lambda key, value: pushed.append(key))
+    ti = SimpleNamespace(
+        dag_id="d", run_id="r", task_id="t", try_number=1, map_index=-1, xcom_push=lambda key, value: pushed.append(key)
+    )
     op = HorovodRunnerOperator(task_id="t", python_callable=train_with_lock, artifact_dir=str(tmp_path / "art"))
     with pytest.raises(HorovodJobError, match=r"culprit is closure variable 'lock' of .*train_with_lock"):
         op.execute({"ti": ti})
@@ -100,10 +103,17 @@ def test_negative_np_over_spark_connect_is_refused(monkeypatch, tmp_path):
 
     from airflow_provider_horovod.exceptions import HorovodJobError
 
-    monkeypatch.setenv("AIRFLOW_CONN_MY_CONNECT", json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
-                                                              "port": 15002}))
-    op = HorovodRunnerOperator(task_id="t", python_callable=train, np=-2, conn_id="my_connect",
-                               artifact_dir=str(tmp_path))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MY_CONNECT", json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1", "port": 15002})
+    )
+    op = HorovodRunnerOperator(
+        task_id="t", python_callable=train, np=-2, conn_id="my_connect", artifact_dir=str(tmp_path)
+    )
     with pytest.raises(HorovodJobError, match=r"np=-2: over Spark Connect .* use np > 0"):
-        op.execute({"ti": SimpleNamespace(dag_id="d", run_id="r", task_id="t", try_number=1, map_index=-1,
-                                          xcom_push=lambda key, value: None)})
+        op.execute(
+            {
+                "ti": SimpleNamespace(
+                    dag_id="d", run_id="r", task_id="t", try_number=1, map_index=-1, xcom_push=lambda key, value: None
+                )
+            }
+        )

@@ -17,8 +17,9 @@ class Model:
 
 
 def test_plain_values_pass():
-    check_xcom_value({"model_path": "/m/model.pt", "accuracy": 0.97, "epochs": [1, 2]}, max_bytes=10_000,
-                     artifact_paths=[])
+    check_xcom_value(
+        {"model_path": "/m/model.pt", "accuracy": 0.97, "epochs": [1, 2]}, max_bytes=10_000, artifact_paths=[]
+    )
     check_xcom_value(None, max_bytes=10, artifact_paths=[])
 
 
@@ -38,8 +39,9 @@ def test_huge_value_is_refused_with_the_limit():
 
 def test_default_artifact_dir_is_unique_per_try(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW__HOROVOD__ARTIFACT_ROOT", str(tmp_path))
-    ti = SimpleNamespace(dag_id="d", run_id="manual__2026-01-01T00:00:00+00:00", task_id="train", try_number=1,
-                         map_index=-1)
+    ti = SimpleNamespace(
+        dag_id="d", run_id="manual__2026-01-01T00:00:00+00:00", task_id="train", try_number=1, map_index=-1
+    )
     first = default_artifact_dir({"ti": ti})
     ti.try_number = 2
     second = default_artifact_dir({"ti": ti})

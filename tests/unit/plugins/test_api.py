@@ -61,8 +61,9 @@ def test_an_invalid_token_is_refused_with_403(client):
 
 
 def test_a_user_who_cannot_read_the_dag_gets_403(client):
-    response = client.get("/progress", params={**QUERY, "dag_id": "other_dag"},
-                          headers={"Authorization": "Bearer reader"})
+    response = client.get(
+        "/progress", params={**QUERY, "dag_id": "other_dag"}, headers={"Authorization": "Bearer reader"}
+    )
     assert response.status_code == 403
     assert client.stub.asked[0][2] == "other_dag"
 
@@ -74,8 +75,10 @@ def test_a_reader_gets_the_answer_and_both_task_instance_and_xcom_access_are_che
     assert response.json() == {"answered": "train_dag"}
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
-    assert sorted(e.value for _, e, _ in client.stub.asked) == [DagAccessEntity.TASK_INSTANCE.value,
-                                                                DagAccessEntity.XCOM.value]
+    assert sorted(e.value for _, e, _ in client.stub.asked) == [
+        DagAccessEntity.TASK_INSTANCE.value,
+        DagAccessEntity.XCOM.value,
+    ]
 
 
 def test_the_page_and_its_files_are_served_and_need_nothing_from_outside(client):
@@ -115,12 +118,15 @@ def test_answer_without_artifact_dir_or_with_unreadable_storage():
 def test_only_http_links_reach_the_page_and_the_tries_and_tensorboard_directory_are_told(tmp_path):
     for url in ("javascript:alert(1)", "data:text/html,x", "//evil.example/x", "file:///etc/passwd", 7):
         assert build_answer("running", 1, 1, {"spark_ui_url": url})["spark_ui_url"] is None, url
-    assert build_answer("running", 1, 1, {"spark_ui_url": " https://spark:4040/ "})["spark_ui_url"] == \
-        "https://spark:4040/"
+    assert (
+        build_answer("running", 1, 1, {"spark_ui_url": " https://spark:4040/ "})["spark_ui_url"]
+        == "https://spark:4040/"
+    )
     assert build_answer("running", 3, 3, {})["tries"] == [1, 2, 3]
     # the TensorBoard directory as soon as the training made it (the XCom comes only at the end)
     assert build_answer("running", 1, 1, {"artifact_dir": str(tmp_path)})["tensorboard_dir"] is None
     (tmp_path / "tensorboard").mkdir()
-    assert build_answer("running", 1, 1, {"artifact_dir": str(tmp_path)})["tensorboard_dir"] == \
-        str(tmp_path / "tensorboard")
+    assert build_answer("running", 1, 1, {"artifact_dir": str(tmp_path)})["tensorboard_dir"] == str(
+        tmp_path / "tensorboard"
+    )
     assert build_answer("running", 1, 1, {"artifact_dir": "memory://b/x"})["tensorboard_dir"] is None

@@ -37,8 +37,10 @@ def test_airflow_accepts_it_and_sees_a_task_instance_view_and_an_app():
 
 
 def test_loading_the_plugin_does_not_import_the_api_server():
-    code = ("import sys; import airflow_provider_horovod.plugins.horovod_plugin as p; p.HorovodProgressPlugin(); "
-            "print(sorted(m for m in sys.modules if m.startswith(('fastapi', 'airflow.api_fastapi.core_api'))))")
+    code = (
+        "import sys; import airflow_provider_horovod.plugins.horovod_plugin as p; p.HorovodProgressPlugin(); "
+        "print(sorted(m for m in sys.modules if m.startswith(('fastapi', 'airflow.api_fastapi.core_api'))))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert proc.stdout.strip() == "[]", proc.stdout
 

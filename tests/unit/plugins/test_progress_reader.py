@@ -40,8 +40,17 @@ def test_snapshot_is_returned_as_written(tmp_path):
 
 
 def test_metrics_vary_per_record_and_non_numbers_are_left_out():
-    records = parse_records("\n".join(json.dumps(r) for r in [
-        _record(1, 0.9), _record(2, 0.8, acc=0.5), _record(3, float("nan"), acc=True, note="x"), "not a dict"]))
+    records = parse_records(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                _record(1, 0.9),
+                _record(2, 0.8, acc=0.5),
+                _record(3, float("nan"), acc=True, note="x"),
+                "not a dict",
+            ]
+        )
+    )
     assert history(records)["metrics"] == {"loss": [[1, 0.9], [2, 0.8]], "acc": [[2, 0.5]]}
 
 
@@ -59,19 +68,39 @@ def test_long_histories_are_thinned_keeping_first_and_last():
 
 
 def test_an_aws_connection_becomes_s3fs_options(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_STORE", json.dumps({
-        "conn_type": "aws", "login": "AKID", "password": "secret",
-        "extra": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}}))
-    assert storage_options("store") == {"key": "AKID", "secret": "secret", "endpoint_url": "http://127.0.0.1:9000",
-                                        "client_kwargs": {"region_name": "eu-west-1"}}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_STORE",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "AKID",
+                "password": "secret",
+                "extra": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"},
+            }
+        ),
+    )
+    assert storage_options("store") == {
+        "key": "AKID",
+        "secret": "secret",
+        "endpoint_url": "http://127.0.0.1:9000",
+        "client_kwargs": {"region_name": "eu-west-1"},
+    }
     assert storage_options(None) == {}
 
 
 def test_object_storage_is_read_with_the_connection(s3_server, monkeypatch):  # noqa: F811
     """The moto S3 server on 127.0.0.1: a try's files read through ``s3://conn_id@bucket/...``."""
-    monkeypatch.setenv("AIRFLOW_CONN_STORE", json.dumps({
-        "conn_type": "aws", "login": s3_server.access_key, "password": s3_server.secret_key,
-        "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_STORE",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": s3_server.access_key,
+                "password": s3_server.secret_key,
+                "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region},
+            }
+        ),
+    )
     fs = s3_server.fs()
     fs.mkdir("models")
     fs.pipe("models/run/try-1/metrics.jsonl", (json.dumps(_record(1, 0.5)) + "\n").encode())

@@ -45,8 +45,9 @@ def test_a_checkpoint_cut_off_mid_write_is_never_loaded(tmp_path, capsys):
     save_checkpoint(_state(1.0), step=1, directory=str(tmp_path))
     save_checkpoint(_state(2.0), step=2, directory=str(tmp_path))
     # a save of step 3 that died before its manifest: a complete-looking data file, and one still under its temp name
-    (tmp_path / "step-000000000003-0123456789ab.pt").write_bytes(open(save_checkpoint(
-        _state(3.0), step=99, directory=str(tmp_path / "other")), "rb").read())
+    (tmp_path / "step-000000000003-0123456789ab.pt").write_bytes(
+        open(save_checkpoint(_state(3.0), step=99, directory=str(tmp_path / "other")), "rb").read()
+    )
     (tmp_path / ".step-000000000004-0123456789ab.pt.tmp-0123456789ab").write_bytes(b"\x80half")
     assert load_checkpoint(directory=str(tmp_path))[1] == 2
     # a manifest whose data file was cut short (or rewritten) is skipped for the one before it, with a line saying so

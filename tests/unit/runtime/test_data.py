@@ -14,8 +14,10 @@ def dataset(tmp_path):
     """Three part files of uneven sizes (10 + 3 + 8 = 21 rows), plus the marker files Spark writes."""
     start = 0
     for name, rows in (("part-00000.parquet", 10), ("part-00001.parquet", 3), ("part-00002.parquet", 8)):
-        pq.write_table(pa.table({"x": list(range(start, start + rows)), "y": [i * 2 for i in range(start, start + rows)]}),
-                       tmp_path / name)
+        pq.write_table(
+            pa.table({"x": list(range(start, start + rows)), "y": [i * 2 for i in range(start, start + rows)]}),
+            tmp_path / name,
+        )
         start += rows
     (tmp_path / "_SUCCESS").write_text("")
     (tmp_path / ".part-00000.parquet.crc").write_text("not parquet")

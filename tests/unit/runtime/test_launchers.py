@@ -48,14 +48,17 @@ def test_the_horovod_timeline_needs_the_horovod_launcher():
         JobSettings(np=2, timeline=True, launcher="torch")
 
 
-@pytest.mark.parametrize(("kwargs", "says"), [
-    ({"num_processes": 0}, "num_processes must be a positive int"),
-    ({"num_processes": True}, "num_processes must be a positive int"),
-    ({"num_processes": "2"}, "num_processes must be a positive int"),
-    ({"num_processes": 2, "np": 2}, "np is not a TorchDistributor argument"),
-    ({"num_processes": 2, "timeline": True}, "timeline is not a TorchDistributor argument"),
-    ({"num_processes": 2, "start_timeout_s": 0}, "start_timeout_s must be a positive number"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"num_processes": 0}, "num_processes must be a positive int"),
+        ({"num_processes": True}, "num_processes must be a positive int"),
+        ({"num_processes": "2"}, "num_processes must be a positive int"),
+        ({"num_processes": 2, "np": 2}, "np is not a TorchDistributor argument"),
+        ({"num_processes": 2, "timeline": True}, "timeline is not a TorchDistributor argument"),
+        ({"num_processes": 2, "start_timeout_s": 0}, "start_timeout_s must be a positive number"),
+    ],
+)
 def test_torch_distributor_refuses_bad_arguments_when_made(kwargs, says):
     with pytest.raises(ValueError, match=says):
         TorchDistributor(**kwargs)

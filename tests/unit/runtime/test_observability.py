@@ -9,7 +9,11 @@ import pytest
 from airflow_provider_horovod.runtime import observability
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.observability import (
-    ENV_TIMELINE, close_timeline, start_timeline, tensorboard_dir, tensorboard_location,
+    ENV_TIMELINE,
+    close_timeline,
+    start_timeline,
+    tensorboard_dir,
+    tensorboard_location,
 )
 
 # What Horovod 0.28.1's TimelineWriter leaves behind: "[", then one record per line ending in ",", never "]".

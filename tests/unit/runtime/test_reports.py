@@ -26,8 +26,14 @@ print(time.monotonic() - started)
 def _run(code: str, rank: str) -> tuple[list[dict], str]:
     read, write = os.pipe()
     env = {**os.environ, ENV_METRICS: str(write), "RANK": rank}
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(write,), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        pass_fds=(write,),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
         records = [json.loads(line) for line in pipe]
@@ -59,17 +65,22 @@ def test_outside_a_job_report_does_nothing(monkeypatch):
     assert report(step=1, loss=0.5) is None
 
 
-@pytest.mark.parametrize(("kwargs", "says"), [
-    ({"loss": "low"}, "metric loss='low' must be a number"),
-    ({"step": -1}, "step must be a non-negative int"),
-    ({"total_steps": 2.5}, "total_steps must be a non-negative int"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"loss": "low"}, "metric loss='low' must be a number"),
+        ({"step": -1}, "step must be a non-negative int"),
+        ({"total_steps": 2.5}, "total_steps must be a non-negative int"),
+    ],
+)
 def test_a_bad_value_is_named(kwargs, says):
-    code = ("from airflow_provider_horovod.runtime import report\n"
-            "try:\n"
-            f"    report(**{kwargs!r})\n"
-            "except TypeError as err:\n"
-            "    print(err)\n")
+    code = (
+        "from airflow_provider_horovod.runtime import report\n"
+        "try:\n"
+        f"    report(**{kwargs!r})\n"
+        "except TypeError as err:\n"
+        "    print(err)\n"
+    )
     _records, out = _run(code, rank="0")
     assert says in out
 
@@ -115,8 +126,7 @@ def test_a_record_without_metrics_keeps_only_the_newest_and_kept_records_stay_wh
     pending.put({"step": 1, "metrics": {"loss": 2.0, "acc": 0.1}}, keep=True)  # report(..., sample=False)
     pending.put({"step": 2, "metrics": {"loss": 1.0}}, keep=False)
     pending.put({"step": 3, "metrics": {"loss": 0.5}}, keep=False)
-    assert [(r["step"], r["metrics"]) for r in pending.take()] == [
-        (1, {"loss": 2.0, "acc": 0.1}), (3, {"loss": 0.5})]
+    assert [(r["step"], r["metrics"]) for r in pending.take()] == [(1, {"loss": 2.0, "acc": 0.1}), (3, {"loss": 0.5})]
 
 
 SLOW_AND_FAST = """

@@ -19,19 +19,43 @@ from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow.sdk import DAG
 
 BAD = [
-    ("np", 0), ("np", True), ("np", "2"), ("np", 1.5), ("np", None),
-    ("driver_log_verbosity", "loud"), ("driver_log_verbosity", None),
-    ("gloo_timeout_s", True), ("gloo_timeout_s", 0), ("gloo_timeout_s", -1), ("gloo_timeout_s", 1.5),
+    ("np", 0),
+    ("np", True),
+    ("np", "2"),
+    ("np", 1.5),
+    ("np", None),
+    ("driver_log_verbosity", "loud"),
+    ("driver_log_verbosity", None),
+    ("gloo_timeout_s", True),
+    ("gloo_timeout_s", 0),
+    ("gloo_timeout_s", -1),
+    ("gloo_timeout_s", 1.5),
     ("gloo_timeout_s", "30"),
-    ("start_timeout_s", 0), ("start_timeout_s", -1), ("start_timeout_s", True), ("start_timeout_s", "60"),
-    ("training_timeout_s", 0), ("training_timeout_s", True),
-    ("slot_wait_timeout_s", 0), ("slot_wait_timeout_s", -5), ("slot_wait_timeout_s", True),
-    ("use_gpu", "yes"), ("use_gpu", 1), ("use_gpu", None),
-    ("gpu_visibility", "all"), ("gpu_visibility", None),
-    ("timeline", "yes"), ("timeline", 1),
-    ("max_return_value_bytes", 0), ("max_return_value_bytes", -1), ("max_return_value_bytes", True),
-    ("max_return_value_bytes", 1.5), ("max_return_value_bytes", None),
-    ("launcher", "mpi"), ("launcher", "Torch"), ("launcher", None), ("launcher", 1),
+    ("start_timeout_s", 0),
+    ("start_timeout_s", -1),
+    ("start_timeout_s", True),
+    ("start_timeout_s", "60"),
+    ("training_timeout_s", 0),
+    ("training_timeout_s", True),
+    ("slot_wait_timeout_s", 0),
+    ("slot_wait_timeout_s", -5),
+    ("slot_wait_timeout_s", True),
+    ("use_gpu", "yes"),
+    ("use_gpu", 1),
+    ("use_gpu", None),
+    ("gpu_visibility", "all"),
+    ("gpu_visibility", None),
+    ("timeline", "yes"),
+    ("timeline", 1),
+    ("max_return_value_bytes", 0),
+    ("max_return_value_bytes", -1),
+    ("max_return_value_bytes", True),
+    ("max_return_value_bytes", 1.5),
+    ("max_return_value_bytes", None),
+    ("launcher", "mpi"),
+    ("launcher", "Torch"),
+    ("launcher", None),
+    ("launcher", 1),
 ]
 
 
@@ -66,19 +90,25 @@ def test_every_entry_point_refuses_the_timeline_with_the_torch_launcher_alike():
     expected = _message(lambda: JobSettings(np=2, timeline=True, launcher="torch"))
     assert "timeline" in expected and "launcher='horovod'" in expected
     assert _message(lambda: HorovodRunner(np=2, timeline=True, launcher="torch", artifact_dir="/tmp")) == expected
-    assert _message(lambda: HorovodRunnerOperator(task_id="t", python_callable=train, timeline=True,
-                                                  launcher="torch")) == expected
+    assert (
+        _message(lambda: HorovodRunnerOperator(task_id="t", python_callable=train, timeline=True, launcher="torch"))
+        == expected
+    )
     assert _message(lambda: TorchDistributedOperator(task_id="t", python_callable=train, timeline=True)) == expected
     assert _message(lambda: _decorated(torch_distributed_task, timeline=True)) == expected
 
 
 def test_the_driver_program_refuses_an_unknown_launcher_naming_it():
-    assert _message(lambda: _settings(["--np", "2", "--launcher", "mpi"])) == \
-        "launcher must be one of ('horovod', 'torch'), got 'mpi'"
+    assert (
+        _message(lambda: _settings(["--np", "2", "--launcher", "mpi"]))
+        == "launcher must be one of ('horovod', 'torch'), got 'mpi'"
+    )
 
 
-@pytest.mark.parametrize(("name", "value"), [(n, v) for n, v in BAD if isinstance(v, int) and not isinstance(v, bool)
-                                             and n not in ("use_gpu", "timeline")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(n, v) for n, v in BAD if isinstance(v, int) and not isinstance(v, bool) and n not in ("use_gpu", "timeline")],
+)
 def test_the_driver_program_refuses_out_of_range_flags_naming_them(name, value):
     # flags come from checked settings (JobSettings.to_args); one out of range is refused all the same
     message = _message(lambda: _settings(["--np", "2", f"--{name.replace('_', '-')}", str(value)]))
@@ -86,17 +116,34 @@ def test_the_driver_program_refuses_out_of_range_flags_naming_them(name, value):
 
 
 def test_settings_survive_the_driver_program_s_flags():
-    for settings in (JobSettings(np=2), JobSettings(np=-3, driver_log_verbosity="all", gloo_timeout_s=30,
-                                                    start_timeout_s=None, training_timeout_s=90.5,
-                                                    slot_wait_timeout_s=None, use_gpu=True, gpu_visibility="rank",
-                                                    timeline=True, max_return_value_bytes=1000),
-                     JobSettings(np=2, launcher="torch", use_gpu=True)):
+    for settings in (
+        JobSettings(np=2),
+        JobSettings(
+            np=-3,
+            driver_log_verbosity="all",
+            gloo_timeout_s=30,
+            start_timeout_s=None,
+            training_timeout_s=90.5,
+            slot_wait_timeout_s=None,
+            use_gpu=True,
+            gpu_visibility="rank",
+            timeline=True,
+            max_return_value_bytes=1000,
+        ),
+        JobSettings(np=2, launcher="torch", use_gpu=True),
+    ):
         assert _settings(settings.to_args()) == settings
 
 
 def test_the_runner_and_the_operator_normalise_alike():
     runner = HorovodRunner(np=2, start_timeout_s=60, slot_wait_timeout_s=10)
-    operator = HorovodRunnerOperator(task_id="t", python_callable=train, np=2, start_timeout_s=60,
-                                     slot_wait_timeout_s=10, max_return_value_bytes=64 * 2**20)
+    operator = HorovodRunnerOperator(
+        task_id="t",
+        python_callable=train,
+        np=2,
+        start_timeout_s=60,
+        slot_wait_timeout_s=10,
+        max_return_value_bytes=64 * 2**20,
+    )
     assert operator.job_settings() == runner.settings
     assert runner.settings.start_timeout_s == 60.0 and isinstance(runner.settings.start_timeout_s, float)

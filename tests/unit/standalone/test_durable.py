@@ -6,17 +6,30 @@ import pytest
 
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.standalone.durable import (
-    NOT_FOUND, DurableClusterJob, abandoned_by, cluster_job, job_record,
+    NOT_FOUND,
+    DurableClusterJob,
+    abandoned_by,
+    cluster_job,
+    job_record,
 )
 
 JOB = DurableClusterJob()
 
 
-@pytest.mark.parametrize(("state", "active", "succeeded"), [
-    ("SUBMITTED", True, False), ("RUNNING", True, False), ("RELAUNCHING", True, False), ("UNKNOWN", True, False),
-    ("FINISHED", False, True), ("FAILED", False, False), ("KILLED", False, False), ("ERROR", False, False),
-    (NOT_FOUND, False, False),
-])
+@pytest.mark.parametrize(
+    ("state", "active", "succeeded"),
+    [
+        ("SUBMITTED", True, False),
+        ("RUNNING", True, False),
+        ("RELAUNCHING", True, False),
+        ("UNKNOWN", True, False),
+        ("FINISHED", False, True),
+        ("FAILED", False, False),
+        ("KILLED", False, False),
+        ("ERROR", False, False),
+        (NOT_FOUND, False, False),
+    ],
+)
 def test_each_driver_state_has_one_meaning(state, active, succeeded):
     assert (JOB.is_job_active(state), JOB.is_job_succeeded(state)) == (active, succeeded)
 
@@ -28,13 +41,22 @@ def test_the_persisted_record_is_checked():
         cluster_job("driver-1")
 
 
-RECORD = job_record(submission_id="driver-1", staging="/shared/s/try-1", artifact_dir="/shared/a/try-1", try_number=1,
-                    deferred=True, cancel_on_kill=True)
+RECORD = job_record(
+    submission_id="driver-1",
+    staging="/shared/s/try-1",
+    artifact_dir="/shared/a/try-1",
+    try_number=1,
+    deferred=True,
+    cancel_on_kill=True,
+)
 
 
 def test_the_record_names_the_try_that_submitted_and_how_it_waits():
-    assert cluster_job(RECORD) == {"submission_id": "driver-1", "staging": "/shared/s/try-1",
-                                   "artifact_dir": "/shared/a/try-1"}
+    assert cluster_job(RECORD) == {
+        "submission_id": "driver-1",
+        "staging": "/shared/s/try-1",
+        "artifact_dir": "/shared/a/try-1",
+    }
     assert (RECORD["try_number"], RECORD["deferred"], RECORD["cancel_on_kill"]) == (1, True, True)
 
 
@@ -48,11 +70,14 @@ def test_a_recorded_kill_is_never_adopted():
     assert "was killed" in abandoned_by(sync, current_try=2, kill_recorded=True)
 
 
-@pytest.mark.parametrize("record", [
-    {**RECORD, "deferred": False},  # a sync try whose process died without on_kill: a worker crash
-    {**RECORD, "cancel_on_kill": False},  # nobody kills that driver
-    {"submission_id": "driver-1", "staging": "/s", "artifact_dir": "/a"},  # persisted before the fields existed
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        {**RECORD, "deferred": False},  # a sync try whose process died without on_kill: a worker crash
+        {**RECORD, "cancel_on_kill": False},  # nobody kills that driver
+        {"submission_id": "driver-1", "staging": "/s", "artifact_dir": "/a"},  # persisted before the fields existed
+    ],
+)
 def test_a_crashed_try_s_driver_is_adopted(record):
     assert abandoned_by(record, current_try=2, kill_recorded=False) is None
 
@@ -66,5 +91,11 @@ def test_the_record_s_key_and_fields_are_those_earlier_releases_persisted():
     from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
     assert HorovodRunnerOperator.external_id_key == DurableClusterJob.external_id_key == "horovod_cluster_job"
-    assert RECORD == {"submission_id": "driver-1", "staging": "/shared/s/try-1", "artifact_dir": "/shared/a/try-1",
-                      "try_number": 1, "deferred": True, "cancel_on_kill": True}
+    assert RECORD == {
+        "submission_id": "driver-1",
+        "staging": "/shared/s/try-1",
+        "artifact_dir": "/shared/a/try-1",
+        "try_number": 1,
+        "deferred": True,
+        "cancel_on_kill": True,
+    }

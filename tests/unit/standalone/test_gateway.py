@@ -21,7 +21,11 @@ import pytest
 from airflow_provider_horovod.clients import MasterState, RetryPolicy, SparkRestClient
 from airflow_provider_horovod.clients.spark_rest_errors import SparkRestAuthError, SparkSubmissionError
 from airflow_provider_horovod.standalone.gateway import (
-    GATEWAY_JAR, gateway_command, gateway_env, parse_driver_id, stage_gateway_jar,
+    GATEWAY_JAR,
+    gateway_command,
+    gateway_env,
+    parse_driver_id,
+    stage_gateway_jar,
 )
 from airflow_provider_horovod.standalone.poll import FAILED, RUNNING, outside_kill, read_poll
 from airflow_provider_horovod.standalone.submission import PYTHON_RUNNER, DriverSubmission
@@ -50,34 +54,67 @@ def test_the_driver_id_is_read_from_clientapps_output():
 
 
 def test_spark_submit_gets_the_jobs_environment_and_only_what_it_needs_to_start():
-    environ = {"PATH": "/usr/bin", "JAVA_HOME": "/jdk", "SPARK_LOCAL_IP": "127.0.0.1", "HOME": "/home/a",
-               "AIRFLOW_CONN_SPARK": "spark://x?password=token", "AWS_SECRET_ACCESS_KEY": "theirs"}
+    environ = {
+        "PATH": "/usr/bin",
+        "JAVA_HOME": "/jdk",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "HOME": "/home/a",
+        "AIRFLOW_CONN_SPARK": "spark://x?password=token",
+        "AWS_SECRET_ACCESS_KEY": "theirs",
+    }
     env = gateway_env({"HOROVOD_AIRFLOW_PAYLOAD_KEY": "ab12", "SPARK_LOCAL_IP": "10.0.0.1", "MINE": "1"}, environ)
-    assert env == {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin"]), "JAVA_HOME": "/jdk",
-                   "HOROVOD_AIRFLOW_PAYLOAD_KEY": "ab12", "MINE": "1"}  # the driver inherits all of it
+    assert env == {
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin"]),
+        "JAVA_HOME": "/jdk",
+        "HOROVOD_AIRFLOW_PAYLOAD_KEY": "ab12",
+        "MINE": "1",
+    }  # the driver inherits all of it
 
 
 def test_the_command_line_holds_no_property_secret_or_key():
-    submission = DriverSubmission(app_resource="file:///s/horovod_driver.py",
-                                  app_args=["/s/horovod_driver.py", "/s/runtime.zip", "--payload", "/s/payload.bin"],
-                                  properties={"spark.authenticate.secret": "s3cr3t", "spark.app.name": "n"},
-                                  env={"HOROVOD_AIRFLOW_PAYLOAD_KEY": "ab12"})
-    command = gateway_command(submission, master_url="spark://m:7077", jar_url="file:///s/horovod_driver.jar",
-                              properties_file="/tmp/p/spark-auth.properties")
-    assert command == ["spark-submit", "--master", "spark://m:7077", "--deploy-mode", "cluster", "--class",
-                       PYTHON_RUNNER, "--properties-file", "/tmp/p/spark-auth.properties", "--verbose",
-                       "file:///s/horovod_driver.jar", "/s/horovod_driver.py", "/s/runtime.zip", "--payload",
-                       "/s/payload.bin"]
+    submission = DriverSubmission(
+        app_resource="file:///s/horovod_driver.py",
+        app_args=["/s/horovod_driver.py", "/s/runtime.zip", "--payload", "/s/payload.bin"],
+        properties={"spark.authenticate.secret": "s3cr3t", "spark.app.name": "n"},
+        env={"HOROVOD_AIRFLOW_PAYLOAD_KEY": "ab12"},
+    )
+    command = gateway_command(
+        submission,
+        master_url="spark://m:7077",
+        jar_url="file:///s/horovod_driver.jar",
+        properties_file="/tmp/p/spark-auth.properties",
+    )
+    assert command == [
+        "spark-submit",
+        "--master",
+        "spark://m:7077",
+        "--deploy-mode",
+        "cluster",
+        "--class",
+        PYTHON_RUNNER,
+        "--properties-file",
+        "/tmp/p/spark-auth.properties",
+        "--verbose",
+        "file:///s/horovod_driver.jar",
+        "/s/horovod_driver.py",
+        "/s/runtime.zip",
+        "--payload",
+        "/s/payload.bin",
+    ]
     assert not any(v in " ".join(command) for v in ("s3cr3t", "ab12", "spark.app.name"))
 
 
 def test_the_properties_file_is_owner_only_and_escaped_as_java_reads_it(tmp_path):
-    path = write_auth_properties(tmp_path / "p.properties", "se\\cret", properties={
-        "spark.app.name": " lead=space:é", "odd key=1": "a\nb"})
+    path = write_auth_properties(
+        tmp_path / "p.properties", "se\\cret", properties={"spark.app.name": " lead=space:é", "odd key=1": "a\nb"}
+    )
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert Path(path).read_text().splitlines() == [
-        "spark.app.name=\\ lead=space:\\u00e9", "odd\\ key\\=1=a\\nb", "spark.authenticate=true",
-        "spark.authenticate.secret=se\\\\cret"]
+        "spark.app.name=\\ lead=space:\\u00e9",
+        "odd\\ key\\=1=a\\nb",
+        "spark.authenticate=true",
+        "spark.authenticate.secret=se\\\\cret",
+    ]
     with pytest.raises(FileExistsError):
         write_auth_properties(path, "x")
 
@@ -87,8 +124,12 @@ def test_the_jar_is_the_driver_program_python_runs(tmp_path):
     staging.create()
     url = stage_gateway_jar(staging)
     assert url == (tmp_path / "staging" / GATEWAY_JAR).as_uri()  # ClientApp accepts only a URL ending in .jar
-    done = subprocess.run([sys.executable, str(tmp_path / "staging" / GATEWAY_JAR), "--no-such-flag"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "staging" / GATEWAY_JAR), "--no-such-flag"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "--payload" in done.stderr  # the driver program's own argument error
 
 
@@ -96,7 +137,10 @@ def test_the_masters_state_page_gives_the_rest_status_calls_states():
     running, completed = _master("master_state_running"), _master("master_state_completed")
     status = running.driver_status(DRIVER)
     assert (status.success, status.driver_state, status.worker_id) == (
-        True, "RUNNING", "worker-20261130080131-127.0.0.1-42161")
+        True,
+        "RUNNING",
+        "worker-20261130080131-127.0.0.1-42161",
+    )
     assert read_poll(DRIVER, status, (None, None)).outcome == RUNNING
     ended = read_poll(DRIVER, completed.driver_status(DRIVER), ("app-1", None))
     assert (ended.outcome, ended.driver_state, ended.done) == (FAILED, "KILLED", True)

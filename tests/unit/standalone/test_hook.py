@@ -27,10 +27,22 @@ TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhaXJmbG93In0.c2lnbmF0dXJl"
 
 
 def _connection(monkeypatch, name: str, **extra) -> None:
-    monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}", json.dumps({
-        "conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "password": TOKEN,
-        "extra": {"spark.airflowProviderHorovod.restPort": 6066, "spark.airflowProviderHorovod.uiPort": 8080,
-                  **extra}}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{name.upper()}",
+        json.dumps(
+            {
+                "conn_type": "spark",
+                "host": "spark://127.0.0.1",
+                "port": 7077,
+                "password": TOKEN,
+                "extra": {
+                    "spark.airflowProviderHorovod.restPort": 6066,
+                    "spark.airflowProviderHorovod.uiPort": 8080,
+                    **extra,
+                },
+            }
+        ),
+    )
 
 
 def test_the_connection_gives_the_route(monkeypatch):
@@ -55,8 +67,16 @@ def _master(asked: list[tuple[str, str, str | None]]) -> httpx.MockTransport:
         if path == "/":
             return httpx.Response(200, text="<html>master</html>")
         action = "SubmissionStatusResponse" if "/status/" in path else "KillSubmissionResponse"
-        return httpx.Response(200, json={"action": action, "success": True, "submissionId": "driver-1",
-                                         "driverState": "RUNNING", "serverSparkVersion": "4.2.0"})
+        return httpx.Response(
+            200,
+            json={
+                "action": action,
+                "success": True,
+                "submissionId": "driver-1",
+                "driverState": "RUNNING",
+                "serverSparkVersion": "4.2.0",
+            },
+        )
 
     return httpx.MockTransport(handler)
 
@@ -81,11 +101,16 @@ def test_the_async_twins_make_the_sync_calls_requests_on_the_persisted_route(mon
     assert async_asked == sync_asked
     token = f"Bearer {TOKEN}" if conn_id else None
     if route.master_ui_url:
-        assert sync_asked == [("GET", f"{UI}/json/", token), ("POST", f"{UI}/driver/kill/", token),
-                              ("GET", f"{UI}/", token)]
+        assert sync_asked == [
+            ("GET", f"{UI}/json/", token),
+            ("POST", f"{UI}/driver/kill/", token),
+            ("GET", f"{UI}/", token),
+        ]
     else:
-        assert sync_asked == [("GET", f"{REST}/v1/submissions/status/driver-1", token),
-                              ("POST", f"{REST}/v1/submissions/kill/driver-1", token)]
+        assert sync_asked == [
+            ("GET", f"{REST}/v1/submissions/status/driver-1", token),
+            ("POST", f"{REST}/v1/submissions/kill/driver-1", token),
+        ]
 
 
 def test_a_hook_made_with_a_route_and_no_connection_follows_and_kills_only(tmp_path):

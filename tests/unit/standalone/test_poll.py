@@ -21,7 +21,13 @@ from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions
 from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.standalone.poll import (
-    EVENT_KEYS, DriverPoll, driver_failure, read_app, read_poll, read_result, validate_event,
+    EVENT_KEYS,
+    DriverPoll,
+    driver_failure,
+    read_app,
+    read_poll,
+    read_result,
+    validate_event,
 )
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.utils.staging import Staging
@@ -29,8 +35,9 @@ from airflow_provider_horovod.utils.staging import Staging
 LOG = logging.getLogger("test_poll")
 
 
-def _master(states: list[str | int], message: str | None = None) -> tuple[Callable[[httpx.Request], httpx.Response],
-                                                                          list[str]]:
+def _master(
+    states: list[str | int], message: str | None = None
+) -> tuple[Callable[[httpx.Request], httpx.Response], list[str]]:
     """
     A REST submission server answering ``status/driver-1`` with ``states`` in order (the last one sticking); an int
     is an HTTP error status. Returns the handler and the paths it was asked.
@@ -43,8 +50,13 @@ def _master(states: list[str | int], message: str | None = None) -> tuple[Callab
         state = states.pop(0) if len(states) > 1 else states[0]
         if isinstance(state, int):
             return httpx.Response(state, json={"action": "ErrorResponse", "message": "no such submission"})
-        body = {"action": "SubmissionStatusResponse", "success": True, "submissionId": "driver-1",
-                "driverState": state, "serverSparkVersion": "4.2.0"}
+        body = {
+            "action": "SubmissionStatusResponse",
+            "success": True,
+            "submissionId": "driver-1",
+            "driverState": state,
+            "serverSparkVersion": "4.2.0",
+        }
         if message is not None:
             body["message"] = message
         return httpx.Response(200, json=body)
@@ -55,14 +67,24 @@ def _master(states: list[str | int], message: str | None = None) -> tuple[Callab
 @pytest.fixture
 def hook_for(monkeypatch) -> Callable[..., HorovodStandaloneHook]:
     """The real standalone hook on a connection to 127.0.0.1 (its web UI on a closed port), REST calls faked."""
-    monkeypatch.setenv("AIRFLOW_CONN_FAKE_STANDALONE", json.dumps({
-        "conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077,
-        "extra": {"deploy-mode": "cluster", "spark.airflowProviderHorovod.restPort": 6066,
-                  "spark.airflowProviderHorovod.uiPort": 1}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_FAKE_STANDALONE",
+        json.dumps(
+            {
+                "conn_type": "spark",
+                "host": "spark://127.0.0.1",
+                "port": 7077,
+                "extra": {
+                    "deploy-mode": "cluster",
+                    "spark.airflowProviderHorovod.restPort": 6066,
+                    "spark.airflowProviderHorovod.uiPort": 1,
+                },
+            }
+        ),
+    )
 
     def make(handler: Callable[[httpx.Request], httpx.Response]) -> HorovodStandaloneHook:
-        return HorovodStandaloneHook(conn_id="fake_standalone", timeout_s=5,
-                                     transport=httpx.MockTransport(handler))
+        return HorovodStandaloneHook(conn_id="fake_standalone", timeout_s=5, transport=httpx.MockTransport(handler))
 
     return make
 
@@ -82,10 +104,19 @@ def _poll(hook: HorovodStandaloneHook, staging: Path, last: DriverPoll | None) -
     return read_poll("driver-1", status, app, last)
 
 
-@pytest.mark.parametrize(("state", "outcome"), [
-    ("SUBMITTED", "running"), ("RUNNING", "running"), ("RELAUNCHING", "running"), ("UNKNOWN", "running"),
-    ("FINISHED", "success"), ("FAILED", "failed"), ("KILLED", "failed"), ("ERROR", "failed"),
-])
+@pytest.mark.parametrize(
+    ("state", "outcome"),
+    [
+        ("SUBMITTED", "running"),
+        ("RUNNING", "running"),
+        ("RELAUNCHING", "running"),
+        ("UNKNOWN", "running"),
+        ("FINISHED", "success"),
+        ("FAILED", "failed"),
+        ("KILLED", "failed"),
+        ("ERROR", "failed"),
+    ],
+)
 def test_each_driver_state_means_running_finished_or_failed(tmp_path, hook_for, state, outcome):
     handler, asked = _master([state])
     poll = _poll(hook_for(handler), tmp_path, None)
@@ -115,20 +146,28 @@ def test_a_run_of_polls_says_what_changed_and_ends_with_the_event(tmp_path, hook
     assert polls[-1].app == ("app-1", "http://127.0.0.1:4041")
     event = polls[-1].event(str(tmp_path))
     assert set(event) == EVENT_KEYS
-    assert event == {"status": "success", "submission_id": "driver-1", "driver_state": "FINISHED",
-                     "app_id": "app-1", "ui_url": "http://127.0.0.1:4041", "message": None,
-                     "staging": str(tmp_path)}
+    assert event == {
+        "status": "success",
+        "submission_id": "driver-1",
+        "driver_state": "FINISHED",
+        "app_id": "app-1",
+        "ui_url": "http://127.0.0.1:4041",
+        "message": None,
+        "staging": str(tmp_path),
+    }
 
 
-def test_a_failed_driver_s_event_carries_the_master_s_message_and_the_same_cause_as_the_hook_s_result(tmp_path,
-                                                                                                        hook_for):
+def test_a_failed_driver_s_event_carries_the_master_s_message_and_the_same_cause_as_the_hook_s_result(
+    tmp_path, hook_for
+):
     hook = hook_for(_master(["ERROR"], message="java.io.FileNotFoundException: horovod_driver.py")[0])
     poll = _poll(hook, tmp_path, None)
     event = poll.event(str(tmp_path))
     assert (event["status"], event["driver_state"]) == ("failed", "ERROR")
     assert event["message"] == "java.io.FileNotFoundException: horovod_driver.py"
     assert str(driver_failure(event["driver_state"], event["message"])) == (
-        "driver state ERROR: java.io.FileNotFoundException: horovod_driver.py")
+        "driver state ERROR: java.io.FileNotFoundException: horovod_driver.py"
+    )
     from airflow_provider_horovod.exceptions import HorovodJobError
 
     with pytest.raises(HorovodJobError) as raised:  # no result.json: the driver never ran the job
@@ -163,10 +202,14 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
     _app_started(tmp_path, ui_url=None)  # no live UI: neither loop polls progress
 
     handler, asked = _master(list(states))
-    mode = ClusterMode(None, hook_for(handler),
-                       JobReporter(log=LOG, conn_id=None, poll_interval_s=None, max_return_value_bytes=1024,
-                                   publish_link=lambda ti, url: None),
-                       ClusterOptions(poll_interval_s=0.01))
+    mode = ClusterMode(
+        None,
+        hook_for(handler),
+        JobReporter(
+            log=LOG, conn_id=None, poll_interval_s=None, max_return_value_bytes=1024, publish_link=lambda ti, url: None
+        ),
+        ClusterOptions(poll_interval_s=0.01),
+    )
     ti = _TI()
     with caplog.at_level(logging.INFO):
         status = mode._wait_for_driver(ti, "driver-1", Staging(str(tmp_path)))
@@ -176,8 +219,13 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
     caplog.clear()
 
     handler, asked = _master(list(states))
-    trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url="http://127.0.0.1:6066",
-                                     staging=str(tmp_path), poll_interval_s=0.01, timeout_s=5)
+    trigger = HorovodSparkJobTrigger(
+        submission_id="driver-1",
+        rest_url="http://127.0.0.1:6066",
+        staging=str(tmp_path),
+        poll_interval_s=0.01,
+        timeout_s=5,
+    )
     trigger._log = logging.getLogger("test_poll.trigger")  # a stdlib logger, for caplog
     trigger.hook.transport = httpx.MockTransport(handler)  # the same answers, through the trigger's own hook
 
@@ -188,11 +236,21 @@ def test_the_task_s_wait_and_the_trigger_read_the_same_answers_alike(tmp_path, h
         event = asyncio.run(asyncio.wait_for(first_event(), timeout=30))
     async_logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Driver driver-1 is")]
     assert len(asked) == 4
-    assert sync_logged == async_logged == ["Driver driver-1 is SUBMITTED", "Driver driver-1 is RUNNING",
-                                           "Driver driver-1 is KILLED"]
+    assert (
+        sync_logged
+        == async_logged
+        == ["Driver driver-1 is SUBMITTED", "Driver driver-1 is RUNNING", "Driver driver-1 is KILLED"]
+    )
     assert any(r.getMessage() == "Spark application app-1 started; Spark UI: None" for r in caplog.records)
-    assert event.payload == {"status": "failed", "submission_id": "driver-1", "driver_state": "KILLED",
-                             "app_id": "app-1", "ui_url": None, "message": None, "staging": str(tmp_path)}
+    assert event.payload == {
+        "status": "failed",
+        "submission_id": "driver-1",
+        "driver_state": "KILLED",
+        "app_id": "app-1",
+        "ui_url": None,
+        "message": None,
+        "staging": str(tmp_path),
+    }
 
 
 def test_the_progress_log_logs_new_snapshots_at_most_every_interval():
@@ -204,8 +262,17 @@ def test_the_progress_log_logs_new_snapshots_at_most_every_interval():
     log = ProgressLog(interval_s=5.0, clock=lambda: now[0])
 
     def snap(at, step):
-        return json.dumps({"time": at, "started_at": 0.0, "state": "running", "step": step, "total_steps": None,
-                           "metrics": {}, "steps_per_s": None}).encode()
+        return json.dumps(
+            {
+                "time": at,
+                "started_at": 0.0,
+                "state": "running",
+                "step": step,
+                "total_steps": None,
+                "metrics": {},
+                "steps_per_s": None,
+            }
+        ).encode()
 
     assert log.line(None) is None and log.line(b"{half") is None
     assert log.line(snap(1.0, 10)).startswith("step 10")
@@ -225,6 +292,7 @@ def test_the_progress_log_says_once_and_at_once_that_the_try_resumed_from_a_chec
     log = ProgressLog(interval_s=5.0, clock=lambda: 0.0)
     resumed = {"step": 10, "try_number": 2, "saved_by": 1, "location": "/ckpt/step-000000000010.json"}
     snapshot = json.dumps({"time": 1.0, "state": "running", "step": None, "metrics": {}, "resumed": resumed}).encode()
-    assert log.line(snapshot) == ("resuming from checkpoint step 10 (try 2), saved by try 1, from "
-                                  "/ckpt/step-000000000010.json")
+    assert log.line(snapshot) == (
+        "resuming from checkpoint step 10 (try 2), saved by try 1, from /ckpt/step-000000000010.json"
+    )
     assert log.line(snapshot) is None  # once; and no progress line for a snapshot without steps

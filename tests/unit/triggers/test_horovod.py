@@ -9,21 +9,38 @@ from airflow_provider_horovod.standalone.poll import EVENT_KEYS, validate_event
 
 
 def test_serialize_round_trip():
-    trigger = HorovodSparkJobTrigger(submission_id="driver-20261130-0001", rest_url="http://m:6066",
-                                     staging="/shared/.staging/d/r/t/try-1", poll_interval_s=2.5,
-                                     cancel_on_kill=False, timeout_s=7)
+    trigger = HorovodSparkJobTrigger(
+        submission_id="driver-20261130-0001",
+        rest_url="http://m:6066",
+        staging="/shared/.staging/d/r/t/try-1",
+        poll_interval_s=2.5,
+        cancel_on_kill=False,
+        timeout_s=7,
+    )
     path, kwargs = trigger.serialize()
     assert path == "airflow_provider_horovod.triggers.horovod.HorovodSparkJobTrigger"
-    assert kwargs == {"submission_id": "driver-20261130-0001", "rest_url": "http://m:6066",
-                      "staging": "/shared/.staging/d/r/t/try-1", "poll_interval_s": 2.5, "cancel_on_kill": False,
-                      "timeout_s": 7, "conn_id": None, "master_ui_url": None, "mlflow_conn_id": None,
-                      "mlflow_run_id": None}
+    assert kwargs == {
+        "submission_id": "driver-20261130-0001",
+        "rest_url": "http://m:6066",
+        "staging": "/shared/.staging/d/r/t/try-1",
+        "poll_interval_s": 2.5,
+        "cancel_on_kill": False,
+        "timeout_s": 7,
+        "conn_id": None,
+        "master_ui_url": None,
+        "mlflow_conn_id": None,
+        "mlflow_run_id": None,
+    }
     assert HorovodSparkJobTrigger(**kwargs).serialize() == (path, kwargs)
     with_conn = HorovodSparkJobTrigger(**{**kwargs, "conn_id": "spark_secure"})
     assert with_conn.serialize()[1] == {**kwargs, "conn_id": "spark_secure"}  # the id only: the token stays put
     tracked = with_conn.with_mlflow_run("mlflow_default", "run-1")
-    assert tracked.serialize()[1] == {**kwargs, "conn_id": "spark_secure", "mlflow_conn_id": "mlflow_default",
-                                      "mlflow_run_id": "run-1"}  # the MLflow connection's id only, too
+    assert tracked.serialize()[1] == {
+        **kwargs,
+        "conn_id": "spark_secure",
+        "mlflow_conn_id": "mlflow_default",
+        "mlflow_run_id": "run-1",
+    }  # the MLflow connection's id only, too
 
 
 def test_poll_interval_must_be_positive():
@@ -104,8 +121,9 @@ def test_trigger_rides_out_a_few_503s(tmp_path):
 
     master = _flaky_master()
     try:
-        trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url=master.url, staging=str(tmp_path),
-                                         poll_interval_s=0.05, timeout_s=5)
+        trigger = HorovodSparkJobTrigger(
+            submission_id="driver-1", rest_url=master.url, staging=str(tmp_path), poll_interval_s=0.05, timeout_s=5
+        )
 
         async def first_event():
             return await trigger.run().__anext__()
@@ -123,11 +141,17 @@ def test_on_kill_kills_the_driver_unless_told_not_to(tmp_path, cancel_on_kill):
     """A user's kill of the deferred task kills the driver; ``cancel_on_kill=False`` leaves it running."""
     import asyncio
 
-    master = _FakeMaster(lambda method, path: (200, {"action": "KillSubmissionResponse",
-                                                      "message": "Kill request submitted"}))
+    master = _FakeMaster(
+        lambda method, path: (200, {"action": "KillSubmissionResponse", "message": "Kill request submitted"})
+    )
     try:
-        trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url=master.url, staging=str(tmp_path),
-                                         timeout_s=5, cancel_on_kill=cancel_on_kill)
+        trigger = HorovodSparkJobTrigger(
+            submission_id="driver-1",
+            rest_url=master.url,
+            staging=str(tmp_path),
+            timeout_s=5,
+            cancel_on_kill=cancel_on_kill,
+        )
         asyncio.run(asyncio.wait_for(trigger.on_kill(), timeout=30))
     finally:
         master.close()
@@ -137,15 +161,30 @@ def test_on_kill_kills_the_driver_unless_told_not_to(tmp_path, cancel_on_kill):
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhaXJmbG93In0.c2lnbmF0dXJl"
 """A JWS-shaped bearer token (the connection's password, for a master's ``JWSFilter``)."""
 PATH = "airflow_provider_horovod.triggers.horovod.HorovodSparkJobTrigger"
-FIRST = {"submission_id": "driver-1", "rest_url": "{rest}", "staging": "{staging}", "poll_interval_s": 0.05,
-         "cancel_on_kill": True, "timeout_s": 5}
+FIRST = {
+    "submission_id": "driver-1",
+    "rest_url": "{rest}",
+    "staging": "{staging}",
+    "poll_interval_s": 0.05,
+    "cancel_on_kill": True,
+    "timeout_s": 5,
+}
 PERSISTED = {  # what serialize() gave in each release (git log -- airflow_provider_horovod/triggers/horovod.py)
     "5b57f0c: the first trigger": FIRST,
     "2b6db17: conn_id, the bearer token's connection": {**FIRST, "conn_id": "spark_secure"},
     "01fc3df: master_ui_url, a driver submitted through spark-submit's gateway": {
-        **FIRST, "rest_url": "http://127.0.0.1:1", "conn_id": "spark_secure", "master_ui_url": "{ui}"},
-    "fe027d4: the MLflow run a kill ends": {**FIRST, "conn_id": "spark_secure", "master_ui_url": None,
-                                           "mlflow_conn_id": "no_such_mlflow", "mlflow_run_id": "run-1"},
+        **FIRST,
+        "rest_url": "http://127.0.0.1:1",
+        "conn_id": "spark_secure",
+        "master_ui_url": "{ui}",
+    },
+    "fe027d4: the MLflow run a kill ends": {
+        **FIRST,
+        "conn_id": "spark_secure",
+        "master_ui_url": None,
+        "mlflow_conn_id": "no_such_mlflow",
+        "mlflow_run_id": "run-1",
+    },
 }
 """The forms a trigger is persisted in, as users' databases may still hold them; placeholders filled per test."""
 
@@ -198,17 +237,23 @@ def test_a_trigger_persisted_by_an_earlier_release_loads_runs_and_kills(release,
         module, name = path.rsplit(".", 1)
         return getattr(importlib.import_module(module), name)
 
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_SECURE", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
-                                                                "port": 7077, "password": TOKEN}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_SECURE",
+        json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "password": TOKEN}),
+    )
     (tmp_path / "status.json").write_text(json.dumps({"app_id": "app-1", "ui_url": None}))
     gateway = bool(PERSISTED[release].get("master_ui_url"))
     master = _persisted_master(gateway)
-    kwargs = {k: v.format(rest=master.url, ui=master.url, staging=str(tmp_path)) if isinstance(v, str) else v
-              for k, v in PERSISTED[release].items()}
+    kwargs = {
+        k: v.format(rest=master.url, ui=master.url, staging=str(tmp_path)) if isinstance(v, str) else v
+        for k, v in PERSISTED[release].items()
+    }
     try:
         trigger = import_string(PATH)(**kwargs)
-        assert trigger.serialize() == (PATH, {"conn_id": None, "master_ui_url": None, "mlflow_conn_id": None,
-                                              "mlflow_run_id": None, **kwargs})
+        assert trigger.serialize() == (
+            PATH,
+            {"conn_id": None, "master_ui_url": None, "mlflow_conn_id": None, "mlflow_run_id": None, **kwargs},
+        )
 
         async def first_event():
             return await trigger.run().__anext__()
@@ -217,13 +262,21 @@ def test_a_trigger_persisted_by_an_earlier_release_loads_runs_and_kills(release,
         asyncio.run(asyncio.wait_for(import_string(PATH)(**kwargs).on_kill(), timeout=60))
     finally:
         master.close()
-    assert event.payload == {"status": "success", "submission_id": "driver-1", "driver_state": "FINISHED",
-                             "app_id": "app-1", "ui_url": None, "message": None, "staging": str(tmp_path)}
+    assert event.payload == {
+        "status": "success",
+        "submission_id": "driver-1",
+        "driver_state": "FINISHED",
+        "app_id": "app-1",
+        "ui_url": None,
+        "message": None,
+        "staging": str(tmp_path),
+    }
     if gateway:
         assert master.requests == [("GET", "/json/"), ("GET", "/json/"), ("POST", "/driver/kill/"), ("GET", "/")]
     else:
         assert master.requests == [("GET", "/v1/submissions/status/driver-1")] * 2 + [
-            ("POST", "/v1/submissions/kill/driver-1")]
+            ("POST", "/v1/submissions/kill/driver-1")
+        ]
     token = f"Bearer {TOKEN}" if kwargs.get("conn_id") else None
     assert master.authorization == [token] * len(master.requests)
 
@@ -238,10 +291,20 @@ def test_a_connection_the_triggerer_cannot_use_fails_the_trigger(tmp_path, monke
 
     from airflow_provider_horovod.clients import SparkRestTLSError
 
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_SECURE", json.dumps({
-        "conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "password": TOKEN,
-        "extra": {"spark.airflowProviderHorovod.caBundle": str(tmp_path / "missing.pem")}}))
-    trigger = HorovodSparkJobTrigger(submission_id="driver-1", rest_url="https://127.0.0.1:1", staging=str(tmp_path),
-                                     conn_id="spark_secure")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_SECURE",
+        json.dumps(
+            {
+                "conn_type": "spark",
+                "host": "spark://127.0.0.1",
+                "port": 7077,
+                "password": TOKEN,
+                "extra": {"spark.airflowProviderHorovod.caBundle": str(tmp_path / "missing.pem")},
+            }
+        ),
+    )
+    trigger = HorovodSparkJobTrigger(
+        submission_id="driver-1", rest_url="https://127.0.0.1:1", staging=str(tmp_path), conn_id="spark_secure"
+    )
     with pytest.raises(SparkRestTLSError, match="cannot load the CA bundle"):
         asyncio.run(asyncio.wait_for(trigger.run().__anext__(), timeout=30))

@@ -15,14 +15,28 @@ DYING = "Py4JNetworkError: Answer from Java side is empty"
 
 
 def _write(tmp_path, **outcome):
-    (tmp_path / "result.json").write_text(json.dumps({"status": "failed", "app_id": "app-1", "ui_url": None,
-                                                      "artifact_paths": [], "error": None, "message": None,
-                                                      **outcome}))
+    (tmp_path / "result.json").write_text(
+        json.dumps(
+            {
+                "status": "failed",
+                "app_id": "app-1",
+                "ui_url": None,
+                "artifact_paths": [],
+                "error": None,
+                "message": None,
+                **outcome,
+            }
+        )
+    )
 
 
 def test_the_kill_comes_first_and_the_driver_s_error_follows_as_its_consequence(tmp_path):
-    _write(tmp_path, message=DYING, error={"rank": 1, "exc_type": "RuntimeError"},
-           artifact_paths=[str(tmp_path / "model.pt")])
+    _write(
+        tmp_path,
+        message=DYING,
+        error={"rank": 1, "exc_type": "RuntimeError"},
+        artifact_paths=[str(tmp_path / "model.pt")],
+    )
     with pytest.raises(HorovodJobKilledError) as raised:
         read_job_result(tmp_path, killed=KILL)
     assert raised.value.facts == KILL.facts
@@ -50,10 +64,15 @@ def test_without_a_kill_the_driver_s_account_stands(tmp_path):
 def test_a_lost_executor_reaches_airflow_as_its_own_type_with_the_facts(tmp_path):
     from airflow_provider_horovod.exceptions import HorovodExecutorLostError
 
-    facts = {"executor": "1", "host": "10.0.0.7", "rank": 1, "partition": 1,
-             "reason": "Command exited with code 137", "exit_code": 137}
-    _write(tmp_path, message="Spark lost executor 1 on 10.0.0.7", kind="ExecutorLostError",
-           facts=facts)
+    facts = {
+        "executor": "1",
+        "host": "10.0.0.7",
+        "rank": 1,
+        "partition": 1,
+        "reason": "Command exited with code 137",
+        "exit_code": 137,
+    }
+    _write(tmp_path, message="Spark lost executor 1 on 10.0.0.7", kind="ExecutorLostError", facts=facts)
     with pytest.raises(HorovodExecutorLostError) as raised:
         read_job_result(tmp_path)
     assert isinstance(raised.value, HorovodJobError)  # what caught it before still does
@@ -67,8 +86,13 @@ def test_a_lost_executor_reaches_airflow_as_its_own_type_with_the_facts(tmp_path
 
 def test_a_job_cancelled_on_the_driver_reaches_airflow_as_a_kill_with_spark_s_reason(tmp_path):
     facts = {"job_id": 3, "reason": "because killed via Web UI"}
-    _write(tmp_path, message="Spark cancelled the barrier job (job 3) from outside this run", kind="JobCancelledError",
-           facts=facts, error=None)
+    _write(
+        tmp_path,
+        message="Spark cancelled the barrier job (job 3) from outside this run",
+        kind="JobCancelledError",
+        facts=facts,
+        error=None,
+    )
     with pytest.raises(HorovodJobKilledError) as raised:
         read_job_result(tmp_path)
     assert raised.value.facts == facts and raised.value.rank is None and raised.value.app_id == "app-1"
@@ -93,8 +117,11 @@ def test_read_job_result_raises_the_rank_failure_s_kind(tmp_path):
     from airflow_provider_horovod.exceptions import HorovodRankKilledError
     from airflow_provider_horovod.runtime.rank_errors import RankFailedError
 
-    _write(tmp_path, message="Horovod rank 1 failed (killed by signal SIGKILL)",
-           error=RankFailedError(rank=1, exit_code=-9).to_dict())
+    _write(
+        tmp_path,
+        message="Horovod rank 1 failed (killed by signal SIGKILL)",
+        error=RankFailedError(rank=1, exit_code=-9).to_dict(),
+    )
     with pytest.raises(HorovodRankKilledError) as raised:
         read_job_result(tmp_path)
     assert raised.value.rank == 1 and raised.value.signal == 9

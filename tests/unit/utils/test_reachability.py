@@ -35,20 +35,27 @@ def test_one_listening_address_is_enough():
 
 def test_nothing_listening_is_refused_with_the_address():
     port = free_port()
-    with pytest.raises(HorovodJobError, match=rf"^cannot reach Spark master spark://127.0.0.1:{port} "
-                                              rf"\(127.0.0.1:{port}: Connection refused\)"):
+    with pytest.raises(
+        HorovodJobError,
+        match=rf"^cannot reach Spark master spark://127.0.0.1:{port} "
+        rf"\(127.0.0.1:{port}: Connection refused\)",
+    ):
         check_reachable(f"spark://127.0.0.1:{port}", [("127.0.0.1", port)])
 
 
 def test_client_mode_fails_fast_before_spark_submit(tmp_path, monkeypatch):
     port = free_port()
-    monkeypatch.setenv("AIRFLOW_CONN_WRONG_MASTER", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
-                                                                "port": port}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_WRONG_MASTER", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1", "port": port})
+    )
     hook = HorovodHook(conn_id="wrong_master")
     job = TrainingJob(key=b"k" * 32, payload=b"p", settings=JobSettings(np=2), artifact_dir=str(tmp_path / "art"))
     started = time.monotonic()
-    with pytest.raises(HorovodJobError, match=rf"cannot reach Spark master spark://127.0.0.1:{port} .*"
-                                              "connection 'wrong_master'"):
+    with pytest.raises(
+        HorovodJobError,
+        match=rf"cannot reach Spark master spark://127.0.0.1:{port} .*"
+        "connection 'wrong_master'",
+    ):
         hook.run_job(job, payload_path=str(tmp_path / "payload.bin"), staging_dir=str(tmp_path))
     assert time.monotonic() - started < 10
     assert hook._submit is None  # spark-submit never started
@@ -56,9 +63,17 @@ def test_client_mode_fails_fast_before_spark_submit(tmp_path, monkeypatch):
 
 def test_cluster_mode_fails_fast_before_staging(tmp_path, monkeypatch):
     port, rest = free_port(), free_port()
-    monkeypatch.setenv("AIRFLOW_CONN_WRONG_MASTER", json.dumps({
-        "conn_type": "spark", "host": "spark://127.0.0.1", "port": port,
-        "extra": {"deploy-mode": "cluster", "spark.airflowProviderHorovod.restPort": rest}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_WRONG_MASTER",
+        json.dumps(
+            {
+                "conn_type": "spark",
+                "host": "spark://127.0.0.1",
+                "port": port,
+                "extra": {"deploy-mode": "cluster", "spark.airflowProviderHorovod.restPort": rest},
+            }
+        ),
+    )
     hook = HorovodStandaloneHook(conn_id="wrong_master")
     job = TrainingJob(key=b"k" * 32, payload=b"p", settings=JobSettings(np=2), artifact_dir=str(tmp_path))
     with pytest.raises(HorovodJobError, match=rf"cannot reach Spark master spark://127.0.0.1:{port} "):
@@ -67,6 +82,9 @@ def test_cluster_mode_fails_fast_before_staging(tmp_path, monkeypatch):
     with socket.socket() as master:  # the master answers, its REST submission server does not
         master.bind(("127.0.0.1", port))
         master.listen()
-        with pytest.raises(HorovodJobError, match=rf"cannot reach the Spark master's REST submission server "
-                                                  rf"http://127.0.0.1:{rest} .*spark.master.rest.enabled=true"):
+        with pytest.raises(
+            HorovodJobError,
+            match=rf"cannot reach the Spark master's REST submission server "
+            rf"http://127.0.0.1:{rest} .*spark.master.rest.enabled=true",
+        ):
             hook.check_master_reachable()

@@ -17,7 +17,8 @@ def test_executor_options_unless_set_by_the_user_or_the_cluster_defaults():
 def test_spark_defaults_keys_reads_the_conf_dir(tmp_path, monkeypatch):
     (tmp_path / "spark-defaults.conf").write_text(
         "# comment\n\nspark.executor.extraJavaOptions  -Dproxy=on\nspark.eventLog.enabled=true\n"
-        "spark.master\tspark://m:7077\n")
+        "spark.master\tspark://m:7077\n"
+    )
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert spark_defaults_keys() == {KEY, "spark.eventLog.enabled", "spark.master"}
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))

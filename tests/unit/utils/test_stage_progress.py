@@ -39,9 +39,12 @@ def snapshot(stage_changes: dict, *, group: str = "horovod-abc123", active_on_ex
 
 
 def test_waiting_for_slots():
-    facts = describe(snapshot({"status": "ACTIVE", "numActiveTasks": 0, "submissionTime": "2026-11-30T08:00:00.000GMT"}))
-    assert facts == {"stage-3-0": "barrier stage 3 waiting for 2 free task slots "
-                                  "(submitted 2026-11-30T08:00:00.000GMT)"}
+    facts = describe(
+        snapshot({"status": "ACTIVE", "numActiveTasks": 0, "submissionTime": "2026-11-30T08:00:00.000GMT"})
+    )
+    assert facts == {
+        "stage-3-0": "barrier stage 3 waiting for 2 free task slots (submitted 2026-11-30T08:00:00.000GMT)"
+    }
 
 
 def test_some_tasks_started_is_a_stage_starting_not_waiting_for_slots():
@@ -71,10 +74,18 @@ def test_a_failed_task_in_an_active_stage_is_an_abort_not_a_start():
 
 
 def test_failed_attempt_gives_the_first_line_of_the_reason():
-    facts = describe(snapshot({"status": "FAILED", "numActiveTasks": 0,
-                                "failureReason": "Could not recover from a failed barrier ResultStage.\nat ..."}))
-    assert facts == {"stage-3-0": "barrier stage 3 attempt 0 failed: Could not recover from a failed barrier "
-                                  "ResultStage."}
+    facts = describe(
+        snapshot(
+            {
+                "status": "FAILED",
+                "numActiveTasks": 0,
+                "failureReason": "Could not recover from a failed barrier ResultStage.\nat ...",
+            }
+        )
+    )
+    assert facts == {
+        "stage-3-0": "barrier stage 3 attempt 0 failed: Could not recover from a failed barrier ResultStage."
+    }
 
 
 def test_finished():

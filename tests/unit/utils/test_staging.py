@@ -16,9 +16,17 @@ from tests.s3_server import s3_server  # noqa: F401  (fixture)
 @pytest.fixture
 def minio(s3_server, monkeypatch):  # noqa: F811
     """An ``aws`` connection ``minio`` to the test store, as Airflow reads it from the environment."""
-    monkeypatch.setenv("AIRFLOW_CONN_MINIO", json.dumps({
-        "conn_type": "aws", "login": s3_server.access_key, "password": s3_server.secret_key,
-        "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MINIO",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": s3_server.access_key,
+                "password": s3_server.secret_key,
+                "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region},
+            }
+        ),
+    )
     fs = s3_server.fs()
     if not fs.exists("stage"):
         fs.mkdir("stage")
@@ -73,9 +81,17 @@ def test_local_staging_is_owner_only(tmp_path):
 
 
 def test_credentials_become_s3fs_options():
-    env = {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "s", "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
-           "AWS_DEFAULT_REGION": "eu-west-1"}
-    assert fs_options(env) == {"key": "id", "secret": "s", "endpoint_url": "http://127.0.0.1:9",
-                               "client_kwargs": {"region_name": "eu-west-1"}}
+    env = {
+        "AWS_ACCESS_KEY_ID": "id",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
+    assert fs_options(env) == {
+        "key": "id",
+        "secret": "s",
+        "endpoint_url": "http://127.0.0.1:9",
+        "client_kwargs": {"region_name": "eu-west-1"},
+    }
     assert fs_options({}) == {}
     assert with_conn_id("s3://b/p", "c") == "s3://c@b/p" and with_conn_id("/tmp/x", "c") == "/tmp/x"

@@ -27,11 +27,23 @@ def test_object_storage_path_keeps_its_connection():
 
 
 def test_aws_connection_becomes_standard_variables(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_STORE", json.dumps({
-        "conn_type": "aws", "login": "AKID", "password": "secret",
-        "extra": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}}))
-    assert credentials_env("store") == {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "secret",
-                                        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_DEFAULT_REGION": "eu-west-1"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_STORE",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "AKID",
+                "password": "secret",
+                "extra": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"},
+            }
+        ),
+    )
+    assert credentials_env("store") == {
+        "AWS_ACCESS_KEY_ID": "AKID",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
 
 
 def test_other_connection_types_are_refused(monkeypatch):

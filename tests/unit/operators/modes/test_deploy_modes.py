@@ -46,18 +46,33 @@ class FakeTI:
 
 
 def _reporter(links: list) -> JobReporter:
-    return JobReporter(log=LOG, conn_id=None, poll_interval_s=None, max_return_value_bytes=1024,
-                       publish_link=lambda ti, url: links.append(url))
+    return JobReporter(
+        log=LOG,
+        conn_id=None,
+        poll_interval_s=None,
+        max_return_value_bytes=1024,
+        publish_link=lambda ti, url: links.append(url),
+    )
 
 
 def _request(tmp_path: Path, **settings: Any) -> TrainingJob:
-    return TrainingJob(key=b"k" * 32, payload=b"signed payload", artifact_dir=str(tmp_path / "art"),
-                      settings=JobSettings(np=2, **settings), env={"A": "1"}, label="d.train")
+    return TrainingJob(
+        key=b"k" * 32,
+        payload=b"signed payload",
+        artifact_dir=str(tmp_path / "art"),
+        settings=JobSettings(np=2, **settings),
+        env={"A": "1"},
+        label="d.train",
+    )
 
 
 def _result(tmp_path: Path, value: Any) -> JobResult:
-    return JobResult(app_id="app-1", ui_url="http://127.0.0.1:4040", artifact_paths=[str(tmp_path / "art/model.pt")],
-                     return_value=cloudpickle.dumps(value))
+    return JobResult(
+        app_id="app-1",
+        ui_url="http://127.0.0.1:4040",
+        artifact_paths=[str(tmp_path / "art/model.pt")],
+        return_value=cloudpickle.dumps(value),
+    )
 
 
 class FakeClientHook:
@@ -134,8 +149,9 @@ class FakeStandaloneHook:
     conn_id = "spark_cluster"
     uses_gateway = False
     access = SparkRestAccess()
-    endpoints = StandaloneEndpoints(master_url="spark://127.0.0.1:7077", rest_url="http://127.0.0.1:6066",
-                                    master_ui_url="http://127.0.0.1:8080")
+    endpoints = StandaloneEndpoints(
+        master_url="spark://127.0.0.1:7077", rest_url="http://127.0.0.1:6066", master_ui_url="http://127.0.0.1:8080"
+    )
 
     def __init__(self, *states: str, killed_headline: str | None = None) -> None:
         self.states, self.calls, self.killed, self.killed_headline = list(states), [], [], killed_headline
@@ -163,23 +179,41 @@ class FakeStandaloneHook:
 def _finish_driver(staging: Path, value: Any, status: str = "success", message: str | None = None) -> None:
     (staging / "status.json").write_text(json.dumps({"app_id": "app-1", "ui_url": None}))
     (staging / "result.pkl").write_bytes(cloudpickle.dumps(value))
-    (staging / "result.json").write_text(json.dumps({"status": status, "app_id": "app-1", "ui_url": None,
-                                                     "artifact_paths": [], "error": None, "message": message}))
+    (staging / "result.json").write_text(
+        json.dumps(
+            {
+                "status": status,
+                "app_id": "app-1",
+                "ui_url": None,
+                "artifact_paths": [],
+                "error": None,
+                "message": message,
+            }
+        )
+    )
 
 
 def _cluster(tmp_path: Path, hook: FakeStandaloneHook, **options: Any) -> ClusterMode:
-    return ClusterMode(_request(tmp_path), hook, _reporter([]),
-                       ClusterOptions(staging_dir=str(tmp_path / "staging" / "try-1"), poll_interval_s=None,
-                                      **options))
+    return ClusterMode(
+        _request(tmp_path),
+        hook,
+        _reporter([]),
+        ClusterOptions(staging_dir=str(tmp_path / "staging" / "try-1"), poll_interval_s=None, **options),
+    )
 
 
 def test_cluster_mode_submits_waits_and_reads_the_result(tmp_path):
     hook, ti = FakeStandaloneHook("RUNNING", "FINISHED"), FakeTI()
     mode = _cluster(tmp_path, hook)
     record = mode.submit_job({"ti": ti})
-    assert record == {"submission_id": "driver-1", "staging": str(tmp_path / "staging" / "try-1"),
-                      "artifact_dir": str(tmp_path / "art"), "try_number": 1, "deferred": False,
-                      "cancel_on_kill": True}
+    assert record == {
+        "submission_id": "driver-1",
+        "staging": str(tmp_path / "staging" / "try-1"),
+        "artifact_dir": str(tmp_path / "art"),
+        "try_number": 1,
+        "deferred": False,
+        "cancel_on_kill": True,
+    }
     [earlier, (_, submitted)] = hook.calls
     assert earlier == ("kill_earlier_tries", str(tmp_path / "staging" / "try-1"))
     assert submitted["job"] is mode.job and submitted["staging"].uri == str(tmp_path / "staging" / "try-1")
@@ -210,15 +244,20 @@ def test_deferrable_cluster_mode_hands_the_driver_to_the_trigger(tmp_path, gatew
     deferred = raised.value.args[0]
     trigger = deferred["trigger"]
     assert (trigger.submission_id, trigger.rest_url, trigger.staging, trigger.conn_id) == (
-        "driver-1", "http://127.0.0.1:6066", str(tmp_path / "staging" / "try-1"), "spark_cluster")
+        "driver-1",
+        "http://127.0.0.1:6066",
+        str(tmp_path / "staging" / "try-1"),
+        "spark_cluster",
+    )
     assert trigger.serialize()[1]["conn_id"] == "spark_cluster"  # the triggerer reads the token from it
     assert trigger.master_ui_url == ("http://127.0.0.1:8080" if gateway else None)  # where it reads the state
     assert deferred["method_name"] == "execute_complete"
 
 
 def test_a_cleared_try_s_driver_is_abandoned_and_a_crashed_one_reattached(tmp_path):
-    deferred_record = _cluster(tmp_path, FakeStandaloneHook("RUNNING"), deferrable=True,
-                               defer=_defer).submit_job({"ti": FakeTI()})
+    deferred_record = _cluster(tmp_path, FakeStandaloneHook("RUNNING"), deferrable=True, defer=_defer).submit_job(
+        {"ti": FakeTI()}
+    )
     retry = _cluster(tmp_path, FakeStandaloneHook("RUNNING"))
     assert retry.get_job_status(deferred_record, {"ti": FakeTI(try_number=2)}) == ABANDONED
     sync_record = {**deferred_record, "deferred": False}
@@ -245,8 +284,15 @@ def test_resuming_after_the_trigger_reads_the_event_and_names_a_kill_from_outsid
     _finish_driver(staging, None, status="failed", message="Py4JNetworkError: Answer from Java side is empty")
     hook = FakeStandaloneHook("KILLED", killed_headline="Spark driver driver-1 was KILLED from outside this task")
     mode = ClusterMode(None, hook, _reporter([]))  # execute_complete: no new job
-    event = {"status": "failed", "submission_id": "driver-1", "driver_state": "KILLED", "app_id": "app-1",
-             "ui_url": "http://127.0.0.1:4041", "message": None, "staging": str(staging)}
+    event = {
+        "status": "failed",
+        "submission_id": "driver-1",
+        "driver_state": "KILLED",
+        "app_id": "app-1",
+        "ui_url": "http://127.0.0.1:4041",
+        "message": None,
+        "staging": str(staging),
+    }
     ti = FakeTI()
     with pytest.raises(HorovodJobError) as raised:
         mode.complete({"ti": ti}, event)
@@ -263,18 +309,28 @@ def test_a_failed_trigger_kills_the_driver_named_in_xcom(tmp_path):
     assert hook.killed == ["driver-7"]
 
 
-@pytest.mark.parametrize("master", ["spark://m:7077", "spark://m1:7077,m2:7077", "m", "localhost",
-                                    "yarn-rm.example.com"])
+@pytest.mark.parametrize(
+    "master", ["spark://m:7077", "spark://m1:7077,m2:7077", "m", "localhost", "yarn-rm.example.com"]
+)
 def test_cluster_mode_runs_on_a_standalone_master_a_bare_host_included(master):
     assert cluster_manager(master, conn_id="c") == "standalone"
 
 
-@pytest.mark.parametrize(("master", "name"), [("yarn", "YARN"), ("k8s://https://k:443", "Kubernetes"),
-                                              ("mesos://m:5050", "Mesos"), ("local[4]", "a local master")])
+@pytest.mark.parametrize(
+    ("master", "name"),
+    [
+        ("yarn", "YARN"),
+        ("k8s://https://k:443", "Kubernetes"),
+        ("mesos://m:5050", "Mesos"),
+        ("local[4]", "a local master"),
+    ],
+)
 def test_cluster_mode_on_another_cluster_manager_s_master_is_refused_naming_it(monkeypatch, master, name):
     """Picked by deploy mode and master URL: client mode stays open on those masters."""
-    monkeypatch.setenv("AIRFLOW_CONN_OTHER_MASTER", json.dumps({"conn_type": "spark", "host": master,
-                                                                "extra": {"deploy-mode": "cluster"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_OTHER_MASTER",
+        json.dumps({"conn_type": "spark", "host": master, "extra": {"deploy-mode": "cluster"}}),
+    )
     refused = rf"^connection 'other_master': cluster deploy mode submits to a Spark standalone master .* is {name};"
     with pytest.raises(HorovodJobError, match=refused):
         resolve_deploy_mode(conn_id="other_master", deploy_mode=None, np=2)

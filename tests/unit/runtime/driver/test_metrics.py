@@ -88,8 +88,17 @@ def test_a_job_that_reports_nothing_leaves_no_files(tmp_path):
 def test_a_resume_event_is_kept_in_the_snapshot_and_is_no_report():
     collector = MetricsCollector(None, clock=Clock())
     assert collector.snapshot()["resumed"] is None
-    collector.add({"event": "resumed", "time": 1000.0, "rank": 0, "step": 10, "try_number": 2, "saved_by": 1,
-                   "location": "/ckpt/step-000000000010.json"})
+    collector.add(
+        {
+            "event": "resumed",
+            "time": 1000.0,
+            "rank": 0,
+            "step": 10,
+            "try_number": 2,
+            "saved_by": 1,
+            "location": "/ckpt/step-000000000010.json",
+        }
+    )
     snap = collector.snapshot()
     assert snap["resumed"] == {"step": 10, "try_number": 2, "saved_by": 1, "location": "/ckpt/step-000000000010.json"}
     assert snap["step"] is None and snap["ranks"] == {} and collector.last_metrics == {}
@@ -99,8 +108,12 @@ def test_the_phase_before_the_first_report_and_a_failed_job_s_headline_reach_pro
     with MetricsCollector(str(tmp_path), log_interval_s=60) as collector:
         collector.phase("waiting for 2 task slots: 0 free of 2")
         collector.phase("starting 2 ranks (the barrier stage is submitted)")
-        collector.finish("failed", error="RankFailedError: Horovod rank 1 failed (exit code 1): ValueError: x" +
-                         "y" * 5000 + "\nTraceback ...")
+        collector.finish(
+            "failed",
+            error="RankFailedError: Horovod rank 1 failed (exit code 1): ValueError: x"
+            + "y" * 5000
+            + "\nTraceback ...",
+        )
     snapshot = json.loads((tmp_path / "progress.json").read_text())
     assert snapshot["phase"] == "starting 2 ranks (the barrier stage is submitted)" and snapshot["step"] is None
     assert snapshot["state"] == "failed" and snapshot["error"].startswith("RankFailedError: Horovod rank 1 failed")
@@ -132,15 +145,17 @@ def test_the_ranks_milestones_make_the_phase_until_the_first_report(tmp_path):
     with MetricsCollector(str(tmp_path), log_interval_s=60, ranks=2, init_call="hvd.init()") as collector:
         collector.phase("starting 2 ranks (the barrier stage is submitted)")
         seen = []
-        for rank, milestone in [(0, "loaded"), (1, "loaded"), (0, "init"), (0, "ready"), (1, "init"),
-                                (1, "ready")]:
+        for rank, milestone in [(0, "loaded"), (1, "loaded"), (0, "init"), (0, "ready"), (1, "init"), (1, "ready")]:
             collector.add(event(rank, milestone))
             seen.append(collector.snapshot()["phase"])
-        assert seen == ["loading the training function: 1/2 ranks", "loading the training function: 2/2 ranks",
-                        "rendezvous: 1/2 ranks in hvd.init(), 0 joined",
-                        "rendezvous: 1/2 ranks in hvd.init(), 1 joined",
-                        "rendezvous: 2/2 ranks in hvd.init(), 1 joined",
-                        "training: all 2 ranks joined hvd.init(), no report yet"]
+        assert seen == [
+            "loading the training function: 1/2 ranks",
+            "loading the training function: 2/2 ranks",
+            "rendezvous: 1/2 ranks in hvd.init(), 0 joined",
+            "rendezvous: 1/2 ranks in hvd.init(), 1 joined",
+            "rendezvous: 2/2 ranks in hvd.init(), 1 joined",
+            "training: all 2 ranks joined hvd.init(), no report yet",
+        ]
         collector.add(_record(0, 1, 1.0, loss=0.5))
         collector.add(event(0, "init"))  # a later init call, after the reports began: the phase stays
         snapshot = collector.snapshot()

@@ -21,14 +21,26 @@ MASTER = "spark://127.0.0.1:7077"
 
 
 def worker(i: int, cores: int = 2, used: int = 0, memory: int = 1024, mem_used: int = 0, state: str = "ALIVE"):
-    return {"id": f"worker-{i}", "host": "127.0.0.1", "cores": cores, "coresused": used, "memory": memory,
-            "memoryused": mem_used, "state": state}
+    return {
+        "id": f"worker-{i}",
+        "host": "127.0.0.1",
+        "cores": cores,
+        "coresused": used,
+        "memory": memory,
+        "memoryused": mem_used,
+        "state": state,
+    }
 
 
 def master_state(workers, apps=(), drivers=()):
     """A standalone master's /json/ page with Spark's keys (the shape tests/unit/data/spark_rest records)."""
-    return {"url": MASTER, "status": "ALIVE", "workers": list(workers), "activeapps": list(apps),
-            "activedrivers": list(drivers)}
+    return {
+        "url": MASTER,
+        "status": "ALIVE",
+        "workers": list(workers),
+        "activeapps": list(apps),
+        "activedrivers": list(drivers),
+    }
 
 
 def app(app_id: str, cores: int, name: str = "job", state: str = "RUNNING"):
@@ -36,24 +48,45 @@ def app(app_id: str, cores: int, name: str = "job", state: str = "RUNNING"):
 
 
 def res(cluster_mode: bool = False, **conf: str) -> AppResources:
-    return AppResources.from_conf({"spark.master": MASTER, **{k.replace("_", "."): v for k, v in conf.items()}},
-                                  cluster_mode=cluster_mode)
+    return AppResources.from_conf(
+        {"spark.master": MASTER, **{k.replace("_", "."): v for k, v in conf.items()}}, cluster_mode=cluster_mode
+    )
 
 
-BUSY = master_state([worker(0, used=2, mem_used=1024), worker(1, used=2, mem_used=1024)],
-                    apps=[app("app-1", 4, "first"), app("app-2", 0, "second", "WAITING")])
+BUSY = master_state(
+    [worker(0, used=2, mem_used=1024), worker(1, used=2, mem_used=1024)],
+    apps=[app("app-1", 4, "first"), app("app-2", 0, "second", "WAITING")],
+)
 """2 workers x 2 cores, every core held by app-1 (np=4); app-2 waits."""
 
 
-@pytest.mark.parametrize(("value", "mib"), [("512m", 512), ("2g", 2048), ("1024", 1024), ("1536MB", 1536),
-                                            ("1t", 1024 * 1024), ("100k", 1), (None, 7), ("lots", 7)])
+@pytest.mark.parametrize(
+    ("value", "mib"),
+    [
+        ("512m", 512),
+        ("2g", 2048),
+        ("1024", 1024),
+        ("1536MB", 1536),
+        ("1t", 1024 * 1024),
+        ("100k", 1),
+        (None, 7),
+        ("lots", 7),
+    ],
+)
 def test_memory_sizes_in_mib(value, mib):
     assert memory_mib(value, 7) == mib
 
 
 def test_resources_from_conf_and_defaults():
-    r = AppResources.from_conf({"spark.master": MASTER, "spark.executor.cores": "2", "spark.task.cpus": "2",
-                                "spark.cores.max": "6", "spark.submit.deployMode": "cluster"})
+    r = AppResources.from_conf(
+        {
+            "spark.master": MASTER,
+            "spark.executor.cores": "2",
+            "spark.task.cpus": "2",
+            "spark.cores.max": "6",
+            "spark.submit.deployMode": "cluster",
+        }
+    )
     assert (r.executor_cores, r.task_cpus, r.cores_max, r.cluster_mode) == (2, 2, 6, True)
     assert (r.executor_memory_mb, r.driver_memory_mb, r.driver_cores) == (1024, 1024, 1)  # Spark's defaults
     unknown = AppResources.from_conf({}, assume_defaults=False)  # the Airflow side: no spark-defaults.conf here
@@ -62,16 +95,21 @@ def test_resources_from_conf_and_defaults():
 
 
 def test_caps_apply_to_the_masters_they_belong_to():
-    assert res(spark_cores_max="2").cap() == (2, "spark.cores.max=2 (spark.executor.cores=unset, "
-                                                  "spark.executor.memory=1024 MiB, spark.task.cpus=1)")
+    assert res(spark_cores_max="2").cap() == (
+        2,
+        "spark.cores.max=2 (spark.executor.cores=unset, spark.executor.memory=1024 MiB, spark.task.cpus=1)",
+    )
     assert res(spark_cores_max="5", spark_executor_cores="2").cap()[0] == 4  # two whole 2-core executors
-    yarn = AppResources.from_conf({"spark.master": "yarn", "spark.executor.instances": "3",
-                                   "spark.executor.cores": "2", "spark.cores.max": "1"})
+    yarn = AppResources.from_conf(
+        {"spark.master": "yarn", "spark.executor.instances": "3", "spark.executor.cores": "2", "spark.cores.max": "1"}
+    )
     assert yarn.cap() == (6, "spark.executor.instances=3 x spark.executor.cores=2 (spark.task.cpus=1)")
     assert AppResources.from_conf({"spark.master": "local[4]", "spark.cores.max": "1"}).cap() is None
     message = never_fits_message(3, res(spark_cores_max="2"))
-    assert message.startswith("np=3 needs 3 task slots at the same time (one barrier task per rank), but this job "
-                              "can never have them: spark.cores.max=2")
+    assert message.startswith(
+        "np=3 needs 3 task slots at the same time (one barrier task per rank), but this job "
+        "can never have them: spark.cores.max=2"
+    )
     assert "allows at most 2 task slots. Lower np to 2 or raise the cap" in message
 
 
@@ -81,17 +119,21 @@ def test_a_busy_cluster_that_could_fit_the_job():
     assert view.holders == ("app-1 'first' (4 cores)",) and view.app_cores == 0
     assert never_fits_message(4, res(), view) is None
     line = waiting_message(4, 0, 0, view, res())
-    assert line == ("waiting for 4 task slots (np=4, spark.task.cpus=1): this application has no executors: other "
-                    "applications hold every core it could use; cluster spark://127.0.0.1:7077: 2 workers alive, "
-                    "4 cores (0 free), at most 4 task slots for this job, 0 free; held by app-1 'first' (4 cores)")
+    assert line == (
+        "waiting for 4 task slots (np=4, spark.task.cpus=1): this application has no executors: other "
+        "applications hold every core it could use; cluster spark://127.0.0.1:7077: 2 workers alive, "
+        "4 cores (0 free), at most 4 task slots for this job, 0 free; held by app-1 'first' (4 cores)"
+    )
 
 
 def test_never_fits_names_the_counts():
     message = never_fits_message(5, res(), cluster_view(BUSY, res()))
-    assert message == ("np=5 needs 5 task slots at the same time (one barrier task per rank), but this job can never "
-                       "have them: the cluster spark://127.0.0.1:7077 has 2 workers alive with 4 cores in all; that "
-                       "leaves at most 4 task slots for this job's executors (spark.executor.cores=unset, "
-                       "spark.executor.memory=1024 MiB, spark.task.cpus=1). Lower np to 4 or add workers")
+    assert message == (
+        "np=5 needs 5 task slots at the same time (one barrier task per rank), but this job can never "
+        "have them: the cluster spark://127.0.0.1:7077 has 2 workers alive with 4 cores in all; that "
+        "leaves at most 4 task slots for this job's executors (spark.executor.cores=unset, "
+        "spark.executor.memory=1024 MiB, spark.task.cpus=1). Lower np to 4 or add workers"
+    )
 
 
 def test_cluster_mode_counts_the_drivers_core():
@@ -99,15 +141,18 @@ def test_cluster_mode_counts_the_drivers_core():
     view = cluster_view(master_state([worker(0), worker(1)]), r)  # before submission: best placement
     assert view.max_slots == 3
     message = never_fits_message(4, r, view)
-    assert ("2 workers alive with 4 cores in all; in cluster deploy mode the driver takes spark.driver.cores=1 and "
-            "512 MiB on a worker; that leaves at most 3 task slots") in message
+    assert (
+        "2 workers alive with 4 cores in all; in cluster deploy mode the driver takes spark.driver.cores=1 and "
+        "512 MiB on a worker; that leaves at most 3 task slots"
+    ) in message
     assert "Lower np to 3, use client deploy mode (the driver then runs outside the cluster) or add workers" in message
     # the driver's memory counts too: a 1 GiB driver leaves its 1 GiB worker no room for an executor
     assert cluster_view(master_state([worker(0), worker(1)]), res(cluster_mode=True)).max_slots == 2
     # once placed, its own worker is the one that gives less
-    placed = master_state([worker(0, cores=4, memory=4096), worker(1)],
-                          drivers=[{"id": "driver-1", "state": "RUNNING", "worker": "worker-1", "cores": 1,
-                                    "memory": 512}])
+    placed = master_state(
+        [worker(0, cores=4, memory=4096), worker(1)],
+        drivers=[{"id": "driver-1", "state": "RUNNING", "worker": "worker-1", "cores": 1, "memory": 512}],
+    )
     mine = cluster_view(placed, r, driver_id="driver-1")
     assert mine.max_slots == 5 and mine.driver_note.endswith("on worker worker-1") and mine.holders == ()
     other = cluster_view(placed, r, driver_id="driver-2")  # someone else's driver is a holder, not a reservation
@@ -131,17 +176,25 @@ def test_executor_size_memory_and_dead_workers_limit_the_slots():
 
 def test_waiting_lines_change_only_with_the_situation():
     r = res(spark_executor_cores="2")
-    starting = cluster_view(master_state([worker(0, used=2), worker(1, used=2)], apps=[app("app-2", 4)]), r,
-                            app_id="app-2")
-    assert waiting_message(4, 2, 1, starting, r) == ("waiting for 4 task slots (np=4, spark.task.cpus=1): the master "
-                                                     "granted this application 4 cores; its executors are starting")
-    partial = cluster_view(master_state([worker(0, used=2), worker(1, used=2)],
-                                        apps=[app("app-1", 2, "np2"), app("app-2", 2)]), r, app_id="app-2")
+    starting = cluster_view(
+        master_state([worker(0, used=2), worker(1, used=2)], apps=[app("app-2", 4)]), r, app_id="app-2"
+    )
+    assert waiting_message(4, 2, 1, starting, r) == (
+        "waiting for 4 task slots (np=4, spark.task.cpus=1): the master "
+        "granted this application 4 cores; its executors are starting"
+    )
+    partial = cluster_view(
+        master_state([worker(0, used=2), worker(1, used=2)], apps=[app("app-1", 2, "np2"), app("app-2", 2)]),
+        r,
+        app_id="app-2",
+    )
     assert waiting_message(4, 2, 1, partial, r).startswith(
         "waiting for 4 task slots (np=4, spark.task.cpus=1): this application has 2 task slots on 1 executor (2 of "
-        "the 4 cores it needs granted); cluster")
-    assert waiting_message(4, 0, 0, None, r) == ("waiting for 4 task slots (np=4, spark.task.cpus=1): this "
-                                                 "application has no executors yet")
+        "the 4 cores it needs granted); cluster"
+    )
+    assert waiting_message(4, 0, 0, None, r) == (
+        "waiting for 4 task slots (np=4, spark.task.cpus=1): this application has no executors yet"
+    )
     free = cluster_view(master_state([worker(0), worker(1)]), r, app_id="app-9")
     assert "no executors yet; the master is starting them" in waiting_message(4, 0, 0, free, r)
 
@@ -153,8 +206,10 @@ def test_many_holders_are_counted_not_listed():
 
 
 def test_master_ui_urls():
-    assert master_ui_urls("spark://m1:7077,m2:7078", {"spark.master.ui.port": "8081"}) == ["http://m1:8081",
-                                                                                         "http://m2:8081"]
+    assert master_ui_urls("spark://m1:7077,m2:7078", {"spark.master.ui.port": "8081"}) == [
+        "http://m1:8081",
+        "http://m2:8081",
+    ]
     assert master_ui_urls("spark://m1:7077", {}) == ["http://m1:8080"]
     assert master_ui_urls("yarn", {}) == [] and master_ui_urls("local[2]", {}) == []
 
@@ -194,27 +249,42 @@ def test_read_master_state_accepts_only_this_masters_page():
 def test_cluster_mode_watcher_lines():
     from airflow_provider_horovod.standalone.slots import cluster_wait_message
 
-    r = AppResources.from_conf({"spark.master": MASTER, "spark.executor.cores": "1", "spark.cores.max": "4",
-                                "spark.driver.memory": "512m"}, assume_defaults=False, cluster_mode=True)
-    drivers = [{"id": "driver-1", "state": "RUNNING", "worker": "worker-0", "cores": 1},
-               {"id": "driver-2", "state": "SUBMITTED", "cores": 1}]
+    r = AppResources.from_conf(
+        {"spark.master": MASTER, "spark.executor.cores": "1", "spark.cores.max": "4", "spark.driver.memory": "512m"},
+        assume_defaults=False,
+        cluster_mode=True,
+    )
+    drivers = [
+        {"id": "driver-1", "state": "RUNNING", "worker": "worker-0", "cores": 1},
+        {"id": "driver-2", "state": "SUBMITTED", "cores": 1},
+    ]
     full = master_state([worker(0, used=2), worker(1, used=2)], apps=[app("app-1", 3, "first")], drivers=drivers)
     assert cluster_wait_message(full, r, 4, submission_id="driver-2", app_id=None) == (
         "driver driver-2 is waiting for a worker with 1 free core and 512 MiB; cluster spark://127.0.0.1:7077: 2 "
         "workers alive, 4 cores (0 free), at most 3 task slots for this job, 0 free; held by app-1 'first' (3 "
-        "cores), driver driver-1 (1 core)")
+        "cores), driver driver-1 (1 core)"
+    )
     drivers[1].update(state="RUNNING", worker="worker-1")
-    waiting = master_state([worker(0, used=2), worker(1, used=1)],
-                           apps=[app("app-1", 2, "first"), app("app-2", 0, "second", "WAITING")], drivers=drivers)
+    waiting = master_state(
+        [worker(0, used=2), worker(1, used=1)],
+        apps=[app("app-1", 2, "first"), app("app-2", 0, "second", "WAITING")],
+        drivers=drivers,
+    )
     assert cluster_wait_message(waiting, r, 4, submission_id="driver-2", app_id="app-2").startswith(
         "application app-2 is waiting for 4 task slots (np=4): the master has granted it 0 of the 4 cores it needs; "
-        "cluster")
-    busy = master_state([worker(0, used=2), worker(1, used=2)],
-                        apps=[app("app-1", 3, "first"), app("app-2", 0, "second", "WAITING")], drivers=drivers)
+        "cluster"
+    )
+    busy = master_state(
+        [worker(0, used=2), worker(1, used=2)],
+        apps=[app("app-1", 3, "first"), app("app-2", 0, "second", "WAITING")],
+        drivers=drivers,
+    )
     assert "it has no executors: other applications hold every core it could use" in cluster_wait_message(
-        busy, r, 4, submission_id="driver-2", app_id="app-2")
-    running = master_state([worker(0, cores=4, used=4), worker(1, used=1)], apps=[app("app-2", 4, "second")],
-                           drivers=drivers)
+        busy, r, 4, submission_id="driver-2", app_id="app-2"
+    )
+    running = master_state(
+        [worker(0, cores=4, used=4), worker(1, used=1)], apps=[app("app-2", 4, "second")], drivers=drivers
+    )
     assert cluster_wait_message(running, r, 4, submission_id="driver-2", app_id="app-2") is None
 
 

@@ -42,31 +42,38 @@ def test_rank0_writes_a_value_within_the_limit_and_a_refusal_above_it(capsys):
     assert isinstance(refused, ReturnValueRefused)
     assert (refused.size, refused.limit, refused.type_name) == (len(data), 1000, "dict")  # the exact pickle size
     assert len(written) < 300  # nothing large crosses the JVMs
-    assert (f"rank 0's return value (a dict) is {len(data)} bytes pickled, above max_return_value_bytes=1000: it "
-            "is not sent to the driver") in capsys.readouterr().err
+    assert (
+        f"rank 0's return value (a dict) is {len(data)} bytes pickled, above max_return_value_bytes=1000: it "
+        "is not sent to the driver"
+    ) in capsys.readouterr().err
     with pytest.raises(TypeError, match="pickle"):
         pickle_result(__import__("threading").Lock(), 1000)
 
 
 def test_run_raises_on_the_refusal_with_both_sizes(monkeypatch):
     runner = HorovodRunner(np=2, max_return_value_bytes=1000)
-    monkeypatch.setattr(runner, "run_payload", lambda payload: cloudpickle.dumps(ReturnValueRefused(5021, 1000,
-                                                                                                    "bytes")))
+    monkeypatch.setattr(
+        runner, "run_payload", lambda payload: cloudpickle.dumps(ReturnValueRefused(5021, 1000, "bytes"))
+    )
     with pytest.raises(ReturnValueTooLargeError) as info:
         runner.run(train)
-    assert str(info.value).startswith("rank 0 returned 5021 bytes once pickled (a bytes), above "
-                                      "max_return_value_bytes=1000; it was not sent to the driver")
+    assert str(info.value).startswith(
+        "rank 0 returned 5021 bytes once pickled (a bytes), above "
+        "max_return_value_bytes=1000; it was not sent to the driver"
+    )
     assert "artifact_dir()" in str(info.value)
     assert (info.value.size, info.value.limit) == (5021, 1000)
 
 
 def test_the_operator_refuses_the_refusal_with_the_documented_message():
     with pytest.raises(HorovodResultError) as info:
-        check_xcom_value(ReturnValueRefused(50_021, 2000, "bytes"), max_bytes=2000,
-                         artifact_paths=["/art/try-1/model.pt"])
+        check_xcom_value(
+            ReturnValueRefused(50_021, 2000, "bytes"), max_bytes=2000, artifact_paths=["/art/try-1/model.pt"]
+        )
     assert str(info.value) == (
         "rank 0 returned 50021 bytes once serialized, above max_return_value_bytes=2000. Write large results under "
-        "artifact_dir() and return their paths; the model files are kept: /art/try-1/model.pt")
+        "artifact_dir() and return their paths; the model files are kept: /art/try-1/model.pt"
+    )
 
 
 def test_the_limit_reaches_the_driver_in_every_deploy_mode(tmp_path, monkeypatch):
@@ -100,6 +107,8 @@ def test_the_limit_reaches_the_driver_in_every_deploy_mode(tmp_path, monkeypatch
     with pytest.raises(Submitted) as info:
         hook_module.HorovodHook(conn_id=None).run_job(
             TrainingJob(key=b"k" * 32, payload=b"", artifact_dir=str(tmp_path / "art"), settings=calls["settings"]),
-            payload_path=str(tmp_path / "payload.bin"), staging_dir=str(tmp_path))
+            payload_path=str(tmp_path / "payload.bin"),
+            staging_dir=str(tmp_path),
+        )
     driver_args = info.value.args[0]
     assert _settings(_parse(driver_args)[1]).max_return_value_bytes == 2000

@@ -12,9 +12,11 @@ from airflow_provider_horovod.runtime.rank.script import run_script
 def test_the_script_runs_as_main_with_its_arguments_and_its_directory_on_the_path(tmp_path, capsys):
     (tmp_path / "helper_mod_for_script.py").write_text("VALUE = 41\n")
     script = tmp_path / "train.py"
-    script.write_text("import sys\nimport helper_mod_for_script\n"
-                      "if __name__ == '__main__':\n"
-                      "    print('ARGV', sys.argv[1:], helper_mod_for_script.VALUE + 1)\n")
+    script.write_text(
+        "import sys\nimport helper_mod_for_script\n"
+        "if __name__ == '__main__':\n"
+        "    print('ARGV', sys.argv[1:], helper_mod_for_script.VALUE + 1)\n"
+    )
     argv, path = list(sys.argv), list(sys.path)
     try:
         run_script(str(script), ["--epochs", 3])

@@ -24,8 +24,10 @@ def test_gloo_host_address_mimics_gloo():
     assert gloo_host_address("no-such-host.invalid") is None
 
 
-@pytest.mark.parametrize("resolved, found", [("127.0.1.1", "resolves to 127.0.1.1"),
-                                             (None, "does not resolve to an address of this machine")])
+@pytest.mark.parametrize(
+    "resolved, found",
+    [("127.0.1.1", "resolves to 127.0.1.1"), (None, "does not resolve to an address of this machine")],
+)
 def test_multi_host_job_refuses_a_host_name_other_hosts_cannot_reach(monkeypatch, unpatched, resolved, found):
     monkeypatch.setattr(socket, "gethostname", lambda: "node7")
     monkeypatch.setattr(checks, "gloo_host_address", lambda name: resolved)
@@ -53,10 +55,16 @@ def test_patched_horovod_skips_the_check(monkeypatch):
         checks._check_host_name(build_plan(["10.0.0.1", "10.0.0.2"]), "10.0.0.2")
 
 
-@pytest.mark.parametrize("installed, patched", [
-    ("0.28.1+gloo.iface", True), ("0.28.1", False), ("0.28.1+local", False), ("0.28.1+gloo.iface.x", False),
-    (None, False),
-])
+@pytest.mark.parametrize(
+    "installed, patched",
+    [
+        ("0.28.1+gloo.iface", True),
+        ("0.28.1", False),
+        ("0.28.1+local", False),
+        ("0.28.1+gloo.iface.x", False),
+        (None, False),
+    ],
+)
 def test_a_patched_build_is_known_by_its_version_label(monkeypatch, installed, patched):
     import importlib.metadata
 
@@ -75,14 +83,18 @@ def test_ranks_on_a_driver_without_horovod_are_refused_naming_the_extra():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['horovod'] = None\n"
-            "from airflow_provider_horovod.runtime import HorovodRunner, LaunchError\n"
-            "try:\n"
-            "    HorovodRunner(np=-2).run(print)\n"
-            "except LaunchError as err:\n"
-            "    print('LAUNCH', err)\n")
+    code = (
+        "import sys; sys.modules['horovod'] = None\n"
+        "from airflow_provider_horovod.runtime import HorovodRunner, LaunchError\n"
+        "try:\n"
+        "    HorovodRunner(np=-2).run(print)\n"
+        "except LaunchError as err:\n"
+        "    print('LAUNCH', err)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("LAUNCH horovod (horovod.runner.http.http_server) is not importable by the "
-                                  f"driver's Python {sys.executable}: install it there (Horovod built with Gloo and "
-                                  "PyTorch: pip install 'airflow-provider-horovod[horovod]'"), proc.stdout
+    assert proc.stdout.startswith(
+        "LAUNCH horovod (horovod.runner.http.http_server) is not importable by the "
+        f"driver's Python {sys.executable}: install it there (Horovod built with Gloo and "
+        "PyTorch: pip install 'airflow-provider-horovod[horovod]'"
+    ), proc.stdout

@@ -101,7 +101,9 @@ def test_driver_ranks_get_one_gpu_each():
     assert owned == [["0"], ["1"]]
     assert [device_env(True, owned, plan, i, "host") for i in range(2)] == [{"CUDA_VISIBLE_DEVICES": "0,1"}] * 2
     assert [device_env(True, driver_owned_gpus(2, "5,4,3"), plan, i, "rank") for i in range(2)] == [
-        {"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "4"}]
+        {"CUDA_VISIBLE_DEVICES": "5"},
+        {"CUDA_VISIBLE_DEVICES": "4"},
+    ]
     with pytest.raises(LaunchError, match="rank 1 on the driver"):
         driver_owned_gpus(2, "5")
 
@@ -112,8 +114,11 @@ def test_ranks_on_a_driver_without_gpus_are_refused_naming_what_was_found(tmp_pa
     assert driver_gpu_count(str(tmp_path / "no-driver")) == 0
     (tmp_path / "gpus" / "0000:3b:00.0").mkdir(parents=True)
     assert driver_gpu_count(str(tmp_path / "gpus")) == 1
-    with pytest.raises(LaunchError, match=r"use_gpu=True but the driver has no GPUs .* for 2 ranks on the driver.*"
-                                          r"use_gpu=False"):
+    with pytest.raises(
+        LaunchError,
+        match=r"use_gpu=True but the driver has no GPUs .* for 2 ranks on the driver.*"
+        r"use_gpu=False",
+    ):
         driver_owned_gpus(2, None, gpu_count=0)
     with pytest.raises(LaunchError, match=r"the driver has 1 GPU \(.*lists 1"):
         driver_owned_gpus(2, None, gpu_count=1)
@@ -121,8 +126,14 @@ def test_ranks_on_a_driver_without_gpus_are_refused_naming_what_was_found(tmp_pa
         driver_owned_gpus(1, "")
 
 
-@pytest.mark.parametrize("conf, found", [({}, "is not set"), ({"spark.task.resource.gpu.amount": "0"}, "is '0'"),
-                                         ({"spark.task.resource.gpu.amount": "x"}, "is 'x'")])
+@pytest.mark.parametrize(
+    "conf, found",
+    [
+        ({}, "is not set"),
+        ({"spark.task.resource.gpu.amount": "0"}, "is '0'"),
+        ({"spark.task.resource.gpu.amount": "x"}, "is 'x'"),
+    ],
+)
 def test_check_gpu_conf_names_what_to_set(conf, found):
     with pytest.raises(LaunchError) as info:
         check_gpu_conf(conf)
@@ -172,7 +183,13 @@ def test_rank_interface_takes_the_jobs_override_then_the_executors(monkeypatch):
     monkeypatch.setenv("HOROVOD_AIRFLOW_IFACE", "nope0")
     with pytest.raises(LaunchError, match=r"^on 10\.0\.0\.5: HOROVOD_AIRFLOW_IFACE='nope0' names no interface"):
         _rank_interface(JobSpec(payload=b"", settings=JobSettings(np=1)), "127.0.0.1", "10.0.0.5")
-    assert _rank_interface(JobSpec(payload=b"", settings=JobSettings(np=1),
-                                 env={"HOROVOD_AIRFLOW_IFACE": "nope1,lo"}), "127.0.0.1", "h") == "lo"
+    assert (
+        _rank_interface(
+            JobSpec(payload=b"", settings=JobSettings(np=1), env={"HOROVOD_AIRFLOW_IFACE": "nope1,lo"}),
+            "127.0.0.1",
+            "h",
+        )
+        == "lo"
+    )
     monkeypatch.delenv("HOROVOD_AIRFLOW_IFACE")
     assert _rank_interface(JobSpec(payload=b"", settings=JobSettings(np=1)), "127.0.0.1", "h") == "lo"

@@ -23,8 +23,10 @@ def _spark_zips(tmp_path, pyspark_version: str, py4j_version: str) -> tuple[str,
     lib = tmp_path / "spark" / "python" / "lib"
     lib.mkdir(parents=True)
     made = []
-    for name, package, version in (("pyspark.zip", "pyspark", pyspark_version),
-                                   ("py4j-0.10.9.9-src.zip", "py4j", py4j_version)):
+    for name, package, version in (
+        ("pyspark.zip", "pyspark", pyspark_version),
+        ("py4j-0.10.9.9-src.zip", "py4j", py4j_version),
+    ):
         with zipfile.ZipFile(lib / name, "w") as zf:
             zf.writestr(f"{package}/__init__.py", "")
             zf.writestr(f"{package}/version.py", version)
@@ -80,18 +82,21 @@ def test_the_daemon_module_runs_from_the_runtime_zip_and_imports_pyspark_compile
     (tmp_path / RUNTIME_ZIP_NAME).write_bytes(runtime_zip())
     # pyspark.daemon.manager() serves forever: a stub in its place imports the worker module, as a forked worker
     # does, and says where PySpark and the runtime came from; PySpark itself is imported by the module's main()
-    probe = ("import runpy, sys, types\n"
-             "def manager():\n"
-             "    import pyspark.worker\n"
-             "    print(sys.modules['pyspark'].__file__, sys.modules['airflow_provider_horovod'].__file__)\n"
-             "stub = types.ModuleType('pyspark.daemon')\n"
-             "stub.manager = manager\n"
-             "sys.modules['pyspark.daemon'] = stub\n"
-             f"runpy.run_module({PYTHON_DAEMON_MODULE!r}, run_name='__main__', alter_sys=True)\n")
+    probe = (
+        "import runpy, sys, types\n"
+        "def manager():\n"
+        "    import pyspark.worker\n"
+        "    print(sys.modules['pyspark'].__file__, sys.modules['airflow_provider_horovod'].__file__)\n"
+        "stub = types.ModuleType('pyspark.daemon')\n"
+        "stub.manager = manager\n"
+        "sys.modules['pyspark.daemon'] = stub\n"
+        f"runpy.run_module({PYTHON_DAEMON_MODULE!r}, run_name='__main__', alter_sys=True)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = os.pathsep.join([*zips, RUNTIME_ZIP_NAME])  # relative, as the hooks set it
-    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     pyspark_file, runtime_file = out.stdout.split()
     assert ".zip" not in pyspark_file and pyspark_file == pyspark.__file__  # site-packages, compiled
@@ -101,7 +106,9 @@ def test_the_daemon_module_runs_from_the_runtime_zip_and_imports_pyspark_compile
 def test_conf_selects_the_module_and_appends_the_runtime_zip():
     assert python_daemon_conf({}, RUNTIME_ZIP_NAME) == {MODULE: PYTHON_DAEMON_MODULE, PATH: RUNTIME_ZIP_NAME}
     assert python_daemon_conf({PATH: "/opt/libs"}, "/stage/rt.zip") == {
-        MODULE: PYTHON_DAEMON_MODULE, PATH: os.pathsep.join(["/opt/libs", "/stage/rt.zip"])}
+        MODULE: PYTHON_DAEMON_MODULE,
+        PATH: os.pathsep.join(["/opt/libs", "/stage/rt.zip"]),
+    }
 
 
 def test_conf_leaves_a_users_or_the_clusters_choice_alone():

@@ -43,8 +43,14 @@ def uses_horovod_torch():
 def rank(tmp_path, fn, **spec_kwargs) -> RankProcess:
     spec = JobSpec(payload=dumps_payload(fn), settings=JobSettings(np=1, start_timeout_s=60), **spec_kwargs)
     gloo = {"HOROVOD_RANK": "0", "HOROVOD_GLOO_RENDEZVOUS_PORT": "0"}
-    return RankProcess(local_plan(1)[0], spec, gloo, str(tmp_path), lambda slot, line: sys.stderr.write(line + "\n"),
-                       devices={"CUDA_VISIBLE_DEVICES": ""})
+    return RankProcess(
+        local_plan(1)[0],
+        spec,
+        gloo,
+        str(tmp_path),
+        lambda slot, line: sys.stderr.write(line + "\n"),
+        devices={"CUDA_VISIBLE_DEVICES": ""},
+    )
 
 
 def test_a_deferred_rank_runs_with_what_release_sends(tmp_path):
@@ -57,8 +63,12 @@ def test_a_deferred_rank_runs_with_what_release_sends(tmp_path):
     finally:
         proc.kill()
     # the function names no framework, so nothing was imported ahead
-    assert value == {"HOROVOD_GLOO_RENDEZVOUS_PORT": "41234", "CUDA_VISIBLE_DEVICES": "3", "HOROVOD_RANK": "0",
-                     "preimported": False}
+    assert value == {
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": "41234",
+        "CUDA_VISIBLE_DEVICES": "3",
+        "HOROVOD_RANK": "0",
+        "preimported": False,
+    }
 
 
 def test_spec_env_still_overrides_released_devices(tmp_path):

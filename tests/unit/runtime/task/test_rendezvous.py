@@ -117,8 +117,11 @@ def test_the_store_listens_on_the_given_address_only():
 
     server, port = _start_rendezvous(local_plan(2))
     try:
-        bound = {c.laddr.ip for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
-                 and c.status == psutil.CONN_LISTEN}
+        bound = {
+            c.laddr.ip
+            for c in psutil.net_connections("tcp")
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+        }
         assert bound == {"127.0.0.1"}  # not 0.0.0.0, as Horovod's own start() binds
     finally:
         _stop_rendezvous_soon(server).join(timeout=10)

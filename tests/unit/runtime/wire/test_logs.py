@@ -61,8 +61,12 @@ def test_threads_sharing_one_client_send_whole_frames_over_one_connection():
             for i in range(200):
                 client.send_metrics({"rank": n, "step": i, "metrics": {"pad": pad}})
 
-        threads = [threading.Thread(target=output, args=(0,)), threading.Thread(target=output, args=(1,)),
-                   threading.Thread(target=metrics, args=(0,)), threading.Thread(target=metrics, args=(1,))]
+        threads = [
+            threading.Thread(target=output, args=(0,)),
+            threading.Thread(target=output, args=(1,)),
+            threading.Thread(target=metrics, args=(0,)),
+            threading.Thread(target=metrics, args=(1,)),
+        ]
         for t in threads:
             t.start()
         for t in threads:

@@ -304,7 +304,7 @@ EXPECTED = {
     "provider_by_reference": {"provider": "airflow_provider_horovod.runtime.artifacts", "x": 5},
 }
 
-LOADER = '''
+LOADER = """
 import json, pickle, sys, traceback
 import cloudpickle
 from airflow_provider_horovod.runtime.wire.payload import loads_payload
@@ -322,7 +322,7 @@ for name, (kind, data) in payloads.items():
     except BaseException as err:
         results[name] = {"error": f"{type(err).__name__}: {err}"}
 print(json.dumps(results))
-'''
+"""
 
 
 def _load_module(name: str, path) -> object:
@@ -364,11 +364,17 @@ def shapes_loaded(tmp_path_factory):
     blob = tmp_path_factory.mktemp("payloads") / "payloads.pkl"
     blob.write_bytes(pickle.dumps(payloads))
     elsewhere = tmp_path_factory.mktemp("executor-cwd")
-    proc = subprocess.run([sys.executable, "-c", LOADER, str(blob)], cwd=elsewhere, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADER, str(blob)], cwd=elsewhere, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
-    return {"dag_module": dag_module, "results": json.loads(proc.stdout.strip().splitlines()[-1]),
-            "by_value": by_value, "registry_after": registry_after, "partial_module": partial_module}
+    return {
+        "dag_module": dag_module,
+        "results": json.loads(proc.stdout.strip().splitlines()[-1]),
+        "by_value": by_value,
+        "registry_after": registry_after,
+        "partial_module": partial_module,
+    }
 
 
 @pytest.mark.parametrize("shape", sorted(EXPECTED))
@@ -384,7 +390,8 @@ def test_partial_registration_covers_the_dag_module(shapes_loaded):
     assert shapes_loaded["by_value"]["partial"] == [dag_module]
     # what shipping it the old way (nothing registered) does on an executor
     assert shapes_loaded["results"]["partial_bare_cloudpickle"] == {
-        "error": f"ModuleNotFoundError: No module named '{dag_module}'"}
+        "error": f"ModuleNotFoundError: No module named '{dag_module}'"
+    }
 
 
 def test_only_non_importable_modules_are_shipped_by_value(shapes_loaded):
@@ -439,8 +446,12 @@ def test_culprit_is_named_inside_partials_callable_objects_and_helper_modules(tm
     with pytest.raises(PayloadError, match=r"culprit is attribute 'lock' of the callable LockedTrainer"):
         dumps_payload(LockedTrainer())
     # a helper module that ships by value goes whole: an unpicklable attribute of it is named
-    (tmp_path / "helper_with_lock.py").write_text("import threading\nLOCK = threading.Lock()\n\ndef one():\n    return 1\n")
-    (tmp_path / "dag_file.py").write_text("import helper_with_lock\n\ndef train():\n    return helper_with_lock.one()\n")
+    (tmp_path / "helper_with_lock.py").write_text(
+        "import threading\nLOCK = threading.Lock()\n\ndef one():\n    return 1\n"
+    )
+    (tmp_path / "dag_file.py").write_text(
+        "import helper_with_lock\n\ndef train():\n    return helper_with_lock.one()\n"
+    )
     _load_module("helper_with_lock", tmp_path / "helper_with_lock.py")
     try:
         dag = _load_module("unusual_prefix_locked_dag_file", tmp_path / "dag_file.py")

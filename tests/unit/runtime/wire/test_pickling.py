@@ -25,16 +25,21 @@ def culprit(*args, **kwargs) -> str:
 
 
 def test_a_generator_inside_a_dict_in_op_kwargs_is_named_by_its_path():
-    op = HorovodRunnerOperator(task_id="t", python_callable=train,
-                               op_kwargs={"cfg": {"a": 1, "gen": (x for x in range(3))}})
-    with pytest.raises(HorovodJobError, match=r"The culprit is keyword argument 'cfg'\['gen'\] \(builtins.generator\)\."):
+    op = HorovodRunnerOperator(
+        task_id="t", python_callable=train, op_kwargs={"cfg": {"a": 1, "gen": (x for x in range(3))}}
+    )
+    with pytest.raises(
+        HorovodJobError, match=r"The culprit is keyword argument 'cfg'\['gen'\] \(builtins.generator\)\."
+    ):
         op._payload()
 
 
 def test_the_path_goes_through_lists_tuples_sets_and_attributes():
     lock = threading.Lock()
-    assert culprit(cfg={"layers": [1, 2, {"opt": (0.1, lock)}]}) == \
-        "keyword argument 'cfg'['layers'][2]['opt'][1] (_thread.lock)"
+    assert (
+        culprit(cfg={"layers": [1, 2, {"opt": (0.1, lock)}]})
+        == "keyword argument 'cfg'['layers'][2]['opt'][1] (_thread.lock)"
+    )
     assert culprit([0, {frozenset({1}), lock}]) == "positional argument 0[1]{...} (_thread.lock)"
     assert re.fullmatch(r"keyword argument 'cfg' key <unlocked _th.*> \(_thread.lock\)", culprit(cfg={lock: "v"}))
     holder = type("Holder", (), {})()
