@@ -2,7 +2,7 @@
 #   make demo   set everything up and run the example retraining DAG on an embedded local Spark
 #   make test   set everything up and run the whole test suite (with the Keras environment, .venv-keras)
 #   make up / make down   start / stop a local deployment to watch the example DAGs in Airflow's UI
-.PHONY: setup setup-keras setup-browser setup-mlflow-server demo up down test clean
+.PHONY: lint setup setup-keras setup-browser setup-mlflow-server demo up down test clean
 
 setup:
 	bash scripts/setup.sh
@@ -29,9 +29,13 @@ setup-browser: setup
 setup-mlflow-server:
 	bash scripts/setup_mlflow_server.sh
 
+# ruff (lint + format check) and mypy, configured in pyproject.toml; `make test` runs it before the suite
+lint: setup
+	bash scripts/lint.sh
+
 # each set-up step is timed: the suite ends with a time table of the steps and of every test module
 test:
 	bash scripts/test_all.sh
 
 clean:
-	rm -rf .test-times .venv .venv-keras .venv-mlflow-server .airflow .airflow-up .pytest_cache
+	rm -rf .mypy_cache .ruff_cache .test-times .venv .venv-keras .venv-mlflow-server .airflow .airflow-up .pytest_cache

@@ -11,16 +11,16 @@ from __future__ import annotations
 try:
     from airflow.sdk.exceptions import AirflowNotFoundException
 except ImportError:  # Airflow 3.1
-    from airflow.exceptions import AirflowNotFoundException  # type: ignore[no-redef]
+    from airflow.exceptions import AirflowNotFoundException  # type: ignore[no-redef,unused-ignore]
 
 try:
     from airflow.sdk.configuration import conf
 except ImportError:  # Airflow 3.1
-    from airflow.configuration import conf  # type: ignore[no-redef]
+    from airflow.configuration import conf  # type: ignore[no-redef,unused-ignore]
 
 try:
     from airflow.sdk.serde import serialize
 except ImportError:  # Airflow 3.1
-    from airflow.serialization.serde import serialize  # type: ignore[no-redef]
+    from airflow.serialization.serde import serialize  # type: ignore[no-redef,unused-ignore]
 
 __all__ = ["AirflowNotFoundException", "conf", "serialize"]

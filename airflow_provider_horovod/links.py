@@ -10,8 +10,8 @@ from airflow.sdk.execution_time.xcom import XCom
 from airflow_provider_horovod.xcom_keys import XCOM_MLFLOW_RUN_URL, XCOM_SPARK_UI_URL
 
 if TYPE_CHECKING:
-    from airflow.sdk.types import TaskInstanceKey
     from airflow.sdk import BaseOperator
+    from airflow.sdk.types import TaskInstanceKey
 
 
 class SparkUILink(BaseOperatorLink):

@@ -37,7 +37,7 @@ with DAG(dag_id="bench_b2", schedule=None, start_date=pendulum.datetime(2026, 1,
     HorovodRunnerOperator(task_id="trivial", python_callable=hvd_trivial, np=2)
 '''
 
-NOOP_DAG = '''"""B2 reference: one task that does nothing, i.e. Airflow's own cost of `airflow dags test` (generated)."""
+NOOP_DAG = '''"""B2 reference: one task that does nothing: Airflow's own cost of `airflow dags test` (generated)."""
 import pendulum
 from airflow.sdk import DAG, task
 
@@ -135,7 +135,9 @@ EXIT = "DAG run finish, CLI exit"
 
 
 def spark_confs(staging: str) -> dict[str, str]:
-    """The Spark properties the operator's embedded local master uses (taken from utils/spark_conf.py when it has them)."""
+    """
+    The Spark properties the operator's embedded local master uses (taken from utils/spark_conf.py when it has them).
+    """
     try:
         from airflow_provider_horovod.utils.spark_conf import (
             BASE_SPARK_CONF,
@@ -244,7 +246,7 @@ class Sandbox:
             raise RuntimeError(f"hand spark-submit gave no result; see {self.root / f'{tag}.log'}")
         marks = dict(ln.split()[1:3] for ln in text.splitlines() if ln.startswith("BENCH_MARK "))
         points = [started, *(float(marks[k]) for k in ("script", "session", "job")), started + seconds]
-        return seconds, {label: b - a for label, a, b in zip(HAND_PHASES, points, points[1:])}
+        return seconds, {label: b - a for label, a, b in zip(HAND_PHASES, points, points[1:], strict=False)}
 
     def _run(self, cmd: list[str], log: Path, sampler: RssSampler | None = None) -> tuple[float, int]:
         with open(log, "wb") as out:
@@ -289,7 +291,7 @@ def phases_from_log(text: str, started: float, ended: float, marks: list[tuple[s
         return {}
     points = [started, *points, ended]
     labels = [label for label, _ in marks] + [EXIT]
-    return {label: b - a for label, a, b in zip(labels, points, points[1:])}
+    return {label: b - a for label, a, b in zip(labels, points, points[1:], strict=False)}
 
 
 class RssSampler:

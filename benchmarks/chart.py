@@ -28,7 +28,7 @@ def draw(results: dict, path: Path) -> str:
         panels.append(
             (
                 "B1: trivial np=2 job, call -> rank-0 value (s, lower is better)",
-                [(lab, b1[n]) for n, lab in zip(names, labels)],
+                [(lab, b1[n]) for n, lab in zip(names, labels, strict=True)],
             )
         )
     b3 = results.get("b3")
@@ -38,7 +38,7 @@ def draw(results: dict, path: Path) -> str:
         panels.append(
             (
                 "B3: example model training (samples/s, higher is better)",
-                [(lab, b3[n]) for n, lab in zip(names, labels) if n in b3],
+                [(lab, b3[n]) for n, lab in zip(names, labels, strict=True) if n in b3],
             )
         )
     b7 = results.get("b7")
@@ -53,7 +53,7 @@ def draw(results: dict, path: Path) -> str:
         panels.append(
             (
                 "B7: trivial np=2 DDP job, call -> rank-0 value (s, lower is better)",
-                [(lab, b7[n]) for n, lab in zip(names, labels)],
+                [(lab, b7[n]) for n, lab in zip(names, labels, strict=True)],
             )
         )
     b8 = results.get("b8")
@@ -63,7 +63,7 @@ def draw(results: dict, path: Path) -> str:
         panels.append(
             (
                 "B8: DDP training, steady state (samples/s, higher is better)",
-                [(lab, b8[n]) for n, lab in zip(names, labels)],
+                [(lab, b8[n]) for n, lab in zip(names, labels, strict=True)],
             )
         )
     if not panels:
@@ -74,8 +74,8 @@ def draw(results: dict, path: Path) -> str:
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     colors = ["#d9822b", "#4c72b0", "#55a868", "#999999", "#bbbbbb"]
-    for ax, (title, bars) in zip(axes.flat, panels):
-        for i, (label, series) in enumerate(bars):
+    for ax, (title, bars) in zip(axes.flat, panels, strict=False):
+        for i, (_label, series) in enumerate(bars):
             if series.median is None:
                 ax.text(i, 0, "could not run", rotation=90, ha="center", va="bottom", fontsize=8)
                 continue

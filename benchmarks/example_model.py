@@ -7,8 +7,8 @@ registered with cloudpickle to travel by value: a rank needs neither the DAG fil
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import sys
 from collections.abc import Callable

@@ -55,9 +55,8 @@ def bench(data_path: str, epochs: int, batch_size: int, lr: float, use_cuda: boo
     :param use_cuda: train on GPU ``hvd.local_rank()``, else on the CPU.
     :return: on rank 0, the measurements; ``{}`` on the other ranks.
     """
-    import torch
-
     import horovod.torch as hvd
+    import torch
 
     hvd.init()
     torch.manual_seed(1234)

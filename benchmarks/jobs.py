@@ -12,9 +12,8 @@ from benchmarks.example_model import horovod_trainer
 
 def hvd_trivial() -> float:
     """B1 job for Horovod launchers: ``hvd.init()``, one allreduce, return the sum (== world size)."""
-    import torch
-
     import horovod.torch as hvd
+    import torch
 
     hvd.init()
     return float(hvd.allreduce(torch.ones(1), op=hvd.Sum).item())
@@ -64,9 +63,8 @@ def hvd_train_throughput(
     """
     import time
 
-    import torch
-
     import horovod.torch as hvd
+    import torch
 
     from airflow_provider_horovod.runtime import report
 
@@ -105,9 +103,8 @@ def hvd_train_for(data_path: str, build_model, seconds: float, batch_size: int =
     """
     import time
 
-    import torch
-
     import horovod.torch as hvd
+    import torch
 
     hvd.init()
     trainer = horovod_trainer(build_model(), data_path, batch_size)
@@ -148,9 +145,8 @@ def hvd_probe() -> dict:
     import time
 
     entry = time.time()
-    import torch
-
     import horovod.torch as hvd
+    import torch
 
     imported = time.time()
     hvd.init()

@@ -363,8 +363,8 @@ def _method(cfg: dict) -> list[str]:
         "(A B C A B C ...) so slow spells of the shared machine hit all alike; B1 starts with one untimed warm-up "
         "round. Medians are reported.",
         f"- B1 (up to {cfg['b1_reps']} rounds, within a time budget; "
-        "the Samples column shows those run): a trivial np=2 job (`hvd.init()`, one allreduce, return) from the call to "
-        "rank 0's value: `HorovodRunner(np=2).run`, `horovod.spark.run(num_proc=2, use_gloo=True)`, "
+        "the Samples column shows those run): a trivial np=2 job (`hvd.init()`, one allreduce, return) "
+        "from the call to rank 0's value: `HorovodRunner(np=2).run`, `horovod.spark.run(num_proc=2, use_gloo=True)`, "
         "`TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run` of a torch.distributed gloo "
         "all_reduce. Floor: a fresh interpreter running `import torch, horovod.torch`, plus an empty barrier "
         "job `sc.parallelize(range(2), 2).barrier().mapPartitions(lambda it: [1]).collect()`.",

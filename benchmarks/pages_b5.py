@@ -153,7 +153,8 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
         "program spark-submit runs), whose ranks wait for a gate file: while one job holds all 4 slots, the next "
         "starts and waits; the harness opens the holder's gate once the next one says it waits. Each job prints "
         "the time `HorovodRunner.run` returned and the time `spark.stop()` returned; rank 0 returns its "
-        "process's creation time (its start tick in /proc, to 10 ms) and the time its function was entered; the harness timestamps the "
+        "process's creation time (its start tick in /proc, to 10 ms) and the time its function was entered; "
+        "the harness timestamps the "
         '"task slots available" line as it arrives. One machine, so the clocks agree. The waiting job '
         "alternates between the contenders; executors at Spark's standalone default (one per worker, "
         "`spark.cores.max=4`); driver and executor JVMs with the options the provider's hooks give the "

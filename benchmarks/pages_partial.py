@@ -68,17 +68,17 @@ def merge(old_page: str, new_page: str, results: dict) -> str:
     old, new = old_page.split("\n"), new_page.split("\n")
     for key in rerun_keys(results):
         tag = key.upper() + " "
-        old = _replace(old, new, lambda ln: ln.startswith(f"| {tag}"), lambda ln: ln.startswith("| B"))
+        old = _replace(old, new, lambda ln, tag=tag: ln.startswith(f"| {tag}"), lambda ln: ln.startswith("| B"))
         old = _replace(
             old,
             new,
-            lambda ln: ln.startswith(f"- {tag}") and ": **" in ln,
+            lambda ln, tag=tag: ln.startswith(f"- {tag}") and ": **" in ln,
             lambda ln: ln.startswith("- B") and ": **" in ln,
         )
         old = _replace(
             old,
             new,
-            lambda ln: ln.startswith(f"- {key.upper()} ("),
+            lambda ln, key=key: ln.startswith(f"- {key.upper()} ("),
             lambda ln: ln.startswith("- B") and " (" in ln and ": **" not in ln,
         )
         heading = f"## Where the time goes: {key.upper()}"

@@ -51,7 +51,7 @@ def probe(launcher: str) -> dict[str, float]:
         ts["done"] - ts["init"],
         t1 - ts["done"],
     ]
-    out = {name: value for (name, _), value in zip(PHASES, values)}
+    out = {name: value for (name, _), value in zip(PHASES, values, strict=True)}
     out["total"] = t1 - t0
     return out
 

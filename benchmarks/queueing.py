@@ -12,10 +12,10 @@ releases it:
    with its slots; its driver then stops the SparkContext, which hands the cores back to the master), and job
    *k+1*'s ranks start (and hold the slots for job *k+2*).
 
-Queueing cost = job *k+1*'s rank 0 process creation (its start tick in ``/proc``, read inside the function) - job *k*'s return. All on
-this machine, so the wall clocks agree. The breakdown adds job *k*'s ``SparkContext.stop()``, the moment job *k+1*
-saw its slots (the runtime's line, timestamped by the harness as it arrives) and its function entry (the rank's
-interpreter started and the function unpickled; the probe imports neither torch nor Horovod).
+Queueing cost = job *k+1*'s rank 0 process creation (its start tick in ``/proc``, read inside the function) - job *k*'s
+return. All on this machine, so the wall clocks agree. The breakdown adds job *k*'s ``SparkContext.stop()``, the moment
+job *k+1* saw its slots (the runtime's line, timestamped by the harness as it arrives) and its function entry (the
+rank's interpreter started and the function unpickled; the probe imports neither torch nor Horovod).
 
 Two contenders for the waiting job, in turns: **ours** (the runtime's driver-side wait,
 :mod:`airflow_provider_horovod.runtime.driver.slots`) and **Spark's barrier check retry**: the same job with that wait

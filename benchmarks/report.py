@@ -61,7 +61,7 @@ def environment() -> dict:
     )
     return {
         "load_start": load_average(),
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cores": os.cpu_count(),
         "cpu": cpu,
         "memory_gib": psutil.virtual_memory().total / 2**30,

@@ -116,7 +116,7 @@ def rows(results: dict) -> list[dict]:
                 _verdict(ratio, B1_TARGET, True),
             )
         parts = [b1["floor: fresh import"], b1["floor: empty barrier job"]]
-        for name, s in zip(("floor: fresh import torch+horovod.torch", "floor: empty barrier job"), parts):
+        for name, s in zip(("floor: fresh import torch+horovod.torch", "floor: empty barrier job"), parts, strict=True):
             add("B1 launch", name, s.reason or _fmt(s.median, "s"), _samples(s, "s"))
         if all(p.median is not None for p in parts):
             floor = sum(p.median for p in parts)
@@ -246,7 +246,9 @@ def rows(results: dict) -> list[dict]:
             _verdict(ratio, B7_TARGET, True),
         )
         parts = [b7["floor: fresh import"], b7["floor: empty barrier job"]]
-        for name, s in zip(("floor: 2 fresh interpreters `import torch` at once", "floor: empty barrier job"), parts):
+        for name, s in zip(
+            ("floor: 2 fresh interpreters `import torch` at once", "floor: empty barrier job"), parts, strict=True
+        ):
             add("B7 DDP launch", name, s.reason or _fmt(s.median, "s"), _samples(s, "s"))
         if all(p.median is not None for p in parts):
             floor = sum(p.median for p in parts)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 
 import pendulum
-
 from airflow.sdk import DAG, XComArg, task
+
 from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
 
 ACCURACY_THRESHOLD = 0.9

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 
 import pendulum
-
 from airflow.sdk import DAG, XComArg, task
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 ACCURACY_THRESHOLD = 0.9
@@ -45,9 +45,9 @@ def train_digits(
         which epochs this try trained: ``try_number``, ``resumed_from_epoch`` (0: from scratch), ``epochs``;
         ``{}`` on the other ranks.
     """
+    import horovod.torch as hvd
     import torch
 
-    import horovod.torch as hvd
     from airflow_provider_horovod.runtime import (
         artifact_dir,
         load_checkpoint,
@@ -136,10 +136,9 @@ def horovod_trainer(model, data_path: str, batch_size: int, lr: float = 0.05, cu
     """
     from types import SimpleNamespace
 
+    import horovod.torch as hvd
     import numpy as np
     import torch
-
-    import horovod.torch as hvd
 
     if cuda:
         torch.cuda.set_device(hvd.local_rank())

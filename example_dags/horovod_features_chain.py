@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 
 import pendulum
-
 from airflow.sdk import DAG, Asset, task
 
 ROOT = os.environ.get("HOROVOD_EXAMPLE_ROOT") or os.path.join(
@@ -69,7 +68,7 @@ with DAG(
         from sklearn.datasets import load_digits
 
         x, y = load_digits(return_X_y=True)
-        rows = [([float(v) / 16.0 for v in image], int(label)) for image, label in zip(x, y)]
+        rows = [([float(v) / 16.0 for v in image], int(label)) for image, label in zip(x, y, strict=True)]
         frame = spark.createDataFrame(rows, "features array<float>, label int")
         train, test = frame.randomSplit([0.8, 0.2], seed=7)
         target = FEATURES.uri.removeprefix("file://")
@@ -93,10 +92,10 @@ with DAG(
     @task.horovod(np=2, conn_id=None, outlets=[MODEL], env_vars={"OMP_NUM_THREADS": "1"}, multiple_outputs=True)
     def retrain(features_dir: str, epochs: int = 25, batch_size: int = 32) -> dict:
         """Each rank trains on its own equal shard of the Parquet training set; rank 0 saves the model."""
+        import horovod.torch as hvd
         import numpy as np
         import torch
 
-        import horovod.torch as hvd
         from airflow_provider_horovod.runtime import artifact_dir, rank_shard
 
         hvd.init()

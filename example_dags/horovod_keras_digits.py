@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 import pendulum
-
 from airflow.sdk import DAG, task
-from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from keras_digits_training import train_keras
+
+from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 ACCURACY_THRESHOLD = 0.9
 KERAS_PYTHON = os.environ.get(

@@ -27,10 +27,10 @@ def train_keras(data_path: str, epochs: int = 25, batch_size: int = 32, lr: floa
     """
     import os
 
+    import horovod.tensorflow.keras as hvd
     import numpy as np
     import tensorflow as tf
 
-    import horovod.tensorflow.keras as hvd
     from airflow_provider_horovod.runtime import artifact_dir, tensorboard_dir
     from airflow_provider_horovod.runtime.keras_progress import ProgressCallback
 

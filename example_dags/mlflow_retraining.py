@@ -13,8 +13,8 @@ Set the connection ``mlflow_default`` (type ``http``, host the tracking URI, log
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG, Asset, task
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 MODEL = "digits_classifier"

@@ -10,6 +10,7 @@ one, else ``pkg``.
 from __future__ import annotations
 
 import ast
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,7 +183,7 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 def describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
     """``a -> b (a.py line 3) -> a (b.py line 9)``: a circle with the line of each import."""
     steps = [cycle[0]]
-    for importer, imported in zip(cycle, cycle[1:]):
+    for importer, imported in itertools.pairwise(cycle):
         steps.append(f"{imported} (line {graph[importer][imported]} of {importer})")
     return " -> ".join(steps)
 

@@ -9,6 +9,7 @@ hooks and the Spark-side runtime can all use them.
 
 from __future__ import annotations
 
+from airflow_provider_horovod.clients._spark_rest_base import SparkRestAccess
 from airflow_provider_horovod.clients.spark_app_models import (
     ApplicationAttempt,
     ApplicationInfo,
@@ -24,7 +25,6 @@ from airflow_provider_horovod.clients.spark_master_models import (
     SubmissionResponse,
     WorkerInfo,
 )
-from airflow_provider_horovod.clients._spark_rest_base import SparkRestAccess
 from airflow_provider_horovod.clients.spark_rest import SparkRestClient
 from airflow_provider_horovod.clients.spark_rest_async import AsyncSparkRestClient
 from airflow_provider_horovod.clients.spark_rest_calls import RetryPolicy

@@ -95,8 +95,8 @@ class SparkRestBase:
         self.retry = retry or RetryPolicy()
         self.access = access or SparkRestAccess()
         self._http = self._http_type(
-            transport=transport,
-            headers=self.access.headers(),  # type: ignore[arg-type]
+            transport=transport,  # type: ignore[arg-type]
+            headers=self.access.headers(),
             follow_redirects=True,
             verify=self.access.verify(),
         )

@@ -52,8 +52,8 @@ def torch_distributed_task(
     :param python_callable: the training function (set by the decorator syntax); it calls
         ``torch.distributed.init_process_group()`` itself.
     :param multiple_outputs: push each key of rank 0's returned dict as its own XCom (as for ``@task``).
-    :param kwargs: any ``TorchDistributedOperator`` / ``BaseOperator`` argument but ``script``, ``timeline``: ``np``, ``conn_id``,
-        ``conf``, ``deploy_mode``, ``deferrable``, ``use_gpu``, ``outlets``, ``retries``...
+    :param kwargs: any ``TorchDistributedOperator`` / ``BaseOperator`` argument but ``script``, ``timeline``: ``np``,
+        ``conn_id``, ``conf``, ``deploy_mode``, ``deferrable``, ``use_gpu``, ``outlets``, ``retries``...
     :return: a TaskFlow decorator.
     :raises ValueError: an argument is invalid (when the DAG is parsed), as for the operator.
     """

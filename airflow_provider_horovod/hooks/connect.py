@@ -51,9 +51,9 @@ class HorovodConnectHook(BaseHook):
         from pyspark.sql import SparkSession
 
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
+        from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
         from airflow_provider_horovod.runtime.errors import ExecutorLostError, HorovodRuntimeError, JobCancelledError
         from airflow_provider_horovod.runtime.rank_errors import RankFailedError
-        from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 
         artifact_dir = job.artifact_dir
         url = SparkConnectHook(conn_id=self.conn_id).get_connection_url()

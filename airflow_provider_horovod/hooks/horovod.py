@@ -23,13 +23,13 @@ from airflow_provider_horovod._compat import AirflowNotFoundException
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.runtime.driver import program as driver_program
-from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.runtime.driver.shipping import RUNTIME_ZIP_NAME, runtime_zip
+from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
 from airflow_provider_horovod.standalone.master import standalone_master
 from airflow_provider_horovod.standalone.slots import check_standalone_fits, standalone_defaults, submit_kwargs_conf
-from airflow_provider_horovod.utils.program_output import app_started_line, is_app_started_line, wait_for_driver_result
 from airflow_provider_horovod.utils.job_result import JobResult, read_job_result
 from airflow_provider_horovod.utils.process_tree import die_with_parent, terminate_tree
+from airflow_provider_horovod.utils.program_output import app_started_line, is_app_started_line, wait_for_driver_result
 from airflow_provider_horovod.utils.spark_auth import AUTH_PROPERTIES_FILE, auth_submit_kwargs
 from airflow_provider_horovod.utils.spark_conf import (
     BASE_SPARK_CONF,

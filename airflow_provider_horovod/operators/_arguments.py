@@ -7,8 +7,8 @@ templated ``slot_wait_timeout_s`` read once rendered, and the callable signed in
 from __future__ import annotations
 
 import secrets
-from dataclasses import fields
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import fields
 from typing import Any
 
 from airflow_provider_horovod.exceptions import HorovodJobError

@@ -19,8 +19,8 @@ from airflow_provider_horovod.links import push_spark_ui_url
 from airflow_provider_horovod.operators.common import check_xcom_value, history_app_url, history_server_url
 from airflow_provider_horovod.runtime.observability import TIMELINE_FILE_NAME, tensorboard_location
 from airflow_provider_horovod.utils.job_result import JobResult
-from airflow_provider_horovod.utils.stage_progress import ProgressWatcher
 from airflow_provider_horovod.utils.spark_connection import connection_extras, rest_access
+from airflow_provider_horovod.utils.stage_progress import ProgressWatcher
 from airflow_provider_horovod.xcom_keys import (
     XCOM_ARTIFACT_DIR,
     XCOM_ARTIFACT_PATHS,

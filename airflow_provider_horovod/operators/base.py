@@ -20,7 +20,6 @@ from airflow.providers.common.compat.sdk import BaseOperator, ResumableJobMixin
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.hooks.connect import HorovodConnectHook
 from airflow_provider_horovod.hooks.horovod import HorovodHook
-
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.links import MlflowRunLink, SparkUILink
 from airflow_provider_horovod.operators._arguments import (
@@ -29,8 +28,6 @@ from airflow_provider_horovod.operators._arguments import (
     rendered_slot_wait_timeout,
     signed_payload,
 )
-from airflow_provider_horovod.standalone.durable import DurableClusterJob
-from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.common import (
     DEFAULT_MAX_RETURN_BYTES,
@@ -60,6 +57,8 @@ from airflow_provider_horovod.runtime.settings import (
     JobSettings,
     validate_timeout,
 )
+from airflow_provider_horovod.standalone.durable import DurableClusterJob
+from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.utils.storage import credentials_env, shared_conn_id, storage_location
 from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_CHECKPOINT_DIR
 

@@ -18,7 +18,9 @@ DEFAULT_MAX_RETURN_BYTES = 1024 * 1024
 RESERVED_SPARK_SUBMIT_KWARGS = frozenset(
     {"conn_id", "conf", "py_files", "name", "application_args", "env_vars", "deploy_mode", "application"}
 )
-"""``SparkSubmitHook`` arguments the hook sets itself (client mode): passing them in ``spark_submit_kwargs`` is refused."""
+"""
+``SparkSubmitHook`` arguments the hook sets itself (client mode): passing them in ``spark_submit_kwargs`` is refused.
+"""
 
 
 DEPLOY_MODES = ("client", "cluster")

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.hooks.mlflow import MlflowHook
-from airflow_provider_horovod.standalone.durable import ABANDONED
 from airflow_provider_horovod.operators.observers import FinishedTry, JobObserver
 from airflow_provider_horovod.runtime.mlflow_sink import ENV_EXPERIMENT_ID, ENV_RUN_ID, check_mlflow_installed
+from airflow_provider_horovod.standalone.durable import ABANDONED
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.xcom_keys import (
     XCOM_ARTIFACT_PATHS,
@@ -242,8 +242,8 @@ class MlflowRunObserver(JobObserver):
                 status,
                 {
                     "horovod.error": (
-                        f"the job ended {job_status} with no try watching it (its task process was gone); a retry submits a "
-                        "new job with a new run"
+                        f"the job ended {job_status} with no try watching it (its task process was gone); "
+                        "a retry submits a new job with a new run"
                     )
                 },
             )

@@ -58,7 +58,7 @@ class HorovodProgressPlugin(AirflowPlugin):
     """
 
     name = "horovod"
-    fastapi_apps = _BuiltOnAccess()  # type: ignore[assignment]
+    fastapi_apps = _BuiltOnAccess()
     external_views = [
         {
             "name": "Training progress",

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         try_number,
     )
     from airflow_provider_horovod.runtime.data import rank_shard
+    from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
     from airflow_provider_horovod.runtime.errors import (
         ExecutorLostError,
         HorovodRuntimeError,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.observability import tensorboard_dir
     from airflow_provider_horovod.runtime.rank_errors import RankFailedError, RankKilledError, RendezvousError
     from airflow_provider_horovod.runtime.reports import report
-    from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
     from airflow_provider_horovod.runtime.torch_distributor import TorchDistributor
 
 _EXPORTS = {

@@ -1,7 +1,7 @@
 """
-:class:`ProgressCallback`: Keras reports its training's progress through :func:`~airflow_provider_horovod.runtime.report`
-(one report per batch, throttled there, and one per epoch with the epoch's metrics, validation included). Import it
-only where TensorFlow is installed (the ranks of a Keras job).
+:class:`ProgressCallback`: Keras reports its training's progress through
+:func:`~airflow_provider_horovod.runtime.report` (one report per batch, throttled there, and one per epoch with the
+epoch's metrics, validation included). Import it only where TensorFlow is installed (the ranks of a Keras job).
 """
 
 from __future__ import annotations

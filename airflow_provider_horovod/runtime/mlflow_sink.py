@@ -1,6 +1,7 @@
 """
 MLflow on the Spark driver: the ``report()`` metrics logged into the job's MLflow run, and the environment that
-points every rank at a run (:func:`run_env`, for a plain :class:`~airflow_provider_horovod.runtime.driver.runner.HorovodRunner`).
+points every rank at a run (:func:`run_env`, for a plain
+:class:`~airflow_provider_horovod.runtime.driver.runner.HorovodRunner`).
 
 The run is named by the standard MLflow variables in the job's environment (``MLFLOW_TRACKING_URI``,
 ``MLFLOW_RUN_ID``, ``MLFLOW_EXPERIMENT_ID``, and the credentials ``MLFLOW_TRACKING_USERNAME`` / ``_PASSWORD`` /

@@ -15,7 +15,6 @@ from airflow_provider_horovod.runtime.launchers import TORCH
 from airflow_provider_horovod.runtime.rank.script import run_script
 from airflow_provider_horovod.runtime.settings import JobSettings
 
-
 _RUNNER_ARGUMENTS = ("spark", "artifact_dir", "env", "mlflow_run")
 """The keyword arguments that are the runner's, not :class:`JobSettings` fields."""
 _SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(JobSettings)) - {"np", "launcher", "use_gpu"}

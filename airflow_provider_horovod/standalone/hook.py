@@ -35,8 +35,8 @@ from airflow_provider_horovod.clients import (
     SparkRestAccess,
     SparkRestClient,
 )
-from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.exceptions import HorovodJobError
+from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.standalone.gateway import submit_through_gateway
 from airflow_provider_horovod.standalone.master import DriverRoute, StandaloneEndpoints, check_master_reachable
 from airflow_provider_horovod.standalone.poll import outside_kill

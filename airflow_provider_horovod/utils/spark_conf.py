@@ -84,8 +84,9 @@ def local_spark_conf(np: int) -> dict[str, str]:
 
 
 BASE_SPARK_CONF: dict[str, str] = {
-    # The driver waits for the barrier stage's slots before submitting it (slot_wait_timeout_s, runtime/driver/slots.py);
-    # Spark's own check then only covers executors lost in between: it gives up after interval x maxFailures.
+    # The driver waits for the barrier stage's slots before submitting it (slot_wait_timeout_s,
+    # runtime/driver/slots.py); Spark's own check then only covers executors lost in between: it gives up after
+    # interval x maxFailures.
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "5s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "6",
     "spark.ui.showConsoleProgress": "false",
@@ -157,7 +158,10 @@ def executor_jvm_conf(conf: Mapping[str, Any], preset: set[str] | frozenset[str]
 
 
 PYTHON_DAEMON_MODULE = "airflow_provider_horovod.runtime.task.pyspark_daemon"
-"""The Python daemon module the provider's applications start (:mod:`airflow_provider_horovod.runtime.task.pyspark_daemon`)."""
+"""
+The Python daemon module the provider's applications start
+(:mod:`airflow_provider_horovod.runtime.task.pyspark_daemon`).
+"""
 
 
 def python_daemon_conf(

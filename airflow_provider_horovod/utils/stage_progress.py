@@ -4,8 +4,8 @@ Follow a running Horovod job's barrier stage through the Spark monitoring REST A
 
 :func:`describe` turns one snapshot of ``/jobs``, ``/stages`` and ``/executors`` into facts (one message per
 topic); :class:`ProgressWatcher` polls every ``poll_interval_s`` and logs a topic only when its message changes:
-barrier stage waiting for N free slots -> starting -> N/N ranks running on which executors -> stage attempt failed (reason) ->
-finished.
+barrier stage waiting for N free slots -> starting -> N/N ranks running on which executors -> stage attempt failed
+(reason) -> finished.
 """
 
 from __future__ import annotations

@@ -118,7 +118,8 @@ def byo_venv(wheel: Path) -> Path:
                 "-c",
                 (
                     "import json, airflow, pyspark, cloudpickle, importlib.metadata as m; print(json.dumps({"
-                    "'airflow': airflow.__version__, 'pyspark': pyspark.__version__, 'client': m.version('pyspark-client'),"
+                    "'airflow': airflow.__version__, 'pyspark': pyspark.__version__, "
+                    "'client': m.version('pyspark-client'),"
                     "'cloudpickle': cloudpickle.__version__, 'provider': m.version('airflow-provider-horovod')}))"
                 ),
             ],

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from tests.conftest import airflow_env
-from tests.e2e.test_dags import HERE, run_dag
 from tests.dag_process import cmdline, dag_process
+from tests.e2e.test_dags import HERE, run_dag
 from tests.standalone import standalone_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
@@ -146,8 +146,8 @@ def test_deferred_kill_and_retry_kill_the_driver(cluster, tmp_path, monkeypatch)
 
     from airflow.sdk.exceptions import TaskDeferralError
 
-    from airflow_provider_horovod.xcom_keys import XCOM_SUBMISSION_ID
     from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+    from airflow_provider_horovod.xcom_keys import XCOM_SUBMISSION_ID
 
     third = submit("try-3")
     assert _wait_state(hook, third, {"RUNNING"}) == "RUNNING"

@@ -211,8 +211,11 @@ def _files_with(root: Path, text: str) -> list[Path]:
 
 
 def test_cluster_mode_sync_and_deferred_each_make_one_run_with_the_drivers_metrics(
-    airflow, mlflow_server, cluster, event_log_dir
-):  # noqa: F811
+    airflow,
+    mlflow_server,  # noqa: F811  (the fixture)
+    cluster,
+    event_log_dir,
+):
     airflow.unpause("mlflow_cluster")
     run_id = airflow.trigger("mlflow_cluster")
     assert airflow.wait_for_run("mlflow_cluster", run_id, timeout_s=400) == "success", {

@@ -1,11 +1,11 @@
 """
 The "Training progress" tab in a real browser (Debian's headless Chromium through chromedriver) against a real
 deployment's api-server while a real training (np=2 on the embedded local Spark) reports its progress with
-``runtime.report()``: before the first report the tab shows the rendezvous (rank 1 holds back from ``hvd.init()``
-until the test has seen it), then the chart's points grow between two reads, the progress text and the ranks appear
-(rank 1 is the straggler), the finished history stays; the endpoint refuses requests without a session. A retried task's tab
-tells its story: the resume banner, the try picker, the failed try's headline, a log-scale chart with hover values;
-a task that never reported says so, and a ``javascript:`` link from XCom is not clickable.
+``runtime.report()``: before the first report the tab shows the rendezvous (rank 1 holds back from ``hvd.init()`` until
+the test has seen it), then the chart's points grow between two reads, the progress text and the ranks appear (rank 1 is
+the straggler), the finished history stays; the endpoint refuses requests without a session. A retried task's tab tells
+its story: the resume banner, the try picker, the failed try's headline, a log-scale chart with hover values; a task
+that never reported says so, and a ``javascript:`` link from XCom is not clickable.
 
 One deployment for the module (api-server, scheduler, dag-processor: ~40 s on 2 cores), one run of ~35 s. Set
 ``APH_PROGRESS_SCREENSHOT=<file.png>`` to keep a screenshot of the tab taken while the run trains.

@@ -56,11 +56,11 @@ import httpx
 import psutil
 import pytest
 
-from airflow_provider_horovod.job import TrainingJob
-from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.clients import SparkRestClient, SparkRestTLSError
 from airflow_provider_horovod.exceptions import HorovodAccessError, HorovodJobError
+from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.runtime.driver.program import KEY_ENV
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.standalone.hook import HorovodStandaloneHook
 from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.utils.spark_auth import CONNECTION_SECRET_EXTRA

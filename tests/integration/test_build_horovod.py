@@ -43,7 +43,7 @@ def test_the_patch_changes_only_the_process_set_interface(tmp_path):
         original = tar.extractfile(f"{sdist.name[: -len('.tar.gz')]}/{GLOO_CONTEXT}").read().decode().splitlines()
     patched = (tmp_path / sdist.name[: -len(".tar.gz")] / GLOO_CONTEXT).read_text().splitlines()
     assert len(patched) == len(original)
-    changed = [i for i, (a, b) in enumerate(zip(original, patched)) if a != b]
+    changed = [i for i, (a, b) in enumerate(zip(original, patched, strict=False)) if a != b]
     assert len(changed) == 1, changed
     (i,) = changed
     assert original[i].strip() == "device_attr.iface = gloo_iface_;"

@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
+from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.utils.spark_conf import JVM_STARTUP_OPTIONS, PYTHON_DAEMON_MODULE
 from tests.integration.shared_cluster_jobs import RECORD, job_conf, run_client_job, starts, wait_until
 from tests.standalone import MARKER_ENV, standalone_cluster
@@ -60,21 +60,13 @@ def test_second_job_waits_for_the_first_and_succeeds(cluster, tmp_path):
     second_lines: list[str] = []
     third_lines: list[str] = []
     ddp_lines: list[str] = []
-    context = (
-        lambda: "\n".join(
-            [
-                "-- first --",
-                *first_lines[-30:],
-                "-- second --",
-                *second_lines[-30:],  # noqa: E731
-                "-- third --",
-                *third_lines[-30:],
-                "-- ddp --",
-                *ddp_lines[-30:],
-                cluster.log_tail(10),
-            ]
+
+    def context() -> str:
+        sections = ("first", first_lines), ("second", second_lines), ("third", third_lines), ("ddp", ddp_lines)
+        return "\n".join(
+            [line for name, lines in sections for line in (f"-- {name} --", *lines[-30:])] + [cluster.log_tail(10)]
         )
-    )
+
     with ThreadPoolExecutor(4) as pool:
         first = pool.submit(
             run_client_job, CONN_ID, 4, "first", tmp_path, lines=first_lines, gate=gate, marker=_marker(cluster)

@@ -235,7 +235,10 @@ def test_track_and_kill_an_application(
         recorder.save("submission_kill")
         assert kill.success and kill.submission_id == driver_id, kill
         killed = wait_for(
-            lambda: (s := client.driver_status(driver_id)).is_terminal and s, 60, "the driver to be killed", cluster
+            lambda driver_id=driver_id: (s := client.driver_status(driver_id)).is_terminal and s,
+            60,
+            "the driver to be killed",
+            cluster,
         )
         recorder.save("submission_status_killed")
         assert killed.driver_state == "KILLED" and killed.is_failed and not killed.is_successful
@@ -359,7 +362,10 @@ def test_drivers_reach_each_terminal_state(
     }
     for expected, driver_id in ids.items():
         status = wait_for(
-            lambda: (s := client.driver_status(driver_id)).is_terminal and s, 90, f"driver {driver_id} to end", cluster
+            lambda driver_id=driver_id: (s := client.driver_status(driver_id)).is_terminal and s,
+            90,
+            f"driver {driver_id} to end",
+            cluster,
         )
         recorder.save(f"submission_status_{expected.lower()}")
         assert status.driver_state == expected, (status, cluster.log_tail())

@@ -11,12 +11,12 @@ but **no Horovod** (Horovod is never a pip dependency: ``scripts/build_horovod.s
 - ``HorovodRunner(np=-2).run(fn)`` fails at once with a ``LaunchError`` that names the missing Horovod and the
   ``[horovod]`` extra.
 
-The virtualenvs (``nohvd-py3.11-<key>``, ``nohvd-py3.12-<key>``) are kept between runs and clones
-(tests/kept_venv.py), keyed by the interpreter, the constraints, the Airflow version and the install steps (as the
-bring-your-own one is, see tests/e2e/test_bring_your_own.py); the wheel is built and installed afresh every run. PyTorch comes from the
-package index with ``requirements/constraints-user.txt``'s version: on 3.11 a CPU build where one is on the index
-(this machine's ``/opt/wheels``), on 3.12 PyPI's Linux build, which brings the CUDA libraries (about 4.7 GB; the
-PyTorch CPU index is not reachable from here). A Python that is not installed is skipped, naming it.
+The virtualenvs (``nohvd-py3.11-<key>``, ``nohvd-py3.12-<key>``) are kept between runs and clones (tests/kept_venv.py),
+keyed by the interpreter, the constraints, the Airflow version and the install steps (as the bring-your-own one is, see
+tests/e2e/test_bring_your_own.py); the wheel is built and installed afresh every run. PyTorch comes from the package
+index with ``requirements/constraints-user.txt``'s version: on 3.11 a CPU build where one is on the index (this
+machine's ``/opt/wheels``), on 3.12 PyPI's Linux build, which brings the CUDA libraries (about 4.7 GB; the PyTorch CPU
+index is not reachable from here). A Python that is not installed is skipped, naming it.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from airflow_provider_horovod.links import SparkUILink
-from airflow_provider_horovod.xcom_keys import XCOM_SPARK_UI_URL
 from airflow_provider_horovod.operators.common import history_app_url, history_server_url
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+from airflow_provider_horovod.xcom_keys import XCOM_SPARK_UI_URL
 
 
 def _train():

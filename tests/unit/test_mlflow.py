@@ -14,8 +14,8 @@ import pytest
 
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
-from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink
 from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
+from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink
 from tests.integration.shared_cluster_jobs import wait_until
 from tests.mlflow_server import MlflowServer
 
@@ -72,7 +72,7 @@ def test_runner_mlflow_run_must_be_a_flag_or_a_run_id():
         HorovodRunner(np=2, mlflow_run="")
 
 
-def test_hook_run_lifecycle_and_registry_against_a_real_server(mlflow_server, monkeypatch, tmp_path):  # noqa: F811
+def test_hook_run_lifecycle_and_registry_against_a_real_server(mlflow_server, monkeypatch, tmp_path):
     from airflow_provider_horovod.hooks.mlflow import MlflowHook
 
     host, port = mlflow_server.rsplit(":", 1)
@@ -186,7 +186,7 @@ def test_the_sink_buffers_through_a_server_restart_and_delivers_every_later_step
             server.start()
 
 
-def _tracked_run(mlflow_server, monkeypatch, conn_id: str):  # noqa: F811
+def _tracked_run(mlflow_server, monkeypatch, conn_id: str):
     from airflow_provider_horovod.hooks.mlflow import MlflowHook
 
     monkeypatch.setenv(
@@ -196,7 +196,7 @@ def _tracked_run(mlflow_server, monkeypatch, conn_id: str):  # noqa: F811
     return hook, hook.start_run("unit-killed", tags={}, params={})
 
 
-def test_a_deferred_task_killed_by_a_user_ends_its_run_killed_from_the_trigger(mlflow_server, monkeypatch, tmp_path):  # noqa: F811
+def test_a_deferred_task_killed_by_a_user_ends_its_run_killed_from_the_trigger(mlflow_server, monkeypatch, tmp_path):
     import asyncio
 
     from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
@@ -229,7 +229,7 @@ class _TI:
         self.xcom[key] = value
 
 
-def test_the_operator_hands_its_run_to_the_trigger_and_ends_it_killed_when_killed(mlflow_server, monkeypatch):  # noqa: F811
+def test_the_operator_hands_its_run_to_the_trigger_and_ends_it_killed_when_killed(mlflow_server, monkeypatch):
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
@@ -262,7 +262,7 @@ def test_the_operator_hands_its_run_to_the_trigger_and_ends_it_killed_when_kille
 @pytest.mark.parametrize(
     ("job_status", "run_status"), [("FAILED", "FAILED"), ("ABANDONED", "KILLED"), ("RUNNING", "RUNNING")]
 )
-def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(mlflow_server, monkeypatch, job_status, run_status):  # noqa: F811
+def test_a_retry_ends_the_run_of_a_job_that_ended_unwatched(mlflow_server, monkeypatch, job_status, run_status):
     from airflow_provider_horovod.operators._reporting import JobReporter
     from airflow_provider_horovod.operators.modes.base import DeployMode
 

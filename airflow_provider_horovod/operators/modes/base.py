@@ -5,8 +5,9 @@ the result, for one way of running the Spark driver.
 The training operators (:class:`~airflow_provider_horovod.operators.base.DistributedTrainingOperator`) make one
 :class:`DeployMode` per try and delegate to it, the way the Spark provider's ``SparkSubmitOperator`` delegates to its
 private deployment backends. A mode is given everything it uses: the try's
-:class:`~airflow_provider_horovod.job.TrainingJob`, its hook and a :class:`~airflow_provider_horovod.operators._reporting.JobReporter`; it never sees
-the operator, so each mode is tested on its own against a fake hook (``tests/unit/operators/modes/test_deploy_modes.py``).
+:class:`~airflow_provider_horovod.job.TrainingJob`, its hook and a
+:class:`~airflow_provider_horovod.operators._reporting.JobReporter`; it never sees the operator, so each mode is tested
+on its own against a fake hook (``tests/unit/operators/modes/test_deploy_modes.py``).
 """
 
 from __future__ import annotations

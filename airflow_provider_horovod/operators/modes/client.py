@@ -16,9 +16,8 @@ from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_horovod.job import TrainingJob
-
     from airflow_provider_horovod.hooks.horovod import HorovodHook
+    from airflow_provider_horovod.job import TrainingJob
     from airflow_provider_horovod.operators._reporting import JobReporter
     from airflow_provider_horovod.utils.stage_progress import ProgressWatcher
 

@@ -51,11 +51,9 @@ from airflow_provider_horovod.xcom_keys import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_horovod.job import TrainingJob
-
-    from airflow_provider_horovod.operators._reporting import JobReporter
-
     from airflow_provider_horovod.clients import DriverStatus
+    from airflow_provider_horovod.job import TrainingJob
+    from airflow_provider_horovod.operators._reporting import JobReporter
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,8 @@ from airflow_provider_horovod.utils.job_result import JobResult
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_horovod.job import TrainingJob
-
     from airflow_provider_horovod.hooks.connect import HorovodConnectHook
+    from airflow_provider_horovod.job import TrainingJob
     from airflow_provider_horovod.operators._reporting import JobReporter
 
 

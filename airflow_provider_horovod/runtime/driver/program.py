@@ -35,8 +35,8 @@ import json
 import os
 import sys
 import traceback
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 STATUS_FILE = "status.json"
 """In the result directory: the application's id and UI URL, written once its SparkContext runs."""
@@ -219,9 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.runtime:  # the runner ships it on to the executors (runtime_zip)
             _fetch_runtime(args.runtime)
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
+        from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
         from airflow_provider_horovod.runtime.errors import ExecutorLostError, JobCancelledError, PayloadError
         from airflow_provider_horovod.runtime.rank_errors import RankFailedError
-        from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
         from airflow_provider_horovod.runtime.wire.payload import verify_payload
         from airflow_provider_horovod.runtime.wire.protocol import RANK_ENV_NAMES
     except (ImportError, OSError) as err:  # e.g. no cloudpickle, pyspark or s3fs in the driver's interpreter

@@ -46,7 +46,6 @@ import threading
 import traceback
 from pathlib import Path
 
-from airflow_provider_horovod.runtime.rank_errors import LOAD_ERROR
 from airflow_provider_horovod.runtime.launchers import HOROVOD
 from airflow_provider_horovod.runtime.rank.backends import rank_backend_for
 from airflow_provider_horovod.runtime.rank.guards import Progress
@@ -57,6 +56,7 @@ from airflow_provider_horovod.runtime.rank.result import (
     qualname,
     write_atomic,
 )
+from airflow_provider_horovod.runtime.rank_errors import LOAD_ERROR
 from airflow_provider_horovod.runtime.wire.protocol import (
     ENV_CHECK_SIZE,
     ENV_ERROR,

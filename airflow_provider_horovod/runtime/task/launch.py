@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, LongLines, cut
 from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.rank_errors import RankFailedError, root_cause
+from airflow_provider_horovod.runtime.task.backends import Rendezvous, backend_for
 from airflow_provider_horovod.runtime.task.checks import (
     _host_of,
     _preflight,
@@ -30,7 +31,6 @@ from airflow_provider_horovod.runtime.task.checks import (
     _task_gpus,
 )
 from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
-from airflow_provider_horovod.runtime.task.backends import Rendezvous, backend_for
 from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, local_plan
 from airflow_provider_horovod.runtime.task.rank_env import omp_threads
 from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
@@ -171,10 +171,10 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     Partition 0 opens the launcher's rendezvous (:meth:`~.backends.LaunchBackend.open_rendezvous`: Horovod's
     ``RendezvousServer``, or the port rank 0's ``torch.distributed`` store listens on); every task puts what the
     others need (that port from partition 0, each task's GPUs) in the JSON it gathers with ``allGather``, then
-    starts its rank with the launcher's full environment and its devices. A rank that fails raises at once (the barrier stage aborts and Spark
-    kills the other tasks, whose ranks die with their lifeline). On success every other task reports its rank's
-    exit to the rendezvous store and task 0 waits for all of them (:class:`RanksDone`), so the store outlives
-    every rank.
+    starts its rank with the launcher's full environment and its devices. A rank that fails raises at once (the
+    barrier stage aborts and Spark kills the other tasks, whose ranks die with their lifeline). On success every
+    other task reports its rank's exit to the rendezvous store and task 0 waits for all of them (:class:`RanksDone`),
+    so the store outlives every rank.
 
     :param spec: the job (shipped in the task closure).
     :param _rows: the partition's rows (unused).

@@ -1,8 +1,8 @@
 """
 The limits a rank runs under (:func:`next_deadline`) and the
 :class:`~airflow_provider_horovod.runtime.rank_errors.RankFailedError` its end turns into, of its kind
-(:func:`~airflow_provider_horovod.runtime.rank_errors.rank_failed`): a limit it ran into (:func:`timeout_failure`) or its
-non-zero exit with the error file it wrote (:func:`exit_failure`).
+(:func:`~airflow_provider_horovod.runtime.rank_errors.rank_failed`): a limit it ran into (:func:`timeout_failure`) or
+its non-zero exit with the error file it wrote (:func:`exit_failure`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 
+from airflow_provider_horovod.runtime.launchers import HOROVOD
 from airflow_provider_horovod.runtime.rank_errors import (
     PEER_LEFT,
     START_TIMEOUT,
@@ -18,7 +19,6 @@ from airflow_provider_horovod.runtime.rank_errors import (
     RankFailedError,
     rank_failed,
 )
-from airflow_provider_horovod.runtime.launchers import HOROVOD
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 FAILURE_GRACE_S = 10.0

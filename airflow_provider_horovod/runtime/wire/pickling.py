@@ -71,7 +71,9 @@ def _is_by_value_candidate(module_name: Any) -> types.ModuleType | None:
 
 
 class _ByValueModules:
-    """The modules registered with ``cloudpickle.register_pickle_by_value`` for one payload; :meth:`undo` unregisters."""
+    """
+    The modules registered with ``cloudpickle.register_pickle_by_value`` for one payload; :meth:`undo` unregisters.
+    """
 
     def __init__(self) -> None:
         self.registered: list[str] = []

@@ -18,12 +18,12 @@ from __future__ import annotations
 import functools
 from datetime import timedelta
 
-import pendulum
-
 # A helper module next to this file in the DAG folder: Airflow puts the DAG folder on its own processes'
 # sys.path, Spark executors do not have it.
 import helper_only_on_driver
+import pendulum
 from airflow.sdk import DAG
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -234,7 +234,6 @@ def os_exit_seven_on_rank_one():
 
 def imports_driver_only_module():
     import helper_only_on_driver as helper  # on the Airflow worker's sys.path (the DAG folder), not on executors
-
     import horovod.torch as hvd
 
     hvd.init()

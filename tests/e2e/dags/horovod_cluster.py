@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 import pendulum
-
 from airflow.sdk import DAG
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 

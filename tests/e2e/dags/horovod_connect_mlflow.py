@@ -4,8 +4,8 @@ reports its loss, and a failing rank."""
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 

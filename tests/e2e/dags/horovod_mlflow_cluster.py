@@ -10,8 +10,8 @@ import os
 import sys
 
 import pendulum
-
 from airflow.sdk import DAG
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 EVENT_LOG_DIR = os.environ.get("HOROVOD_TEST_EVENT_LOG_DIR")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 

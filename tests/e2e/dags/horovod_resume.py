@@ -9,8 +9,8 @@ import sys
 from datetime import timedelta
 
 import pendulum
-
 from airflow.sdk import DAG, Asset
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 CONF = {

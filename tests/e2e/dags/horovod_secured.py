@@ -21,9 +21,9 @@ import sys
 from datetime import timedelta
 
 import pendulum
-
 from airflow.providers.apache.spark.decorators.pyspark import pyspark_task
 from airflow.sdk import DAG
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 CONF = {

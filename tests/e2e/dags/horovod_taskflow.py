@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG, Asset, AssetAlias, task
 
 SCALE = 10  # a DAG-file global the function uses: it travels by value

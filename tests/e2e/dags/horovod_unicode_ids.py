@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 
 import pendulum
-
 from airflow.sdk import DAG, get_current_context, task
+
 from airflow_provider_horovod.links import SparkUILink, push_spark_ui_url
-from airflow_provider_horovod.xcom_keys import XCOM_SPARK_UI_URL
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
+from airflow_provider_horovod.xcom_keys import XCOM_SPARK_UI_URL
 
 
 def write_model(tag):

@@ -7,8 +7,8 @@ import sys
 from datetime import timedelta
 
 import pendulum
-
 from airflow.sdk import DAG, Asset
+
 from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
 
 CONF = {

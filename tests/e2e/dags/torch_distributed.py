@@ -1,12 +1,14 @@
-"""Test DAGs: ``@task.torch_distributed`` and ``TorchDistributedOperator`` (a function, a torchrun script, a failure)."""
+"""
+Test DAGs: ``@task.torch_distributed`` and ``TorchDistributedOperator`` (a function, a torchrun script, a failure).
+"""
 
 from __future__ import annotations
 
 import os
 
 import pendulum
-
 from airflow.sdk import DAG, Asset, task
+
 from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
 
 TORCHRUN_NAMES = (

@@ -2,12 +2,15 @@
 
 import pendulum
 from airflow.sdk import DAG
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 
 def long_training():
     import time
-    import horovod.torch as hvd, torch
+
+    import horovod.torch as hvd
+    import torch
 
     hvd.init()
     print("training started", flush=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-
 from airflow.sdk import DAG
+
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
 

@@ -69,7 +69,7 @@ def test_jobs_count_completed_tasks_in_numCompletedTasks():
     jobs = {j.status: j for j in map(JobInfo.from_json, raw)}
     assert set(jobs) == {"SUCCEEDED", "FAILED", "RUNNING"}
     assert all("numCompletedTasks" in r and "numCompleteTasks" not in r for r in raw)
-    for record, job in zip(raw, map(JobInfo.from_json, raw)):
+    for record, job in zip(raw, map(JobInfo.from_json, raw), strict=True):
         assert job.num_completed_tasks == record["numCompletedTasks"]
     done, failed, running = jobs["SUCCEEDED"], jobs["FAILED"], jobs["RUNNING"]
     assert done.num_completed_tasks == done.num_tasks == 2 and done.is_terminal and done.completion_time
@@ -83,7 +83,7 @@ def test_stages_count_completed_tasks_in_numCompleteTasks_and_keep_the_failure_r
     stages = {s.status: s for s in map(StageInfo.from_json, raw)}
     assert set(stages) == {"COMPLETE", "FAILED", "ACTIVE"}
     assert all("numCompleteTasks" in r and "numCompletedTasks" not in r for r in raw)
-    for record, stage in zip(raw, map(StageInfo.from_json, raw)):
+    for record, stage in zip(raw, map(StageInfo.from_json, raw), strict=True):
         assert stage.num_completed_tasks == record["numCompleteTasks"]
         assert stage.attempt_id == record["attemptId"] == 0
     assert stages["COMPLETE"].num_completed_tasks == 2 and stages["COMPLETE"].failure_reason is None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from airflow.sdk import Asset
-
 from openlineage.client.serde import Serde
 
 from airflow_provider_horovod.operators.lineage import (

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pendulum
 import pytest
-
 from airflow.sdk import DAG, task
+
 from airflow_provider_horovod.decorators.torch_distributed import torch_distributed_task
 from airflow_provider_horovod.job import TrainingJob
 from airflow_provider_horovod.operators.base import DistributedTrainingOperator
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.operators.torch_distributed import TorchDistributedOperator
-from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 from airflow_provider_horovod.runtime.driver.program import _parse, _settings
+from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 from airflow_provider_horovod.runtime.rank.script import run_script
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.payload import loads_payload

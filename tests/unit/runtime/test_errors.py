@@ -203,8 +203,8 @@ def test_a_killed_rank_names_its_signal():
 def test_the_rank_failures_the_task_side_builds_are_of_their_kind(tmp_path):
     import json
 
-    from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, timeout_failure
     from airflow_provider_horovod.runtime.settings import JobSettings
+    from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, timeout_failure
     from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
     killed = exit_failure(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
-import io
 import zipfile
 
 from airflow_provider_horovod.runtime.driver.shipping import runtime_zip

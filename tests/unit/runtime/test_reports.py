@@ -1,4 +1,6 @@
-"""The training function's report() (runtime/reports.py) in a real process: throttled, never lost, a no-op outside a job."""
+"""
+The training function's report() (runtime/reports.py) in a real process: throttled, never lost, a no-op outside a job.
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pendulum
 import pytest
+from airflow.sdk import DAG
 
 from airflow_provider_horovod.decorators.horovod import horovod_task
 from airflow_provider_horovod.decorators.torch_distributed import torch_distributed_task
@@ -16,7 +17,6 @@ from airflow_provider_horovod.operators.torch_distributed import TorchDistribute
 from airflow_provider_horovod.runtime import HorovodRunner
 from airflow_provider_horovod.runtime.driver.program import _settings
 from airflow_provider_horovod.runtime.settings import JobSettings
-from airflow.sdk import DAG
 
 BAD = [
     ("np", 0),

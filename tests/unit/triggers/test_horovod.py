@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 from airflow_provider_horovod.standalone.poll import EVENT_KEYS, validate_event
+from airflow_provider_horovod.triggers.horovod import HorovodSparkJobTrigger
 
 
 def test_serialize_round_trip():

@@ -16,8 +16,8 @@ import pytest
 
 from airflow_provider_horovod.clients import DriverStatus, SparkRestAccess
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.job import TrainingJob
+from airflow_provider_horovod.operators._reporting import JobReporter
 from airflow_provider_horovod.operators.modes import cluster_manager, resolve_deploy_mode
 from airflow_provider_horovod.operators.modes.client import ClientMode
 from airflow_provider_horovod.operators.modes.cluster import ClusterMode, ClusterOptions

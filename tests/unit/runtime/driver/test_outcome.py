@@ -28,9 +28,10 @@ point spark.pyspark.python / PYSPARK_PYTHON at an interpreter that has it
 """
 
 NO_RUNTIME = NO_HOROVOD.replace(
-    "airflow_provider_horovod.runtime.errors.LaunchError: horovod (horovod.runner.http.http_server) is not importable by \
-the executor's Python /tmp/bare/bin/python on 127.0.0.1: install it there (Horovod built with Gloo and PyTorch), or \
-point spark.pyspark.python / PYSPARK_PYTHON at an interpreter that has it",
+    "airflow_provider_horovod.runtime.errors.LaunchError: horovod (horovod.runner.http.http_server) "
+    "is not importable by the executor's Python /tmp/bare/bin/python on 127.0.0.1: install it there "
+    "(Horovod built with Gloo and PyTorch), or point spark.pyspark.python / PYSPARK_PYTHON "
+    "at an interpreter that has it",
     "ModuleNotFoundError: No module named 'airflow_provider_horovod'",
 )
 

@@ -11,8 +11,8 @@ from airflow_provider_horovod.exceptions import HorovodResultError
 from airflow_provider_horovod.operators.common import check_xcom_value
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 from airflow_provider_horovod.runtime import HorovodRunner, ReturnValueTooLargeError
-from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 from airflow_provider_horovod.runtime.driver.program import _parse, _settings
+from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
 from airflow_provider_horovod.runtime.errors import ReturnValueRefused
 from airflow_provider_horovod.runtime.rank.result import pickle_result
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_horovod.runtime.driver.program import _parse, _settings
-from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
+from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.settings import validate_gpu_visibility
 from airflow_provider_horovod.runtime.task.gpus import (
     check_gpu_conf,
@@ -176,8 +176,8 @@ def test_choose_interface_override_takes_the_first_name_this_host_has():
 
 
 def test_rank_interface_takes_the_jobs_override_then_the_executors(monkeypatch):
-    from airflow_provider_horovod.runtime.task.checks import _rank_interface
     from airflow_provider_horovod.runtime.settings import JobSettings
+    from airflow_provider_horovod.runtime.task.checks import _rank_interface
     from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
     monkeypatch.setenv("HOROVOD_AIRFLOW_IFACE", "nope0")

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from airflow_provider_horovod.runtime.rank_errors import PEER_LEFT, START_TIMEOUT, TRAINING_TIMEOUT, WAITING_FOR_PEERS
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.task.rank_failure import (
     FAILURE_GRACE_S,
     exit_failure,
     next_deadline,
     timeout_failure,
 )
-from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 

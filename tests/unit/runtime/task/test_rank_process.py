@@ -15,9 +15,9 @@ import cloudpickle
 import pytest
 
 from airflow_provider_horovod.runtime.launchers import preimports
+from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.task.plan import local_plan
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess
-from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 from airflow_provider_horovod.runtime.wire.payload import dumps_payload
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from airflow_provider_horovod.runtime.task.rank_env import omp_threads, worker_environ
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.runtime.task.rank_env import omp_threads, worker_environ
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 

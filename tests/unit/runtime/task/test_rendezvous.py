@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from airflow_provider_horovod.runtime.errors import LaunchError
+from airflow_provider_horovod.runtime.task.plan import local_plan
 from airflow_provider_horovod.runtime.task.rendezvous import (
     DONE_SCOPE,
     _report_done,
@@ -15,7 +16,6 @@ from airflow_provider_horovod.runtime.task.rendezvous import (
     _stop_rendezvous,
     _stop_rendezvous_soon,
 )
-from airflow_provider_horovod.runtime.task.plan import local_plan
 
 
 def _request(port: int, source: str, method: str = "GET", path: str = "/global/0", body: bytes | None = None) -> int:
