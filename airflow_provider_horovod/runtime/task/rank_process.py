@@ -89,11 +89,11 @@ class RankProcess:
 
     @property
     def result_path(self) -> str:
-        return os.path.join(self._dir, "result.pkl")
+        return os.path.join(self._dir, protocol.RANK_VALUE_FILE)
 
     @property
     def error_path(self) -> str:
-        return os.path.join(self._dir, "error.json")
+        return os.path.join(self._dir, protocol.RANK_ERROR_FILE)
 
     @property
     def returncode(self) -> int | None:
@@ -110,7 +110,7 @@ class RankProcess:
             overlap. The start timeout counts from :meth:`release`.
         """
         os.makedirs(self._dir, mode=0o700)
-        payload_path = os.path.join(self._dir, "payload.bin")
+        payload_path = os.path.join(self._dir, protocol.RANK_PAYLOAD_FILE)
         fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(self._spec.payload)

@@ -31,6 +31,12 @@ variables (one JSON object, then end of file) before it loads the function; end 
 ENV_PREIMPORT = "HOROVOD_AIRFLOW_PREIMPORT"
 """Comma-separated modules such a rank imports while it waits (failures are ignored: the function's own import
 reports them)."""
+RANK_PAYLOAD_FILE = "payload.bin"
+"""The rank's private copy of the payload, in the rank's own directory (the task's; :data:`ENV_PAYLOAD` names it)."""
+RANK_VALUE_FILE = "result.pkl"
+"""Rank 0's cloudpickled return value, in the rank's own directory (:data:`ENV_RESULT` names it)."""
+RANK_ERROR_FILE = "error.json"
+"""A failing rank's error, in the rank's own directory (:data:`ENV_ERROR` names it)."""
 PROGRESS_LOADED = b"L"
 PROGRESS_INIT = b"I"
 PROGRESS_READY = b"R"
