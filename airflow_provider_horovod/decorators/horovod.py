@@ -53,6 +53,16 @@ class _DecoratedTraining(DecoratedOperator):
             **kwargs,
         )
 
+    @classmethod
+    def decorator(cls, python_callable: Callable[..., Any] | None, **kwargs: Any) -> TaskDecorator:
+        """
+        The TaskFlow decorator of this operator (Airflow's ``task_decorator_factory``).
+
+        :param python_callable: the training function (set by the decorator syntax).
+        :param kwargs: ``multiple_outputs`` and the operator's arguments.
+        """
+        return task_decorator_factory(python_callable, decorated_operator_class=cls, **kwargs)
+
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         """After deferral: as the operator, then TaskFlow's output handling (assets in the return value)."""
         # the training operator this is mixed into has execute_complete (DecoratedOperator has none)
@@ -66,11 +76,7 @@ class _HorovodDecoratedOperator(_DecoratedTraining, HorovodRunnerOperator):
     template_fields: Sequence[str] = HorovodRunnerOperator.template_fields
 
 
-def horovod_task(
-    python_callable: Callable[..., Any] | None = None,
-    multiple_outputs: bool | None = None,
-    **kwargs: Any,
-) -> TaskDecorator:
+def horovod_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
     """
     Wrap a function into a :class:`~airflow_provider_horovod.operators.horovod.HorovodRunnerOperator` task.
 
@@ -81,9 +87,4 @@ def horovod_task(
     :return: a TaskFlow decorator.
     :raises ValueError: an argument is invalid (when the DAG is parsed), as for the operator.
     """
-    return task_decorator_factory(
-        python_callable=python_callable,
-        multiple_outputs=multiple_outputs,
-        decorated_operator_class=_HorovodDecoratedOperator,
-        **kwargs,
-    )
+    return _HorovodDecoratedOperator.decorator(python_callable, **kwargs)

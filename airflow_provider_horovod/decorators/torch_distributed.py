@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from airflow.providers.common.compat.sdk import TaskDecorator, task_decorator_factory
+from airflow.providers.common.compat.sdk import TaskDecorator
 
 from airflow_provider_horovod.decorators.horovod import _DecoratedTraining
 from airflow_provider_horovod.operators.base import DistributedTrainingOperator
@@ -40,11 +40,7 @@ class _TorchDistributedDecoratedOperator(_DecoratedTraining, TorchDistributedOpe
     template_fields: Sequence[str] = DistributedTrainingOperator.template_fields
 
 
-def torch_distributed_task(
-    python_callable: Callable[..., Any] | None = None,
-    multiple_outputs: bool | None = None,
-    **kwargs: Any,
-) -> TaskDecorator:
+def torch_distributed_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
     """
     Wrap a ``torch.distributed`` training function into a task run like
     :class:`~airflow_provider_horovod.operators.torch_distributed.TorchDistributedOperator`.
@@ -57,9 +53,4 @@ def torch_distributed_task(
     :return: a TaskFlow decorator.
     :raises ValueError: an argument is invalid (when the DAG is parsed), as for the operator.
     """
-    return task_decorator_factory(
-        python_callable=python_callable,
-        multiple_outputs=multiple_outputs,
-        decorated_operator_class=_TorchDistributedDecoratedOperator,
-        **kwargs,
-    )
+    return _TorchDistributedDecoratedOperator.decorator(python_callable, **kwargs)

@@ -370,12 +370,12 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
             if self.mlflow_conn_id is None
             else MlflowRunObserver(
                 MlflowSettings(
+                    params={**{f"arg{i}": v for i, v in enumerate(self.op_args)}, **self.op_kwargs},
                     conn_id=self.mlflow_conn_id,
                     experiment=self.mlflow_experiment,
                     register_model=self.mlflow_register_model,
                     model_alias=self.mlflow_model_alias,
                     model_path=self.mlflow_model_path,
-                    params={**{f"arg{i}": v for i, v in enumerate(self.op_args)}, **self.op_kwargs},
                 ),
                 self.log,
                 self.outlets,
@@ -424,7 +424,6 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
                 cancel_on_kill=self.cancel_on_kill,
                 poll_interval_s=self.poll_interval_s,
                 staging_dir=self.staging_dir,
-                conf=dict(job.conf),
             ),
         )
 

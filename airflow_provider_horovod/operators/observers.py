@@ -166,13 +166,11 @@ class Observers:
 
     def submitted(self, context: Any, record: Any) -> None:
         """Every observer's :meth:`JobObserver.submitted`."""
-        for observer in self.observers:
-            observer.submitted(context, record)
+        self._notify("submitted", context, record)
 
     def attached(self, context: Any, record: Any) -> None:
         """Every observer's :meth:`JobObserver.attached`."""
-        for observer in self.observers:
-            observer.attached(context, record)
+        self._notify("attached", context, record)
 
     def deferring(self, trigger: Any) -> Any:
         """Every observer's :meth:`JobObserver.deferring`, each given the trigger the one before returned."""
@@ -182,23 +180,24 @@ class Observers:
 
     def resumed(self, context: Any) -> None:
         """Every observer's :meth:`JobObserver.resumed`."""
-        for observer in self.observers:
-            observer.resumed(context)
+        self._notify("resumed", context)
 
     def finished(self, context: Any, outcome: FinishedTry) -> None:
         """Every observer's :meth:`JobObserver.finished`."""
-        for observer in self.observers:
-            observer.finished(context, outcome)
+        self._notify("finished", context, outcome)
 
     def failed(self, context: Any, error: BaseException) -> None:
         """Every observer's :meth:`JobObserver.failed`."""
-        for observer in self.observers:
-            observer.failed(context, error)
+        self._notify("failed", context, error)
 
     def killed(self) -> None:
         """Every observer's :meth:`JobObserver.killed`."""
+        self._notify("killed")
+
+    def _notify(self, point: str, *args: Any) -> None:
+        """Call every observer's ``point`` method with ``args``, in order (the points that return nothing)."""
         for observer in self.observers:
-            observer.killed()
+            getattr(observer, point)(*args)
 
 
 class ModelAssetEvents(JobObserver):

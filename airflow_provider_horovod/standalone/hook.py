@@ -130,14 +130,17 @@ class HorovodStandaloneHook(BaseHook):
         :param retry: the retry policy of its calls (default: :class:`RetryPolicy`'s defaults).
         """
         e = self.endpoints
-        return SparkRestClient(
-            rest_url=e.rest_url,
-            master_ui_url=e.master_ui_url,
-            timeout_s=self.timeout_s,
-            retry=retry or RetryPolicy(),
-            transport=self.transport,
-            access=self.access,
-        )
+        return SparkRestClient(**self._client_kwargs(e.rest_url, e.master_ui_url, retry), access=self.access)
+
+    def _client_kwargs(self, rest_url: str, master_ui_url: str | None, retry: RetryPolicy | None) -> dict[str, Any]:
+        """What the sync and the async client of this hook take, but its access."""
+        return {
+            "rest_url": rest_url,
+            "master_ui_url": master_ui_url,
+            "timeout_s": self.timeout_s,
+            "retry": retry or RetryPolicy(),
+            "transport": self.transport,
+        }
 
     def check_access(self) -> None:
         """
@@ -228,25 +231,12 @@ class HorovodStandaloneHook(BaseHook):
 
     def _route_client(self, retry: RetryPolicy | None = None) -> SparkRestClient:
         route = self.route
-        return SparkRestClient(
-            rest_url=route.rest_url,
-            master_ui_url=route.master_ui_url,
-            timeout_s=self.timeout_s,
-            retry=retry or RetryPolicy(),
-            transport=self.transport,
-            access=self.access,
-        )
+        return SparkRestClient(**self._client_kwargs(route.rest_url, route.master_ui_url, retry), access=self.access)
 
     async def _a_route_client(self, retry: RetryPolicy | None = None) -> AsyncSparkRestClient:
         route = await self._off_the_loop("route")
-        return AsyncSparkRestClient(
-            rest_url=route.rest_url,
-            master_ui_url=route.master_ui_url,
-            timeout_s=self.timeout_s,
-            retry=retry or RetryPolicy(),
-            transport=self.transport,
-            access=await self.a_access(),
-        )
+        kwargs = self._client_kwargs(route.rest_url, route.master_ui_url, retry)
+        return AsyncSparkRestClient(**kwargs, access=await self.a_access())
 
     def status(self, submission_id: str) -> DriverStatus:
         """

@@ -210,7 +210,7 @@ class ClusterSlotsWatcher(Poller):
         poll_interval_s: float = 5.0,
         access: SparkRestAccess | None = None,
     ) -> None:
-        super().__init__(f"spark-slots-{submission_id}", poll_interval_s)
+        super().__init__(f"spark-slots-{submission_id}", poll_interval_s, log, access)
         self._url = master_ui_url
         self._submission_id = submission_id
         self._app_id = app_id
@@ -218,8 +218,6 @@ class ClusterSlotsWatcher(Poller):
         conf = {k: str(v) for k, v in conf.items()}
         conf = {"spark.master": "spark://", **standalone_defaults(np, master_ui_url, conf), **conf}  # as submitted
         self._res = AppResources.from_conf(conf, assume_defaults=False, cluster_mode=True)
-        self._log = log
-        self._access = access
         self._last: str | None = None
 
     def poll_once(self) -> None:

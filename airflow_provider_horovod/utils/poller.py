@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Self
+from typing import TYPE_CHECKING, Self
+
+if TYPE_CHECKING:
+    from airflow_provider_horovod.clients import SparkRestAccess
 
 
 class Poller:
@@ -17,11 +20,17 @@ class Poller:
 
     :param thread_name: the thread's name (shows in thread dumps and log records).
     :param poll_interval_s: seconds between two polls.
+    :param log: called with each message the watcher logs.
+    :param access: the bearer token and CA bundle of the REST calls it makes (``None``: none).
     """
 
-    def __init__(self, thread_name: str, poll_interval_s: float) -> None:
+    def __init__(
+        self, thread_name: str, poll_interval_s: float, log: Callable[[str], None], access: SparkRestAccess | None
+    ) -> None:
         self._thread_name = thread_name
         self._poll_interval_s = poll_interval_s
+        self._log = log
+        self._access = access
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

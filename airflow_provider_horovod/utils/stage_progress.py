@@ -119,12 +119,10 @@ class ProgressWatcher(Poller):
         timeout_s: float = 30.0,
         access: SparkRestAccess | None = None,
     ) -> None:
-        super().__init__(f"spark-progress-{app_id}", poll_interval_s)
+        super().__init__(f"spark-progress-{app_id}", poll_interval_s, log, access)
         self._ui_url = ui_url
         self._app_id = app_id
-        self._log = log
         self._timeout_s = timeout_s
-        self._access = access
         self._last: dict[str, str] = {}
         self._failures_in_a_row = 0
         self._unavailable_reported = False

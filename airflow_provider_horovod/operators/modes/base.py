@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_horovod.job import TrainingJob
     from airflow_provider_horovod.operators._reporting import JobReporter
+    from airflow_provider_horovod.utils.job_result import JobResult
 
 
 class DeployMode:
@@ -126,3 +127,48 @@ class DeployMode:
 
     def on_kill(self) -> None:
         """Stop the job and every training process of this try (called when ``cancel_on_kill`` is set)."""
+
+
+GONE = "GONE"
+"""The status of a job whose driver lived in a task process (client mode, Spark Connect): it ended with it."""
+
+
+class SynchronousMode(DeployMode):
+    """
+    A deploy mode whose job runs inside this task's process and ends with it (client mode, Spark Connect): nothing
+    to reattach to, the result held in memory from :meth:`poll_until_complete` to :meth:`get_job_result`.
+
+    :param request: the try's job.
+    :param hook: the mode's hook; its ``on_kill`` stops the job.
+    :param reporter: the try's reporting steps.
+    """
+
+    def __init__(self, request: TrainingJob, hook: Any, reporter: JobReporter) -> None:
+        super().__init__(request, hook, reporter)
+        self._result: JobResult | None = None
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        """
+        Always :data:`GONE`: a retry never finds the job of an earlier try (it ran in that try's process).
+
+        :param external_id: what :meth:`submit_job` returned.
+        :param context: the task's Airflow context.
+        """
+        return GONE
+
+    def get_job_result(self, external_id: Any, context: Context) -> Any:
+        """
+        Push the XComs of the job just run and return rank 0's value.
+
+        :param external_id: what :meth:`submit_job` returned.
+        :param context: the task's Airflow context.
+        :raises RuntimeError: :meth:`poll_until_complete` has not run the job.
+        :raises HorovodResultError: the value cannot go to XCom.
+        """
+        if self._result is None:
+            raise RuntimeError(f"the {self.name} deploy mode has no result before poll_until_complete ran the job")
+        return self.reporter.finish(context["ti"], self._result)
+
+    def on_kill(self) -> None:
+        """Stop the job through the hook (spark-submit and its ranks; the Spark Connect session's operations)."""
+        self.hook.on_kill()

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from airflow_provider_horovod.operators.modes.base import DeployMode
+from airflow_provider_horovod.operators.modes.base import SynchronousMode
 from airflow_provider_horovod.runtime.driver.program import PAYLOAD_FILE
-from airflow_provider_horovod.utils.job_result import JobResult, cleanup_staging
+from airflow_provider_horovod.utils.job_result import cleanup_staging
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -21,11 +21,8 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.operators._reporting import JobReporter
     from airflow_provider_horovod.utils.stage_progress import ProgressWatcher
 
-GONE = "GONE"
-"""The status of a job whose driver lived in a task process (client mode, Spark Connect): it ended with it."""
 
-
-class ClientMode(DeployMode):
+class ClientMode(SynchronousMode):
     """
     spark-submit in client mode from this task; the job's id is the local staging directory of the payload.
 
@@ -42,7 +39,6 @@ class ClientMode(DeployMode):
     ) -> None:
         super().__init__(request, hook, reporter)
         self.deferrable = deferrable
-        self._result: JobResult | None = None
 
     def submit_job(self, context: Context) -> str:
         """
@@ -66,15 +62,6 @@ class ClientMode(DeployMode):
             cleanup_staging(staging)
             raise
         return staging
-
-    def get_job_status(self, external_id: Any, context: Context) -> str:
-        """
-        Always :data:`GONE`: a retry never finds the driver of an earlier try (it ran in that try's process).
-
-        :param external_id: the staging directory.
-        :param context: the task's Airflow context.
-        """
-        return GONE
 
     def poll_until_complete(self, external_id: str, context: Context) -> None:
         """
@@ -103,19 +90,3 @@ class ClientMode(DeployMode):
                 watcher.stop()
             cleanup_staging(external_id)
             self.reporter.link_history(ti)
-
-    def get_job_result(self, external_id: Any, context: Context) -> Any:
-        """
-        Push the XComs of the job just run and return rank 0's value.
-
-        :param external_id: the staging directory (already removed).
-        :param context: the task's Airflow context.
-        :raises HorovodResultError: the value cannot go to XCom.
-        """
-        if self._result is None:
-            raise RuntimeError(f"the {self.name} deploy mode has no result before poll_until_complete ran the job")
-        return self.reporter.finish(context["ti"], self._result)
-
-    def on_kill(self) -> None:
-        """Stop spark-submit and the training processes it started."""
-        self.hook.on_kill()

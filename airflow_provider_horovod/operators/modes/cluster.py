@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.operators.modes.base import DeployMode
@@ -67,7 +67,6 @@ class ClusterOptions:
     :param poll_interval_s: seconds between polls of the driver's state and the cluster's slots (``None``: 5 s, no
         slot or progress polling).
     :param staging_dir: the rendered ``staging_dir``, or ``None`` for :func:`default_staging_dir`.
-    :param conf: the application's Spark properties (what the slot watcher compares with the cluster).
     """
 
     defer: Callable[..., Any] | None = None
@@ -75,7 +74,6 @@ class ClusterOptions:
     cancel_on_kill: bool = True
     poll_interval_s: float | None = 5.0
     staging_dir: str | None = None
-    conf: Mapping[str, Any] = field(default_factory=dict)
 
 
 class ClusterMode(DurableClusterJob, DeployMode):
@@ -222,7 +220,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
                 submission_id=submission_id,
                 app_id=lambda: read_app(staging)[0],
                 np=self.request.np,
-                conf=self.options.conf,
+                conf=self.request.conf,
                 log=self.log.info,
                 poll_interval_s=interval,
                 access=self.hook.access,

@@ -8,19 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.exceptions import HorovodJobError
-from airflow_provider_horovod.operators.modes.base import DeployMode
-from airflow_provider_horovod.operators.modes.client import GONE
-from airflow_provider_horovod.utils.job_result import JobResult
+from airflow_provider_horovod.operators.modes.base import SynchronousMode
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_horovod.hooks.connect import HorovodConnectHook
-    from airflow_provider_horovod.job import TrainingJob
-    from airflow_provider_horovod.operators._reporting import JobReporter
 
-
-class ConnectMode(DeployMode):
+class ConnectMode(SynchronousMode):
     """
     One Spark Connect session per try: opened, the barrier stage run, closed.
 
@@ -30,10 +24,6 @@ class ConnectMode(DeployMode):
     """
 
     name = "connect"
-
-    def __init__(self, request: TrainingJob, hook: HorovodConnectHook, reporter: JobReporter) -> None:
-        super().__init__(request, hook, reporter)
-        self._result: JobResult | None = None
 
     def check(self) -> None:
         """
@@ -59,15 +49,6 @@ class ConnectMode(DeployMode):
         """
         return None
 
-    def get_job_status(self, external_id: Any, context: Context) -> str:
-        """
-        Always :data:`~airflow_provider_horovod.operators.modes.client.GONE`: the session ended with its try.
-
-        :param external_id: unused.
-        :param context: the task's Airflow context.
-        """
-        return GONE
-
     def poll_until_complete(self, external_id: Any, context: Context) -> None:
         """
         Open the session, run the barrier stage and wait for it, close the session.
@@ -77,19 +58,3 @@ class ConnectMode(DeployMode):
         :raises HorovodJobError: a rank failed (naming it), or the stage could not run.
         """
         self._result = self.hook.run(self.job)
-
-    def get_job_result(self, external_id: Any, context: Context) -> Any:
-        """
-        Push the XComs of the job just run and return rank 0's value.
-
-        :param external_id: unused.
-        :param context: the task's Airflow context.
-        :raises HorovodResultError: the value cannot go to XCom.
-        """
-        if self._result is None:
-            raise RuntimeError(f"the {self.name} deploy mode has no result before poll_until_complete ran the job")
-        return self.reporter.finish(context["ti"], self._result)
-
-    def on_kill(self) -> None:
-        """Interrupt the session's operations (the barrier stage, and with it the ranks)."""
-        self.hook.on_kill()
