@@ -74,14 +74,7 @@ class ExecutorLostError(LaunchError):
 
     def facts(self) -> dict[str, Any]:
         """The loss as JSON-able data: ``executor``, ``host``, ``rank``, ``partition``, ``reason``, ``exit_code``."""
-        return {
-            "executor": self.executor,
-            "host": self.host,
-            "rank": self.rank,
-            "partition": self.partition,
-            "reason": self.reason,
-            "exit_code": self.exit_code,
-        }
+        return {name: getattr(self, name) for name in ("executor", "host", "rank", "partition", "reason", "exit_code")}
 
 
 class JobCancelledError(LaunchError):

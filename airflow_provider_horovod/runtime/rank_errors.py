@@ -43,6 +43,8 @@ _PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
 _MARK_START = "<<horovod-rank-failure:"
 _MARK_END = ":horovod-rank-failure>>"
 _MARK_RE = re.compile(re.escape(_MARK_START) + r"([A-Za-z0-9+/=]+)" + re.escape(_MARK_END))
+_RECORD_FIELDS = ("rank", "exit_code", "exc_type", "exc_message", "traceback", "output_tail", "host", "failed_at")
+"""The attributes :meth:`RankFailedError.to_dict` records besides ``launcher``, as :func:`rank_failed` takes them."""
 
 
 class RankFailedError(HorovodRuntimeError):
@@ -183,25 +185,12 @@ class RankFailedError(HorovodRuntimeError):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, the inverse of :meth:`from_dict`."""
-        return {
-            "rank": self.rank,
-            "exit_code": self.exit_code,
-            "exc_type": self.exc_type,
-            "exc_message": self.exc_message,
-            "traceback": self.traceback,
-            "output_tail": self.output_tail,
-            "host": self.host,
-            "failed_at": self.failed_at,
-            "launcher": self.launcher,
-        }
+        return {name: getattr(self, name) for name in (*_RECORD_FIELDS, "launcher")}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankFailedError:
         """Rebuild the error from :meth:`to_dict` output, as the kind of failure it records (:func:`rank_failed`)."""
-        fields: dict[str, Any] = {
-            k: data.get(k)
-            for k in ("rank", "exit_code", "exc_type", "exc_message", "traceback", "output_tail", "host", "failed_at")
-        }
+        fields: dict[str, Any] = {k: data.get(k) for k in _RECORD_FIELDS}
         return rank_failed(**fields, launcher=data.get("launcher") or HOROVOD)
 
     def marker(self) -> str:

@@ -236,6 +236,18 @@ class JobSettings:
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any]) -> JobSettings:
+        """
+        The settings among a function's arguments: the entries of ``arguments`` named as a field (the others are
+        left out; a field not among them keeps its default). Made for ``JobSettings.from_arguments(locals())`` in a
+        constructor whose parameters include the settings under their own names.
+
+        :param arguments: argument names and values, e.g. the caller's ``locals()``.
+        :raises ValueError: a value is invalid.
+        """
+        return cls(**{f.name: arguments[f.name] for f in fields(cls) if f.name in arguments})
+
     def replace(self, **changes: Any) -> JobSettings:
         """
         A copy with ``changes`` (checked again).

@@ -322,22 +322,9 @@ class HorovodRunner(BarrierRunner):
         try_number: int | None = None,
         mlflow_run: bool | str = False,
     ) -> None:
+        settings = JobSettings.from_arguments(locals())  # np, ..., try_number: the arguments named as its fields
         super().__init__(
-            JobSettings(
-                np=np,
-                driver_log_verbosity=driver_log_verbosity,
-                gloo_timeout_s=gloo_timeout_s,
-                start_timeout_s=start_timeout_s,
-                training_timeout_s=training_timeout_s,
-                slot_wait_timeout_s=slot_wait_timeout_s,
-                use_gpu=use_gpu,
-                gpu_visibility=gpu_visibility,
-                timeline=timeline,
-                max_return_value_bytes=max_return_value_bytes,
-                launcher=launcher,
-                checkpoint_dir=checkpoint_dir,
-                try_number=try_number,
-            ),
+            settings,
             artifact_dir=artifact_dir,
             env=env,
             spark=spark,
@@ -354,12 +341,7 @@ class HorovodRunner(BarrierRunner):
         :param main: the training function; it calls ``hvd.init()`` (``init_process_group()``) itself.
         :param kwargs: keyword arguments for ``main``.
         :return: what rank 0's ``main`` returned.
-        :raises ReturnValueTooLargeError: that value's pickle was larger than ``max_return_value_bytes``; rank 0
-            did not send it (the message gives both sizes).
-        :raises RankFailedError: a rank failed; the message names the rank and carries its traceback.
-        :raises LaunchError: the stage could not run (not enough slots, dynamic allocation, ``use_gpu`` without
-            GPU scheduling, Spark error).
-        :raises PayloadError: ``main`` or ``kwargs`` cannot be pickled.
+        :raises: as :meth:`run_call` (``PayloadError``: ``main`` or ``kwargs`` cannot be pickled).
         """
         return self.run_call(main, (), kwargs)
 

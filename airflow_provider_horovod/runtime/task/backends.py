@@ -83,6 +83,27 @@ class Rendezvous:
                 _stop_rendezvous(server)
 
 
+@dataclass(frozen=True)
+class RendezvousPoint:
+    """
+    Where and how a rank reaches the job's rendezvous, as its launch environment tells it
+    (:meth:`LaunchBackend.rank_env`).
+
+    :param addr: the rendezvous's host address.
+    :param iface: the network interface the rank reaches ``addr`` through.
+    :param gloo_timeout_s: Gloo's timeout for the job's collectives, in seconds.
+    :param port: the rendezvous's port; ``None`` while it is not known yet (a rank started ahead of the rendezvous
+        gets the environment again with its release).
+    :param run_id: :attr:`Rendezvous.run_id`.
+    """
+
+    addr: str
+    iface: str
+    gloo_timeout_s: int
+    port: int | None = None
+    run_id: str | None = None
+
+
 class LaunchBackend:
     """
     One launcher's behaviour where its ranks are started. Subclasses: :class:`HorovodBackend`,
@@ -113,28 +134,13 @@ class LaunchBackend:
         """
         raise NotImplementedError
 
-    def rank_env(
-        self,
-        slot: Slot,
-        plan: Sequence[Slot],
-        *,
-        addr: str,
-        port: int | None,
-        run_id: str | None,
-        iface: str,
-        gloo_timeout_s: int,
-    ) -> dict[str, str]:
+    def rank_env(self, slot: Slot, plan: Sequence[Slot], point: RendezvousPoint) -> dict[str, str]:
         """
         The launcher's environment of one rank, all strings.
 
         :param slot: the rank's place in the plan.
         :param plan: the whole plan.
-        :param addr: the rendezvous's host address.
-        :param port: its port; ``None`` while it is not known yet (a rank started ahead of the rendezvous gets the
-            environment again with its release).
-        :param run_id: :attr:`Rendezvous.run_id`.
-        :param iface: the network interface the rank reaches ``addr`` through.
-        :param gloo_timeout_s: Gloo's timeout for the job's collectives, in seconds.
+        :param point: where and how the rank reaches the job's rendezvous.
         """
         raise NotImplementedError
 
@@ -159,19 +165,13 @@ class HorovodBackend(LaunchBackend):
         server, port = _start_rendezvous(plan, peers=peers, bind=bind)
         return Rendezvous(port=port, server=server)
 
-    def rank_env(
-        self,
-        slot: Slot,
-        plan: Sequence[Slot],
-        *,
-        addr: str,
-        port: int | None,
-        run_id: str | None,
-        iface: str,
-        gloo_timeout_s: int,
-    ) -> dict[str, str]:
+    def rank_env(self, slot: Slot, plan: Sequence[Slot], point: RendezvousPoint) -> dict[str, str]:
         return gloo_env(
-            slot, rendezvous_addr=addr, rendezvous_port=port or 0, iface=iface, gloo_timeout_s=gloo_timeout_s
+            slot,
+            rendezvous_addr=point.addr,
+            rendezvous_port=point.port or 0,
+            iface=point.iface,
+            gloo_timeout_s=point.gloo_timeout_s,
         )
 
     def rank_done(self, addr: str, port: int, rank: int, *, initialized: bool) -> None:
@@ -188,18 +188,10 @@ class TorchBackend(LaunchBackend):
         reserved = reserve_port(bind)
         return Rendezvous(port=reserved.getsockname()[1], run_id=uuid.uuid4().hex, reserved=reserved)
 
-    def rank_env(
-        self,
-        slot: Slot,
-        plan: Sequence[Slot],
-        *,
-        addr: str,
-        port: int | None,
-        run_id: str | None,
-        iface: str,
-        gloo_timeout_s: int,
-    ) -> dict[str, str]:
-        return torch_env(slot, plan, master_addr=addr, master_port=port, iface=iface, run_id=run_id)
+    def rank_env(self, slot: Slot, plan: Sequence[Slot], point: RendezvousPoint) -> dict[str, str]:
+        return torch_env(
+            slot, plan, master_addr=point.addr, master_port=point.port, iface=point.iface, run_id=point.run_id
+        )
 
     # rank_done: the store lives in rank 0's process, which ends with the job: nothing to report to
 

@@ -19,11 +19,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, LongLines, cut
 from airflow_provider_horovod.runtime.errors import LaunchError
 from airflow_provider_horovod.runtime.rank_errors import RankFailedError, root_cause
-from airflow_provider_horovod.runtime.task.backends import Rendezvous, backend_for
+from airflow_provider_horovod.runtime.task.backends import Rendezvous, RendezvousPoint, backend_for
 from airflow_provider_horovod.runtime.task.checks import (
     _host_of,
     _preflight,
@@ -102,18 +103,8 @@ def run_on_driver(
     workdir = tempfile.mkdtemp(prefix="horovod-ranks-")
     backend = backend_for(spec.launcher.name)
     rendezvous = backend.open_rendezvous(plan, bind="127.0.0.1")
-    envs = [
-        backend.rank_env(
-            s,
-            plan,
-            addr="127.0.0.1",
-            port=rendezvous.port,
-            run_id=rendezvous.run_id,
-            iface="lo",
-            gloo_timeout_s=spec.settings.gloo_timeout_s,
-        )
-        for s in plan
-    ]
+    point = RendezvousPoint(addr="127.0.0.1", iface="lo", gloo_timeout_s=spec.settings.gloo_timeout_s)
+    envs = [backend.rank_env(s, plan, replace(point, port=rendezvous.port, run_id=rendezvous.run_id)) for s in plan]
     owned = driver_owned_gpus(spec.np, os.environ.get(CUDA_VISIBLE_DEVICES)) if spec.settings.use_gpu else []
     threads = omp_threads(spec, os.environ)  # torchrun's rule for several processes on one machine
     procs = [
@@ -198,6 +189,7 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     mine = _task_gpus(ctx, addresses[partition]) if spec.settings.use_gpu else []
     rendezvous_addr = addresses[0]
     iface = _rank_interface(spec, rendezvous_addr, addresses[partition])
+    point = RendezvousPoint(addr=rendezvous_addr, iface=iface, gloo_timeout_s=spec.settings.gloo_timeout_s)
     client = LogClient(spec.log_address, spec.log_token or "") if spec.log_address else None
     forward = client is not None and spec.forwards(slot)
 
@@ -212,15 +204,7 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             client.send(f"[rank {s.rank}] {short}")
 
     def launch_env(port: int | None, run_id: str | None) -> dict[str, str]:
-        return backend.rank_env(
-            slot,
-            plan,
-            addr=rendezvous_addr,
-            port=port,
-            run_id=run_id,
-            iface=iface,
-            gloo_timeout_s=spec.settings.gloo_timeout_s,
-        )
+        return backend.rank_env(slot, plan, replace(point, port=port, run_id=run_id))
 
     # The rank starts before the allGather below and imports its framework while the tasks gather (about a
     # second for all but the last task to arrive); the port and devices follow with release().

@@ -5,7 +5,9 @@ or torchrun's), the devices, the job's, and the protocol's (:mod:`~airflow_provi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV
@@ -13,18 +15,30 @@ from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
 
+@dataclass(frozen=True)
+class RankPipes:
+    """
+    The rank's ends of the pipes its launcher keeps to it (file descriptors the rank's process inherits).
+
+    :param lifeline: the lifeline pipe's read end (the rank ends when its launcher does).
+    :param progress: the milestones pipe's write end.
+    :param metrics: the ``report()`` pipe's write end; ``None``: ``report()`` is a no-op.
+    :param release: for a rank started ahead of its rendezvous: the release pipe's read end.
+    """
+
+    lifeline: int
+    progress: int
+    metrics: int | None = None
+    release: int | None = None
+
+
 def worker_environ(
     spec: JobSpec,
     *,
     launch_env: Mapping[str, str],
     devices: Mapping[str, str],
-    payload: str,
-    result: str,
-    error: str,
-    lifeline_fd: int,
-    progress_fd: int,
-    metrics_fd: int | None = None,
-    release_fd: int | None = None,
+    rank_dir: str,
+    pipes: RankPipes,
     threads: int | None = None,
 ) -> dict[str, str]:
     """
@@ -35,13 +49,9 @@ def worker_environ(
     :param spec: the job.
     :param launch_env: the rank's launcher variables (:func:`~.plan.gloo_env` or :func:`~.plan.torch_env`).
     :param devices: its device variables (:func:`~.gpus.device_env`).
-    :param payload: the path of the rank's payload copy.
-    :param result: where rank 0 writes its return value.
-    :param error: where a failing rank writes its error.
-    :param lifeline_fd: the lifeline pipe's read end.
-    :param progress_fd: the milestones pipe's write end.
-    :param metrics_fd: the ``report()`` pipe's write end; ``None``: ``report()`` is a no-op.
-    :param release_fd: for a rank started ahead of its rendezvous: the release pipe's read end.
+    :param rank_dir: the rank's own directory: its payload copy, and where rank 0 writes its return value and a
+        failing rank its error (the files :mod:`~airflow_provider_horovod.runtime.wire.protocol` names).
+    :param pipes: the rank's ends of its pipes.
     :param threads: ``OMP_NUM_THREADS`` for the rank (:func:`omp_threads`), under ``spec.env``; ``None``: none set.
     """
     extra = {
@@ -49,11 +59,11 @@ def worker_environ(
         **devices,
         **spec.env,
         **launch_env,
-        protocol.ENV_PAYLOAD: payload,
-        protocol.ENV_RESULT: result,
-        protocol.ENV_ERROR: error,
-        protocol.ENV_LIFELINE: str(lifeline_fd),
-        protocol.ENV_PROGRESS: str(progress_fd),
+        protocol.ENV_PAYLOAD: os.path.join(rank_dir, protocol.RANK_PAYLOAD_FILE),
+        protocol.ENV_RESULT: os.path.join(rank_dir, protocol.RANK_VALUE_FILE),
+        protocol.ENV_ERROR: os.path.join(rank_dir, protocol.RANK_ERROR_FILE),
+        protocol.ENV_LIFELINE: str(pipes.lifeline),
+        protocol.ENV_PROGRESS: str(pipes.progress),
         protocol.ENV_CHECK_SIZE: str(spec.np),
         protocol.ENV_LAUNCHER: spec.launcher.name,
     }
@@ -64,10 +74,10 @@ def worker_environ(
     if spec.settings.try_number is not None:
         extra[TRY_NUMBER_ENV] = str(spec.settings.try_number)
     extra[protocol.ENV_MAX_RESULT] = str(spec.settings.max_return_value_bytes)
-    if metrics_fd is not None:
-        extra[protocol.ENV_METRICS] = str(metrics_fd)
-    if release_fd is not None:
-        extra[protocol.ENV_RELEASE] = str(release_fd)
+    if pipes.metrics is not None:
+        extra[protocol.ENV_METRICS] = str(pipes.metrics)
+    if pipes.release is not None:
+        extra[protocol.ENV_RELEASE] = str(pipes.release)
         launcher = spec.launcher
         if not (spec.settings.use_gpu and launcher.imports_devices_late):  # horovod.torch: after CUDA_VISIBLE_DEVICES
             extra[protocol.ENV_PREIMPORT] = ",".join(launcher.preimports(spec.payload))

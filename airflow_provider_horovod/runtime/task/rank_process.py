@@ -21,7 +21,7 @@ from collections.abc import Callable
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, cut
 from airflow_provider_horovod.runtime.rank_errors import RankFailedError
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
-from airflow_provider_horovod.runtime.task.rank_env import worker_environ
+from airflow_provider_horovod.runtime.task.rank_env import RankPipes, worker_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
@@ -126,13 +126,8 @@ class RankProcess:
             self._spec,
             launch_env=self._gloo,
             devices=self._devices,
-            payload=payload_path,
-            result=self.result_path,
-            error=self.error_path,
-            lifeline_fd=read_end,
-            progress_fd=progress_write,
-            metrics_fd=metrics_write,
-            release_fd=release_read,
+            rank_dir=self._dir,
+            pipes=RankPipes(read_end, progress_write, metrics=metrics_write, release=release_read),
             threads=self._threads,
         )
         try:

@@ -6,6 +6,9 @@ One table of bad values, refused with one message by every entry point: ``Horovo
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import fields
+
 import pendulum
 import pytest
 from airflow.sdk import DAG
@@ -147,3 +150,17 @@ def test_the_runner_and_the_operator_normalise_alike():
     )
     assert operator.job_settings() == runner.settings
     assert runner.settings.start_timeout_s == 60.0 and isinstance(runner.settings.start_timeout_s, float)
+
+
+def test_settings_from_arguments_take_the_fields_among_them_and_check_them():
+    arguments = {"self": object(), "np": -2, "launcher": "torch", "gloo_timeout_s": 30, "env": {"A": "1"}}
+    assert JobSettings.from_arguments(arguments) == JobSettings(np=-2, launcher="torch", gloo_timeout_s=30)
+    with pytest.raises(ValueError, match="np"):
+        JobSettings.from_arguments({"np": 0})
+
+
+def test_the_runner_takes_every_setting_as_an_argument_of_its_own_name():
+    # HorovodRunner builds its settings with JobSettings.from_arguments(locals()): a field it lacked would be dropped
+    assert {f.name for f in fields(JobSettings)} <= set(inspect.signature(HorovodRunner).parameters)
+    runner = HorovodRunner(np=-3, timeline=True, artifact_dir="/tmp/a", checkpoint_dir="/tmp/c", try_number=2)
+    assert runner.settings == JobSettings(np=-3, timeline=True, checkpoint_dir="/tmp/c", try_number=2)

@@ -12,6 +12,7 @@ from airflow_provider_horovod.runtime.launchers import LAUNCHERS
 from airflow_provider_horovod.runtime.task.backends import (
     BACKENDS,
     HorovodBackend,
+    RendezvousPoint,
     TorchBackend,
     backend_for,
 )
@@ -49,9 +50,8 @@ def test_horovods_rendezvous_is_a_store_served_here_that_waits_for_every_rank_th
     rendezvous = backend.open_rendezvous(plan, bind="127.0.0.1")
     try:
         assert rendezvous.run_id is None and rendezvous.reserved is None and _accepts(rendezvous.port)
-        env = backend.rank_env(
-            plan[1], plan, addr="127.0.0.1", port=rendezvous.port, run_id=None, iface="lo", gloo_timeout_s=45
-        )
+        point = RendezvousPoint(addr="127.0.0.1", iface="lo", gloo_timeout_s=45, port=rendezvous.port, run_id=None)
+        env = backend.rank_env(plan[1], plan, point)
         assert env["HOROVOD_RANK"] == "1" and env["HOROVOD_SIZE"] == "3"
         assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "127.0.0.1"
         assert env["HOROVOD_GLOO_RENDEZVOUS_PORT"] == str(rendezvous.port)
@@ -89,9 +89,8 @@ def test_torchs_rendezvous_holds_the_port_for_rank_0s_store_and_gives_the_torchr
     try:
         assert rendezvous.server is None and len(rendezvous.run_id) == 32
         assert not _bindable(port)  # held for rank 0's store: no other socket is given it
-        env = backend.rank_env(
-            plan[1], plan, addr="127.0.0.1", port=port, run_id=rendezvous.run_id, iface="lo", gloo_timeout_s=45
-        )
+        point = RendezvousPoint(addr="127.0.0.1", iface="lo", gloo_timeout_s=45, port=port, run_id=rendezvous.run_id)
+        env = backend.rank_env(plan[1], plan, point)
         assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", str(port))
         assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "2", "1")
         assert env["TORCHELASTIC_RUN_ID"] == rendezvous.run_id and env["GLOO_SOCKET_IFNAME"] == "lo"
