@@ -28,22 +28,15 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 import tenacity
 
+from airflow_provider_horovod.clients import spark_rest_calls as calls
 from airflow_provider_horovod.clients._spark_rest_base import SparkRestBase
 from airflow_provider_horovod.clients.spark_app_models import ApplicationInfo, ExecutorInfo, JobInfo, StageInfo
 from airflow_provider_horovod.clients.spark_master_models import DriverStatus, MasterState, SubmissionResponse
-from airflow_provider_horovod.clients.spark_rest_calls import (
-    Call,
-    Endpoints,
-    decode,
-    request_error,
-    submission_request,
-)
 
 T = TypeVar("T")
 
@@ -81,15 +74,15 @@ class SparkRestClient(SparkRestBase):
         """Close the connection pool."""
         self._http.close()
 
-    def _attempt(self, call: Call[T], timeout_: httpx.Timeout) -> T:
+    def _attempt(self, call: calls.Call[T], timeout_: httpx.Timeout) -> T:
         try:
             body: dict[str, Any] = {"data": call.body} if call.form else {"json": call.body}
             response = self._http.request(call.method, call.url, timeout=timeout_, **body)
         except httpx.RequestError as exc:
-            raise request_error(call, exc, self.access.origin) from exc
-        return decode(call, response, self.access.origin)
+            raise calls.request_error(call, exc, self.access.origin) from exc
+        return calls.decode(call, response, self.access.origin)
 
-    def _run(self, call: Call[T], timeout_s: float | None) -> T:
+    def _run(self, call: calls.Call[T], timeout_s: float | None) -> T:
         retrying = tenacity.Retrying(**self.retry.tenacity_kwargs(call))
         return retrying(self._attempt, call, self._timeout(timeout_s))
 
@@ -157,15 +150,7 @@ class SparkRestClient(SparkRestBase):
         return self._run(self.endpoints.master_state(), timeout_s)
 
     def create_submission(
-        self,
-        *,
-        app_resource: str,
-        main_class: str,
-        app_args: Sequence[str] = (),
-        spark_properties: Mapping[str, str] | None = None,
-        environment_variables: Mapping[str, str] | None = None,
-        client_spark_version: str | None = None,
-        timeout_s: float | None = None,
+        self, *, timeout_s: float | None = None, **fields: Unpack[calls.SubmissionFields]
     ) -> SubmissionResponse:
         """
         ``POST {rest_url}/v1/submissions/create``: launch a driver in cluster deploy mode.
@@ -184,15 +169,7 @@ class SparkRestClient(SparkRestBase):
         :raises SparkSubmissionError: when the master refuses (``"success": false``, e.g. a standby master).
         :raises SparkRestError: on HTTP 4xx (malformed request) with the server's message.
         """
-        body = submission_request(
-            app_resource=app_resource,
-            main_class=main_class,
-            app_args=app_args,
-            spark_properties=spark_properties,
-            environment_variables=environment_variables,
-            client_spark_version=client_spark_version,
-        )
-        return self._run(self.endpoints.create_submission(body), timeout_s)
+        return self._run(self.endpoints.create_submission(**fields), timeout_s)
 
     def driver_status(self, submission_id: str, *, timeout_s: float | None = None) -> DriverStatus:
         """``GET {rest_url}/v1/submissions/status/{submission_id}``.
@@ -230,13 +207,7 @@ class SparkRestClient(SparkRestBase):
         self._run(self.endpoints.kill_driver_ui(submission_id), timeout_s)
 
     def request_json(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: Mapping[str, Any] | None = None,
-        idempotent: bool | None = None,
-        timeout_s: float | None = None,
+        self, method: str, url: str, *, timeout_s: float | None = None, **options: Unpack[calls.RawCallOptions]
     ) -> Any:
         """Any call, with the same timeout, retries and errors, returning the decoded JSON as is.
 
@@ -247,4 +218,4 @@ class SparkRestClient(SparkRestBase):
         :param timeout_s: timeout of each attempt in seconds (default: the client's).
         :raises SparkRestError: as :meth:`applications`.
         """
-        return self._run(Endpoints.raw(method, url, body, idempotent), timeout_s)
+        return self._run(calls.Endpoints.raw(method, url, **options), timeout_s)

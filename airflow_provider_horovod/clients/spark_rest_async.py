@@ -5,22 +5,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 import tenacity
 
+from airflow_provider_horovod.clients import spark_rest_calls as calls
 from airflow_provider_horovod.clients._spark_rest_base import SparkRestBase
 from airflow_provider_horovod.clients.spark_app_models import ApplicationInfo, ExecutorInfo, JobInfo, StageInfo
 from airflow_provider_horovod.clients.spark_master_models import DriverStatus, MasterState, SubmissionResponse
-from airflow_provider_horovod.clients.spark_rest_calls import (
-    Call,
-    Endpoints,
-    decode,
-    request_error,
-    submission_request,
-)
 
 T = TypeVar("T")
 
@@ -47,15 +40,15 @@ class AsyncSparkRestClient(SparkRestBase):
         """Close the connection pool."""
         await self._http.aclose()
 
-    async def _attempt(self, call: Call[T], timeout_: httpx.Timeout) -> T:
+    async def _attempt(self, call: calls.Call[T], timeout_: httpx.Timeout) -> T:
         try:
             body: dict[str, Any] = {"data": call.body} if call.form else {"json": call.body}
             response = await self._http.request(call.method, call.url, timeout=timeout_, **body)
         except httpx.RequestError as exc:
-            raise request_error(call, exc, self.access.origin) from exc
-        return decode(call, response, self.access.origin)
+            raise calls.request_error(call, exc, self.access.origin) from exc
+        return calls.decode(call, response, self.access.origin)
 
-    async def _run(self, call: Call[T], timeout_s: float | None) -> T:
+    async def _run(self, call: calls.Call[T], timeout_s: float | None) -> T:
         retrying = tenacity.AsyncRetrying(**self.retry.tenacity_kwargs(call))
         return await retrying(self._attempt, call, self._timeout(timeout_s))
 
@@ -88,26 +81,10 @@ class AsyncSparkRestClient(SparkRestBase):
         return await self._run(self.endpoints.master_state(), timeout_s)
 
     async def create_submission(
-        self,
-        *,
-        app_resource: str,
-        main_class: str,
-        app_args: Sequence[str] = (),
-        spark_properties: Mapping[str, str] | None = None,
-        environment_variables: Mapping[str, str] | None = None,
-        client_spark_version: str | None = None,
-        timeout_s: float | None = None,
+        self, *, timeout_s: float | None = None, **fields: Unpack[calls.SubmissionFields]
     ) -> SubmissionResponse:
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.create_submission`."""
-        body = submission_request(
-            app_resource=app_resource,
-            main_class=main_class,
-            app_args=app_args,
-            spark_properties=spark_properties,
-            environment_variables=environment_variables,
-            client_spark_version=client_spark_version,
-        )
-        return await self._run(self.endpoints.create_submission(body), timeout_s)
+        return await self._run(self.endpoints.create_submission(**fields), timeout_s)
 
     async def driver_status(self, submission_id: str, *, timeout_s: float | None = None) -> DriverStatus:
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.driver_status`."""
@@ -122,13 +99,7 @@ class AsyncSparkRestClient(SparkRestBase):
         await self._run(self.endpoints.kill_driver_ui(submission_id), timeout_s)
 
     async def request_json(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: Mapping[str, Any] | None = None,
-        idempotent: bool | None = None,
-        timeout_s: float | None = None,
+        self, method: str, url: str, *, timeout_s: float | None = None, **options: Unpack[calls.RawCallOptions]
     ) -> Any:
         """See :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.request_json`."""
-        return await self._run(Endpoints.raw(method, url, body, idempotent), timeout_s)
+        return await self._run(calls.Endpoints.raw(method, url, **options), timeout_s)

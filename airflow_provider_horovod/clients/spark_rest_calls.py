@@ -10,7 +10,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NotRequired, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -18,16 +18,8 @@ import tenacity
 
 from airflow_provider_horovod.clients import spark_app_models as app
 from airflow_provider_horovod.clients import spark_master_models as master
+from airflow_provider_horovod.clients import spark_rest_errors as errors
 from airflow_provider_horovod.clients._spark_model import parse_list
-from airflow_provider_horovod.clients.spark_rest_errors import (
-    SparkRestAuthError,
-    SparkRestError,
-    SparkRestPayloadError,
-    SparkRestTLSError,
-    SparkRestUnavailableError,
-    SparkSubmissionError,
-    certificate_error,
-)
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +89,8 @@ class RetryPolicy:
 
 def is_retryable(call: Call[Any], exc: BaseException) -> bool:
     """Whether ``exc``, raised by an attempt of ``call``, deserves another attempt (never an auth or TLS error)."""
-    if isinstance(exc, (SparkRestAuthError, SparkRestTLSError)) or not isinstance(exc, SparkRestUnavailableError):
+    final = isinstance(exc, (errors.SparkRestAuthError, errors.SparkRestTLSError))
+    if final or not isinstance(exc, errors.SparkRestUnavailableError):
         return False
     # unless it is idempotent, the request may have reached the server unless the connection itself failed
     return call.idempotent or isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout))
@@ -129,7 +122,7 @@ def _named(origin: str | None) -> str:
     return f" of the {origin}" if origin else ""
 
 
-def request_error(call: Call[Any], exc: httpx.RequestError, origin: str | None = None) -> SparkRestError:
+def request_error(call: Call[Any], exc: httpx.RequestError, origin: str | None = None) -> errors.SparkRestError:
     """
     The error for an attempt that got no usable answer; raise it ``from exc`` (the retry policy reads the cause).
 
@@ -139,17 +132,19 @@ def request_error(call: Call[Any], exc: httpx.RequestError, origin: str | None =
 
     :param origin: where the client's access settings come from (``Airflow connection 'x'``), for the message.
     """
-    if (cert := certificate_error(exc)) is not None:
-        return SparkRestTLSError(
+    if (cert := errors.certificate_error(exc)) is not None:
+        return errors.SparkRestTLSError(
             f"Spark REST {call.method}: the server's TLS certificate could not be verified "
             f"({cert.verify_message or cert}): set the CA bundle{_named(origin)} to the PEM file of the CA that "
             "signed it (its extra spark.airflowProviderHorovod.caBundle; see docs/security.md, HTTPS)",
             url=call.url,
         )
     if not isinstance(exc, httpx.TransportError):
-        return SparkRestError(f"Spark REST {call.method} failed: {type(exc).__name__}: {exc}", url=call.url)
+        return errors.SparkRestError(f"Spark REST {call.method} failed: {type(exc).__name__}: {exc}", url=call.url)
     kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not connect or read"
-    return SparkRestUnavailableError(f"Spark REST {call.method} {kind}: {type(exc).__name__}: {exc}", url=call.url)
+    return errors.SparkRestUnavailableError(
+        f"Spark REST {call.method} {kind}: {type(exc).__name__}: {exc}", url=call.url
+    )
 
 
 def decode(call: Call[T], response: httpx.Response, origin: str | None = None) -> T:
@@ -166,7 +161,7 @@ def decode(call: Call[T], response: httpx.Response, origin: str | None = None) -
     status = response.status_code
     if status in (401, 403):
         sent = "a bearer token" if "Authorization" in response.request.headers else "no bearer token"
-        raise SparkRestAuthError(
+        raise errors.SparkRestAuthError(
             f"Spark REST {call.method} answered HTTP {status} ({response.reason_phrase or 'refused'}): the server "
             f"refused the request, which carried {sent}; the password{_named(origin)} must be a JWS signed with the "
             "key of the server's org.apache.spark.ui.JWSFilter (see docs/security.md)",
@@ -174,7 +169,7 @@ def decode(call: Call[T], response: httpx.Response, origin: str | None = None) -
             url=call.url,
         )
     if status >= 400:
-        cls = SparkRestUnavailableError if status >= 500 else SparkRestError
+        cls = errors.SparkRestUnavailableError if status >= 500 else errors.SparkRestError
         raise cls(
             f"Spark REST {call.method} answered HTTP {status}: {_server_message(response)}",
             status_code=status,
@@ -185,14 +180,14 @@ def decode(call: Call[T], response: httpx.Response, origin: str | None = None) -
     try:
         data = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SparkRestPayloadError(
+        raise errors.SparkRestPayloadError(
             f"Spark REST {call.method} answered HTTP {status} with a body that is not JSON: {response.text[:200]!r}",
             status_code=status,
             url=call.url,
         ) from exc
     try:
         return call.parse(data)
-    except SparkRestError as exc:
+    except errors.SparkRestError as exc:
         if exc.url is not None:
             raise
         raise type(exc)(exc.message, status_code=status, url=call.url) from exc
@@ -223,18 +218,33 @@ def _seg(value: str | int) -> str:
 def _created(data: Any) -> master.SubmissionResponse:
     response = master.SubmissionResponse.from_json(data)
     if not response.success:
-        raise SparkSubmissionError(f"Spark REST submission refused: {response.message or 'no message'}")
+        raise errors.SparkSubmissionError(f"Spark REST submission refused: {response.message or 'no message'}")
     return response
 
 
 def _status(data: Any) -> master.DriverStatus:
     status = master.DriverStatus.from_json(data)
     if not status.success:
-        raise SparkSubmissionError(
+        raise errors.SparkSubmissionError(
             f"the master does not know submission {status.submission_id!r}"
             + (f": {status.message}" if status.message else "")
         )
     return status
+
+
+class SubmissionFields(TypedDict):
+    """
+    The keyword arguments of :func:`submission_request`, which both clients' ``create_submission`` take and pass on
+    to :meth:`Endpoints.create_submission`; each is described at
+    :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.create_submission`.
+    """
+
+    app_resource: str
+    main_class: str
+    app_args: NotRequired[Sequence[str]]
+    spark_properties: NotRequired[Mapping[str, str] | None]
+    environment_variables: NotRequired[Mapping[str, str] | None]
+    client_spark_version: NotRequired[str | None]
 
 
 def submission_request(
@@ -261,6 +271,16 @@ def submission_request(
         "environmentVariables": {str(k): str(v) for k, v in (environment_variables or {}).items()},
         "clientSparkVersion": client_spark_version,
     }
+
+
+class RawCallOptions(TypedDict, total=False):
+    """
+    The optional arguments of :meth:`Endpoints.raw`, which both clients' ``request_json`` take and pass on; each is
+    described at :meth:`~airflow_provider_horovod.clients.spark_rest.SparkRestClient.request_json`.
+    """
+
+    body: Mapping[str, Any] | None
+    idempotent: bool | None
 
 
 @dataclass(frozen=True)
@@ -309,9 +329,10 @@ class Endpoints:
     def master_state(self) -> Call[master.MasterState]:
         return Call("GET", _join(self.master_ui_url, "master_ui_url", "/json/"), master.MasterState.from_json)
 
-    def create_submission(self, request: Mapping[str, Any]) -> Call[master.SubmissionResponse]:
+    def create_submission(self, **fields: Unpack[SubmissionFields]) -> Call[master.SubmissionResponse]:
+        body = submission_request(**fields)
         return Call(
-            "POST", _join(self.rest_url, "rest_url", "/v1/submissions/create"), _created, body=request, idempotent=False
+            "POST", _join(self.rest_url, "rest_url", "/v1/submissions/create"), _created, body, idempotent=False
         )
 
     def driver_status(self, submission_id: str) -> Call[master.DriverStatus]:
