@@ -103,11 +103,13 @@ class ProgressWatcher(Poller):
     :param app_id: the application id.
     :param log: called with each message (e.g. ``operator.log.info``).
     :param poll_interval_s: seconds between polls.
-    :param timeout_s: timeout of each REST call, seconds (generous: a freshly started UI answers its first
-        request slowly, and giving up on it makes Spark log a broken pipe).
     :param access: the bearer token and CA bundle of the Spark connection (a UI behind ``spark.ui.filters``'
         ``JWSFilter``, or served over HTTPS).
     """
+
+    rest_timeout_s = 30.0
+    """Timeout of each REST call, seconds: generous, since a freshly started UI answers its first request slowly, and
+    giving up on it makes Spark log a broken pipe."""
 
     def __init__(
         self,
@@ -116,13 +118,11 @@ class ProgressWatcher(Poller):
         log: Callable[[str], None],
         *,
         poll_interval_s: float = 5.0,
-        timeout_s: float = 30.0,
         access: SparkRestAccess | None = None,
     ) -> None:
         super().__init__(f"spark-progress-{app_id}", poll_interval_s, log, access)
         self._ui_url = ui_url
         self._app_id = app_id
-        self._timeout_s = timeout_s
         self._last: dict[str, str] = {}
         self._failures_in_a_row = 0
         self._unavailable_reported = False
@@ -160,6 +160,6 @@ class ProgressWatcher(Poller):
     def _run(self) -> None:
         retry = RetryPolicy(max_attempts=1)  # the next poll is the retry
         with SparkRestClient(
-            ui_url=self._ui_url, timeout_s=self._timeout_s, retry=retry, access=self._access
+            ui_url=self._ui_url, timeout_s=self.rest_timeout_s, retry=retry, access=self._access
         ) as client:
             self._every_interval(lambda: self.poll_once(client))
