@@ -31,6 +31,15 @@ class Launcher:
     :param sets_omp_threads: like its own launcher (torchrun), it sets ``OMP_NUM_THREADS=1`` on ranks that share a
         host, when nothing else sets it (``horovodrun`` sets nothing).
     :param timeline: it can record the Horovod Timeline (``timeline=True``).
+    :param rank_defaults: variables every rank gets unless the job's ``env_vars`` or the executor's environment set
+        them (torchrun's ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``), as ``(name, value)`` pairs.
+    :param cpu_only_env: variables a rank without a GPU (``use_gpu=False``) gets unless ``env_vars`` or the
+        executor's environment set them: what the libraries that pick their device themselves read, so an unchanged
+        Accelerate or Transformers ``Trainer`` script runs distributed on CPU (``ACCELERATE_USE_CPU=true``; an empty
+        value crashes Accelerate), as ``(name, value)`` pairs.
+    :param error_file_variable: the variable naming the file the framework writes a failing rank's exception to
+        (torchrun's ``TORCHELASTIC_ERROR_FILE``, written by ``torch.distributed.elastic``'s ``@record``); each rank gets
+        its own, and a failure whose rank left no error of its own is read from it. ``None``: none.
     """
 
     name: str
@@ -43,6 +52,9 @@ class Launcher:
     imports_devices_late: bool = False
     sets_omp_threads: bool = False
     timeline: bool = False
+    rank_defaults: tuple[tuple[str, str], ...] = ()
+    cpu_only_env: tuple[tuple[str, str], ...] = ()
+    error_file_variable: str | None = None
 
     def preimports(self, payload: bytes) -> list[str]:
         """
@@ -78,6 +90,9 @@ LAUNCHERS = {
         always_preimport=("torch.distributed",),
         install_hint="PyTorch",
         sets_omp_threads=True,
+        rank_defaults=(("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),),
+        cpu_only_env=(("ACCELERATE_USE_CPU", "true"),),
+        error_file_variable="TORCHELASTIC_ERROR_FILE",
     ),
 }
 """The launchers by the ``launcher`` setting's value."""

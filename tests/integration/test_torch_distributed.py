@@ -5,6 +5,7 @@ and ``HorovodRunner(launcher="torch")``; Gloo on the CPU, no Horovod used by the
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -28,6 +29,9 @@ TORCHRUN_NAMES = (
     "GLOO_SOCKET_IFNAME",
     "CUDA_VISIBLE_DEVICES",
     "OMP_NUM_THREADS",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "ACCELERATE_USE_CPU",
 )
 
 
@@ -95,7 +99,11 @@ def _assert_torchrun_env(result, np_):
         )
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["GLOO_SOCKET_IFNAME"] == "lo"
         assert env["CUDA_VISIBLE_DEVICES"] == ""  # use_gpu=False hides GPUs, as PySpark's TorchDistributor does
+        # rank 0's init_process_group serves the store; CPU-only ranks are told so (Accelerate, Transformers)
+        assert (env["TORCHELASTIC_USE_AGENT_STORE"], env["ACCELERATE_USE_CPU"]) == ("False", "true")
     assert [e["LOCAL_RANK"] for e in result["envs"]] == [str(r) for r in range(np_)]
+    error_files = [e["TORCHELASTIC_ERROR_FILE"] for e in result["envs"]]  # one per rank, as under torchrun
+    assert len(set(error_files)) == np_ and all(os.path.isabs(f) for f in error_files)
 
 
 def test_ddp_on_a_barrier_stage_returns_rank0s_value_with_the_torchrun_environment(spark):
@@ -151,6 +159,41 @@ def test_a_torchrun_script_runs_unchanged_with_its_arguments(spark, tmp_path):
     assert (out / "rank1.txt").read_text() == "6.0 1 __main__"
 
 
+ACCELERATE_SCRIPT = """
+import json, os, sys
+
+import torch
+from accelerate import Accelerator
+
+accelerator = Accelerator()  # unchanged: no cpu=True, as a script written for GPUs reads
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+x = torch.full((8, 4), float(accelerator.process_index + 1))  # each process its own data
+accelerator.backward(model(x).pow(2).mean())
+optimizer.step()
+weights = accelerator.unwrap_model(model).weight.detach().tolist()
+with open(os.path.join(sys.argv[1], f"process{accelerator.process_index}.json"), "w") as f:
+    json.dump({"num_processes": accelerator.num_processes, "type": str(accelerator.distributed_type),
+               "weights": weights}, f)
+"""
+
+
+def test_an_unchanged_accelerate_script_trains_with_every_rank_on_cpu(spark_env, tmp_path):
+    """
+    Under torchrun on CPU this script runs each process alone ("rank 0 of 1") while the gloo group has 2: the launcher
+    tells CPU-only ranks ``ACCELERATE_USE_CPU=true``, so Accelerate sees both processes and averages the gradients.
+    """
+    pytest.importorskip("accelerate")
+    script = tmp_path / "train_accelerate.py"
+    script.write_text(ACCELERATE_SCRIPT)
+    TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(str(script), str(tmp_path))
+    runs = [json.loads((tmp_path / f"process{i}.json").read_text()) for i in (0, 1)]
+    assert [(r["num_processes"], r["type"]) for r in runs] == [(2, "DistributedType.MULTI_CPU")] * 2
+    assert runs[0]["weights"] == runs[1]["weights"]  # one model: the two processes' gradients were averaged
+
+
 def test_a_failing_rank_fails_the_job_fast_naming_it_and_stops_its_peer(spark):
     started = time.monotonic()
     with pytest.raises(RankFailedError) as info:
@@ -175,6 +218,39 @@ def test_a_failing_rank_on_the_driver_stops_the_others(spark_env):
     assert (info.value.rank, info.value.exc_type) == (1, "ValueError")
     _gone, alive = psutil.wait_procs(_ranks_left(), timeout=15)
     assert not alive
+
+
+def test_an_exception_recorded_by_torchelastic_is_the_failing_rank_s_error(spark_env):
+    """
+    A script whose ``@record`` (torch.distributed.elastic) writes the exception to ``TORCHELASTIC_ERROR_FILE`` and then
+    exits without raising it further: the job's error is that exception and call stack, as torchrun reports it.
+    """
+
+    def recorded_then_exit():
+        import os
+
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        @record
+        def main():
+            if os.environ["RANK"] == "1":
+                raise ValueError("checkpoint shard 7 is truncated")
+
+        try:
+            main()
+        except ValueError:
+            os._exit(3)  # past our own error file: only torchelastic's has the exception
+
+    with pytest.raises(RankFailedError) as info:
+        TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(recorded_then_exit)
+    err = info.value
+    assert (err.rank, err.exit_code, err.exc_type, err.exc_message) == (
+        1,
+        3,
+        "ValueError",
+        "checkpoint shard 7 is truncated",
+    )
+    assert 'raise ValueError("checkpoint shard 7 is truncated")' in err.traceback
 
 
 def test_a_rank_that_never_joins_is_reported_at_start_timeout_s(spark_env):

@@ -44,7 +44,9 @@ def worker_environ(
     """
     The variables a rank's process gets on top of its launcher's environment
     (:func:`~airflow_provider_horovod.runtime.task.plan.child_environ` applies them). ``spec.env`` overrides the
-    devices; the launcher's variables override both.
+    devices; the launcher's variables override both. The launcher's defaults (``rank_defaults``, and
+    ``cpu_only_env`` without ``use_gpu``) apply only where neither ``spec.env`` nor this process's environment (the
+    one the rank inherits) sets them; its framework's error file, where it has one, is in ``rank_dir``.
 
     :param spec: the job.
     :param launch_env: the rank's launcher variables (:func:`~.plan.gloo_env` or :func:`~.plan.torch_env`).
@@ -54,8 +56,11 @@ def worker_environ(
     :param pipes: the rank's ends of its pipes.
     :param threads: ``OMP_NUM_THREADS`` for the rank (:func:`omp_threads`), under ``spec.env``; ``None``: none set.
     """
+    launcher = spec.launcher
+    defaults = dict(launcher.rank_defaults) | ({} if spec.settings.use_gpu else dict(launcher.cpu_only_env))
     extra = {
         **({OMP_THREADS: str(threads)} if threads is not None else {}),
+        **{name: value for name, value in defaults.items() if name not in os.environ},
         **devices,
         **spec.env,
         **launch_env,
@@ -65,8 +70,10 @@ def worker_environ(
         protocol.ENV_LIFELINE: str(pipes.lifeline),
         protocol.ENV_PROGRESS: str(pipes.progress),
         protocol.ENV_CHECK_SIZE: str(spec.np),
-        protocol.ENV_LAUNCHER: spec.launcher.name,
+        protocol.ENV_LAUNCHER: launcher.name,
     }
+    if launcher.error_file_variable:
+        extra[launcher.error_file_variable] = os.path.join(rank_dir, protocol.RANK_FRAMEWORK_ERROR_FILE)
     if spec.artifact_dir:
         extra[ARTIFACT_DIR_ENV] = spec.artifact_dir
     if spec.settings.checkpoint_dir:
@@ -78,7 +85,6 @@ def worker_environ(
         extra[protocol.ENV_METRICS] = str(pipes.metrics)
     if pipes.release is not None:
         extra[protocol.ENV_RELEASE] = str(pipes.release)
-        launcher = spec.launcher
         if not (spec.settings.use_gpu and launcher.imports_devices_late):  # horovod.torch: after CUDA_VISIBLE_DEVICES
             extra[protocol.ENV_PREIMPORT] = ",".join(launcher.preimports(spec.payload))
     return extra

@@ -120,10 +120,13 @@ def exit_failure(
     output_tail: list[str],
     exited_at: float | None,
     launcher_name: str = HOROVOD,
+    framework_error_path: str | None = None,
 ) -> RankFailedError:
     """
     The error of a rank that exited with a non-zero status: what its error file says (exception type, message,
-    traceback, when it failed), or only the status and output for a rank that died without writing one.
+    traceback, when it failed); where it wrote none, what its framework's error file says (torchrun's
+    ``TORCHELASTIC_ERROR_FILE``, which ``torch.distributed.elastic``'s ``@record`` writes: a script that recorded its
+    exception and then exited); or only the status and output for a rank that died without writing either.
 
     :param rank: the rank.
     :param exit_code: its exit status (negative: the signal that killed it).
@@ -133,13 +136,11 @@ def exit_failure(
     :param exited_at: when the process exit was seen, seconds since the epoch (the failure time of a rank that
         wrote no error file).
     :param launcher_name: the job's launcher.
+    :param framework_error_path: the framework's error file of the rank, ``None`` where its launcher has none.
     """
-    details: dict[str, str] = {}
-    try:
-        with open(error_path, encoding="utf-8") as f:
-            details = json.load(f)
-    except (OSError, ValueError):
-        pass
+    details = _read_json(error_path)
+    if not details.get("exc_type") and framework_error_path is not None:
+        details = torchelastic_error(_read_json(framework_error_path))
     return rank_failed(
         rank=rank,
         exit_code=exit_code,
@@ -151,3 +152,34 @@ def exit_failure(
         failed_at=details.get("failed_at", exited_at),
         launcher=launcher_name,
     )
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def torchelastic_error(record: dict) -> dict:
+    """
+    A ``TORCHELASTIC_ERROR_FILE`` record (``{"message": {"message": "Type: text", "extraInfo": {"py_callstack",
+    "timestamp"}}}``, as ``torch.distributed.elastic.multiprocessing.errors.ErrorHandler`` writes it) in the form of
+    the rank's own error file: ``exc_type``, ``exc_message``, ``traceback``, ``failed_at``.
+
+    :param record: the file's JSON; a record of another form gives ``{}``.
+    """
+    message = record.get("message")
+    if not isinstance(message, dict) or not isinstance(message.get("message"), str):
+        return {}
+    exc_type, _, exc_message = message["message"].partition(": ")
+    info = message.get("extraInfo")
+    extra: dict = info if isinstance(info, dict) else {}
+    details: dict = {"exc_type": exc_type, "exc_message": exc_message, "traceback": extra.get("py_callstack")}
+    try:
+        details["failed_at"] = float(extra["timestamp"])
+    except (KeyError, TypeError, ValueError):
+        pass
+    return details

@@ -313,6 +313,11 @@ class RankProcess:
             output_tail=list(self.tail),
             exited_at=self.exited_at,
             launcher_name=self._spec.launcher.name,
+            framework_error_path=(
+                os.path.join(self._dir, protocol.RANK_FRAMEWORK_ERROR_FILE)
+                if self._spec.launcher.error_file_variable
+                else None
+            ),
         )
 
     def result(self) -> bytes | None:

@@ -99,6 +99,8 @@ def test_torch_env_is_the_torchrun_contract():
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": "job-7",
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
         "GLOO_SOCKET_IFNAME": "eth1",
         "NCCL_SOCKET_IFNAME": "eth1",
     }
