@@ -4,18 +4,25 @@
 # Keras 2, what horovod.keras expects) with numpy < 2 and protobuf < 5, PySpark 4.2.0, and Horovod 0.28.1 built
 # with TensorFlow and Gloo by scripts/build_horovod.sh (patched as for PyTorch). Pins: requirements/keras-pins.txt.
 # A job uses it through conf={"spark.pyspark.python": ..., "spark.pyspark.driver.python": ...} (docs/keras.md).
-# Idempotent: a stamp keyed on the pins and the scripts skips work already done; the Horovod wheel is cached.
+# Idempotent: a stamp keyed on the pins, the scripts and the interpreter skips work already done; the Horovod wheel is
+# cached, and the virtualenv is kept between clones (scripts/kept_venv.sh; KERAS_VENV=path makes it there instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-VENV=${KERAS_VENV:-$ROOT/.venv-keras}
 PY=${PYTHON:-python3}
 
 die() { echo "setup_keras: $*" >&2; exit 1; }
 
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' \
   || die "Python 3.11 is required, the same as ./.venv's (the payload travels between them); set PYTHON=..."
-STAMP_KEY=$(cat requirements/keras-pins.txt scripts/setup_keras.sh scripts/build_horovod.sh | sha256sum | cut -c1-16)
+STAMP_KEY=$( (cat requirements/keras-pins.txt scripts/setup_keras.sh scripts/build_horovod.sh; "$PY" --version) \
+  | sha256sum | cut -c1-16)
+if [ -n "${KERAS_VENV:-}" ]; then
+  VENV=$KERAS_VENV
+else
+  . scripts/kept_venv.sh
+  VENV=$(kept_venv_link keras "$STAMP_KEY" "$ROOT/.venv-keras")
+fi
 STAMP=$VENV/.setup-$STAMP_KEY
 if [ -f "$STAMP" ]; then
   echo "setup_keras: environment up to date ($VENV)"
