@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.clients import SparkRestAccess
 
 
+Log = Callable[[str], None]
+"""What a watcher logs its messages with (e.g. ``operator.log.info``)."""
+
+
 class Poller:
     """
     A daemon thread, started by :meth:`start` and joined by :meth:`stop`, that runs :meth:`_run`; subclasses poll
@@ -24,9 +28,7 @@ class Poller:
     :param access: the bearer token and CA bundle of the REST calls it makes (``None``: none).
     """
 
-    def __init__(
-        self, thread_name: str, poll_interval_s: float, log: Callable[[str], None], access: SparkRestAccess | None
-    ) -> None:
+    def __init__(self, thread_name: str, poll_interval_s: float, log: Log, access: SparkRestAccess | None) -> None:
         self._thread_name = thread_name
         self._poll_interval_s = poll_interval_s
         self._log = log

@@ -10,7 +10,7 @@ barrier stage waiting for N free slots -> starting -> N/N ranks running on which
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from airflow_provider_horovod.clients import (
@@ -22,7 +22,7 @@ from airflow_provider_horovod.clients import (
     SparkRestError,
     StageInfo,
 )
-from airflow_provider_horovod.utils.poller import Poller
+from airflow_provider_horovod.utils.poller import Log, Poller
 
 JOB_GROUP_PREFIX = "horovod-"
 """``HorovodRunner`` runs its barrier stage under a Spark job group with this prefix."""
@@ -112,13 +112,7 @@ class ProgressWatcher(Poller):
     giving up on it makes Spark log a broken pipe."""
 
     def __init__(
-        self,
-        ui_url: str,
-        app_id: str,
-        log: Callable[[str], None],
-        *,
-        poll_interval_s: float = 5.0,
-        access: SparkRestAccess | None = None,
+        self, ui_url: str, app_id: str, log: Log, *, poll_interval_s: float = 5.0, access: SparkRestAccess | None = None
     ) -> None:
         super().__init__(f"spark-progress-{app_id}", poll_interval_s, log, access)
         self._ui_url = ui_url
