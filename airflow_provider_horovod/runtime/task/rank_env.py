@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from airflow_provider_horovod.runtime.artifacts import ARTIFACT_DIR_ENV
 from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV
+from airflow_provider_horovod.runtime.launchers import Launcher
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 
@@ -72,8 +73,9 @@ def worker_environ(
         protocol.ENV_CHECK_SIZE: str(spec.np),
         protocol.ENV_LAUNCHER: launcher.name,
     }
-    if launcher.error_file_variable:
-        extra[launcher.error_file_variable] = os.path.join(rank_dir, protocol.RANK_FRAMEWORK_ERROR_FILE)
+    framework_error = framework_error_path(launcher, rank_dir)
+    if launcher.error_file_variable and framework_error:
+        extra[launcher.error_file_variable] = framework_error
     if spec.artifact_dir:
         extra[ARTIFACT_DIR_ENV] = spec.artifact_dir
     if spec.settings.checkpoint_dir:
@@ -88,6 +90,19 @@ def worker_environ(
         if not (spec.settings.use_gpu and launcher.imports_devices_late):  # horovod.torch: after CUDA_VISIBLE_DEVICES
             extra[protocol.ENV_PREIMPORT] = ",".join(launcher.preimports(spec.payload))
     return extra
+
+
+def framework_error_path(launcher: Launcher, rank_dir: str) -> str | None:
+    """
+    Where the rank's framework writes a failing rank's exception (torchrun's ``TORCHELASTIC_ERROR_FILE``), in the rank's
+    own directory; ``None`` for a launcher whose framework writes none.
+
+    :param launcher: the job's launcher.
+    :param rank_dir: the rank's own directory.
+    """
+    if not launcher.error_file_variable:
+        return None
+    return os.path.join(rank_dir, protocol.RANK_FRAMEWORK_ERROR_FILE)
 
 
 OMP_THREADS = "OMP_NUM_THREADS"

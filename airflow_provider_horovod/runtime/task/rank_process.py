@@ -21,7 +21,7 @@ from collections.abc import Callable
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, cut
 from airflow_provider_horovod.runtime.rank_errors import RankFailedError
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
-from airflow_provider_horovod.runtime.task.rank_env import RankPipes, worker_environ
+from airflow_provider_horovod.runtime.task.rank_env import RankPipes, framework_error_path, worker_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
 from airflow_provider_horovod.runtime.wire import protocol
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
@@ -313,11 +313,7 @@ class RankProcess:
             output_tail=list(self.tail),
             exited_at=self.exited_at,
             launcher_name=self._spec.launcher.name,
-            framework_error_path=(
-                os.path.join(self._dir, protocol.RANK_FRAMEWORK_ERROR_FILE)
-                if self._spec.launcher.error_file_variable
-                else None
-            ),
+            framework_error_path=framework_error_path(self._spec.launcher, self._dir),
         )
 
     def result(self) -> bytes | None:
