@@ -6,20 +6,12 @@ epoch's metrics, validation included). Import it only where TensorFlow is instal
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import tensorflow as tf
 
+from airflow_provider_horovod.runtime.library_progress import numeric
 from airflow_provider_horovod.runtime.reports import report
-
-
-def _numbers(logs: dict[str, Any] | None) -> dict[str, Any]:
-    return {
-        name: float(value)
-        for name, value in (logs or {}).items()
-        if isinstance(value, numbers.Number) or getattr(value, "shape", None) == ()
-    }
 
 
 class ProgressCallback(tf.keras.callbacks.Callback):
@@ -45,7 +37,7 @@ class ProgressCallback(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
         self._step += 1
-        report(step=self._step, total_steps=self._total, epoch=self._epoch, **_numbers(logs))
+        report(step=self._step, total_steps=self._total, epoch=self._epoch, **numeric(logs))
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
-        report(step=self._step, total_steps=self._total, epoch=epoch, **_numbers(logs))
+        report(step=self._step, total_steps=self._total, epoch=epoch, **numeric(logs))

@@ -5,7 +5,8 @@ deployment's api-server while a real training (np=2 on the embedded local Spark)
 the test has seen it), then the chart's points grow between two reads, the progress text and the ranks appear (rank 1 is
 the straggler), the finished history stays; the endpoint refuses requests without a session. A retried task's tab tells
 its story: the resume banner, the try picker, the failed try's headline, a log-scale chart with hover values; a task
-that never reported says so, and a ``javascript:`` link from XCom is not clickable.
+that never reported says so, and a ``javascript:`` link from XCom is not clickable. A Transformers ``Trainer`` with no
+``report()`` call fills the tab and XCom ``metrics`` all the same.
 
 One deployment for the module (api-server, scheduler, dag-processor: ~40 s on 2 cores), one run of ~35 s. Set
 ``APH_PROGRESS_SCREENSHOT=<file.png>`` to keep a screenshot of the tab taken while the run trains.
@@ -236,3 +237,22 @@ def test_the_tab_tells_a_retried_task_s_story_and_links_only_http(airflow, brows
     )
     assert silent["status"] == "finished, no progress reported", silent
     assert silent["link_href"] is None and "javascript" not in silent["link_text"], silent
+
+
+def test_a_transformers_trainer_fills_the_tab_and_xcom_without_report_calls(airflow, browser):
+    """``@task.torch_distributed`` running a Transformers ``Trainer`` that never calls ``report()`` (issue #37): the
+    rank's callback sends the Trainer's steps and logs, so XCom ``metrics`` and the tab have them."""
+    dag_id = "horovod_progress_trainer"
+    run_id = airflow.trigger(dag_id)
+    assert airflow.wait_for_run(dag_id, run_id, timeout_s=400) == "success", airflow.task_states(dag_id, run_id)
+    assert airflow.xcom(dag_id, run_id, "train") == {"steps": 64, "world_size": 2}  # 256 / 4 / 2 ranks, 2 epochs
+    metrics = airflow.xcom(dag_id, run_id, "train", "metrics")
+    assert {"loss", "learning_rate", "grad_norm", "train_runtime", "train_loss"} <= set(metrics), metrics
+
+    _open_tab(airflow, browser, dag_id, run_id, "train")
+    done = wait_until(
+        lambda: "not refreshing" in (t := _tab(browser))["footer"] and t, "the finished history", timeout_s=60
+    )
+    assert done["status"].startswith("step 64/64 (100%)") and "finished" in done["status"], done
+    assert {"loss", "learning_rate", "grad_norm"} <= set(done["charts"]) and done["charts"]["loss"] > 1, done
+    assert len(done["ranks"]) == 2, done  # both ranks' steps came through

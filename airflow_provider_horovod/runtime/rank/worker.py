@@ -19,7 +19,9 @@ variables are set before CUDA starts) and its own process group. Everything it n
 - ``HOROVOD_AIRFLOW_ARTIFACT_DIR``: what ``artifact_dir()`` returns; with ``HOROVOD_AIRFLOW_TIMELINE=1`` the
   Horovod Timeline goes there (:func:`~airflow_provider_horovod.runtime.observability.start_timeline`);
 - ``HOROVOD_AIRFLOW_CHECKPOINT_DIR`` / ``HOROVOD_AIRFLOW_TRY_NUMBER``: what ``checkpoint_dir()`` and
-  ``try_number()`` return (:mod:`~airflow_provider_horovod.runtime.checkpoints`).
+  ``try_number()`` return (:mod:`~airflow_provider_horovod.runtime.checkpoints`);
+- ``HOROVOD_AIRFLOW_LIBRARY_PROGRESS=0``: no progress callback added to a Transformers or Lightning ``Trainer``
+  (:mod:`~airflow_provider_horovod.runtime.library_progress`, installed before the function loads).
 
 It ends through :func:`exit_rank`: ``atexit`` handlers and file flushes, then ``os._exit`` without the
 interpreter's teardown.
@@ -46,6 +48,7 @@ import threading
 import traceback
 from pathlib import Path
 
+from airflow_provider_horovod.runtime import library_progress
 from airflow_provider_horovod.runtime.launchers import HOROVOD
 from airflow_provider_horovod.runtime.rank.backends import rank_backend_for
 from airflow_provider_horovod.runtime.rank.guards import Progress
@@ -120,6 +123,7 @@ def main() -> int:
     check_size = os.environ.get(ENV_CHECK_SIZE)
     expected = int(check_size) if check_size else None
     backend.on_start(rank, expected, progress)
+    library_progress.install()
     release = os.environ.get(ENV_RELEASE)
     if release is not None and not wait_for_release(int(release), os.environ.get(ENV_PREIMPORT, "")):
         return 1

@@ -25,6 +25,9 @@ ENV_PROGRESS = "HOROVOD_AIRFLOW_PROGRESS_FD"
 ENV_METRICS = "HOROVOD_AIRFLOW_METRICS_FD"
 """File descriptor the rank's :func:`~airflow_provider_horovod.runtime.reports.report` writes its records to, one
 JSON object per line (``{"time", "rank", "step", "total_steps", "epoch", "metrics"}``); unset outside a job."""
+ENV_LIBRARY_PROGRESS = "HOROVOD_AIRFLOW_LIBRARY_PROGRESS"
+"""``0`` (or ``false``/``no``/``off``) in the job's environment: the rank does not add its progress callback to a
+Transformers or Lightning ``Trainer`` (:mod:`~airflow_provider_horovod.runtime.library_progress`); on otherwise."""
 ENV_RELEASE = "HOROVOD_AIRFLOW_RELEASE_FD"
 """File descriptor of a pipe on which a rank started before the rendezvous port is known waits for its remaining
 variables (one JSON object, then end of file) before it loads the function; end of file without them: exit 1."""

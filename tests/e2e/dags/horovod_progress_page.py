@@ -1,11 +1,12 @@
-"""Test DAG: a real training (embedded local Spark, np=2) that reports its progress every step, for the UI page."""
+"""Test DAGs for the UI page: real trainings (embedded local Spark, np=2) that report their progress every step, with
+``report()`` (Horovod) and without (a Transformers ``Trainer`` under ``@task.torch_distributed``)."""
 
 from __future__ import annotations
 
 import sys
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, task
 
 from airflow_provider_horovod.operators.horovod import HorovodRunnerOperator
 
@@ -93,3 +94,45 @@ with DAG(
         conf={"spark.pyspark.python": sys.executable},
     )
     HorovodRunnerOperator(task_id="silent", python_callable=no_report, np=-1)
+
+
+with DAG(
+    dag_id="horovod_progress_trainer",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+
+    @task.torch_distributed(np=2, conf={"spark.pyspark.python": sys.executable})
+    def train():
+        """A Transformers ``Trainer`` as written for torchrun, with no ``report()``: its progress reaches the tab."""
+        import torch
+        from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+        from airflow_provider_horovod.runtime import artifact_dir
+
+        class Numbers(torch.utils.data.Dataset):
+            def __len__(self):
+                return 256
+
+            def __getitem__(self, i):
+                ids = torch.tensor([(i * 7 + k) % 50 for k in range(8)])
+                return {"input_ids": ids, "labels": ids}
+
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=8, n_embd=16, n_layer=1, n_head=2))
+        args = TrainingArguments(
+            output_dir=f"{artifact_dir()}/trainer",
+            per_device_train_batch_size=4,
+            num_train_epochs=2,
+            logging_steps=4,
+            report_to=[],
+            save_strategy="no",
+            learning_rate=1e-3,
+            disable_tqdm=True,
+        )
+        result = Trainer(model=model, args=args, train_dataset=Numbers()).train()
+        return {"steps": result.global_step, "world_size": args.world_size}
+
+    train()
