@@ -4,7 +4,7 @@ a Transformers ``Trainer`` and a Lightning ``Trainer`` (``strategy="ddp"``), eac
 per rank) and as a function (2 ranks on the driver). Neither script nor function calls ``report()``: the rank adds
 its progress callback to the library's ``Trainer`` (:mod:`airflow_provider_horovod.runtime.library_progress`), and
 the history, the snapshot and ``last_metrics`` fill as with ``report()``. ``HOROVOD_AIRFLOW_LIBRARY_PROGRESS=0``
-switches that off. (Accelerate is in test_torch_distributed.py, DeepSpeed in test_deepspeed.py.)
+switches that off. Accelerate with a plain ``Accelerator()`` the same two ways. (DeepSpeed: test_deepspeed.py.)
 """
 
 from __future__ import annotations
@@ -62,6 +62,26 @@ result = trainer.train()
 with open(os.path.join(out, f"transformers-{args.process_index}.json"), "w") as f:
     json.dump({"world_size": args.world_size, "seen": sorted(data.seen), "steps": result.global_step}, f)
 '''
+
+ACCELERATE_SCRIPT = """
+import json, os, sys
+
+import torch
+from accelerate import Accelerator
+
+accelerator = Accelerator()  # unchanged: no cpu=True, as a script written for GPUs reads
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+x = torch.full((8, 4), float(accelerator.process_index + 1))  # each process its own data
+accelerator.backward(model(x).pow(2).mean())
+optimizer.step()
+weights = accelerator.unwrap_model(model).weight.detach().tolist()
+with open(os.path.join(sys.argv[1], f"process{accelerator.process_index}.json"), "w") as f:
+    json.dump({"num_processes": accelerator.num_processes, "type": str(accelerator.distributed_type),
+               "weights": weights}, f)
+"""
 
 LIGHTNING_SCRIPT = '''
 """A Lightning script as it runs under torchrun: DDP on CPU, the Trainer's devices and num_nodes for the ranks."""
@@ -205,3 +225,25 @@ def test_a_lightning_function_on_the_driver_reports_unless_switched_off(spark_en
     assert off.run(run_script_as_function, script, out) == "done"
     assert not (quiet / "metrics.jsonl").exists() or not _history(quiet)
     assert off.last_metrics == {}
+
+
+def test_an_unchanged_accelerate_script_trains_with_every_rank_on_cpu(spark_env, tmp_path):
+    """
+    Under torchrun on CPU this script runs each process alone ("rank 0 of 1") while the gloo group has 2: the launcher
+    tells CPU-only ranks ``ACCELERATE_USE_CPU=true``, so Accelerate sees both processes and averages the gradients.
+    """
+    script = _write(tmp_path, "train_accelerate.py", ACCELERATE_SCRIPT)
+    TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(str(script), str(tmp_path))
+    runs = [json.loads((tmp_path / f"process{i}.json").read_text()) for i in (0, 1)]
+    assert [(r["num_processes"], r["type"]) for r in runs] == [(2, "DistributedType.MULTI_CPU")] * 2
+    assert runs[0]["weights"] == runs[1]["weights"]  # one model: the two processes' gradients were averaged
+
+
+def test_an_accelerate_function_on_barrier_tasks_trains_with_every_rank(spark, tmp_path, dirs):
+    out, _artifacts = dirs
+    script = _write(tmp_path, "train_accelerate.py", ACCELERATE_SCRIPT)
+    distributor = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False)
+    assert distributor.run(run_script_as_function, script, out) == "done"
+    runs = [json.loads((out / f"process{i}.json").read_text()) for i in (0, 1)]
+    assert [(r["num_processes"], r["type"]) for r in runs] == [(2, "DistributedType.MULTI_CPU")] * 2
+    assert runs[0]["weights"] == runs[1]["weights"]

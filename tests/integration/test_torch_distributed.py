@@ -5,7 +5,6 @@ and ``HorovodRunner(launcher="torch")``; Gloo on the CPU, no Horovod used by the
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -157,41 +156,6 @@ def test_a_torchrun_script_runs_unchanged_with_its_arguments(spark, tmp_path):
     )
     assert sorted(p.name for p in out.iterdir()) == ["rank0.txt", "rank1.txt"]
     assert (out / "rank1.txt").read_text() == "6.0 1 __main__"
-
-
-ACCELERATE_SCRIPT = """
-import json, os, sys
-
-import torch
-from accelerate import Accelerator
-
-accelerator = Accelerator()  # unchanged: no cpu=True, as a script written for GPUs reads
-torch.manual_seed(0)
-model = torch.nn.Linear(4, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-model, optimizer = accelerator.prepare(model, optimizer)
-x = torch.full((8, 4), float(accelerator.process_index + 1))  # each process its own data
-accelerator.backward(model(x).pow(2).mean())
-optimizer.step()
-weights = accelerator.unwrap_model(model).weight.detach().tolist()
-with open(os.path.join(sys.argv[1], f"process{accelerator.process_index}.json"), "w") as f:
-    json.dump({"num_processes": accelerator.num_processes, "type": str(accelerator.distributed_type),
-               "weights": weights}, f)
-"""
-
-
-def test_an_unchanged_accelerate_script_trains_with_every_rank_on_cpu(spark_env, tmp_path):
-    """
-    Under torchrun on CPU this script runs each process alone ("rank 0 of 1") while the gloo group has 2: the launcher
-    tells CPU-only ranks ``ACCELERATE_USE_CPU=true``, so Accelerate sees both processes and averages the gradients.
-    """
-    pytest.importorskip("accelerate")
-    script = tmp_path / "train_accelerate.py"
-    script.write_text(ACCELERATE_SCRIPT)
-    TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(str(script), str(tmp_path))
-    runs = [json.loads((tmp_path / f"process{i}.json").read_text()) for i in (0, 1)]
-    assert [(r["num_processes"], r["type"]) for r in runs] == [(2, "DistributedType.MULTI_CPU")] * 2
-    assert runs[0]["weights"] == runs[1]["weights"]  # one model: the two processes' gradients were averaged
 
 
 def test_a_failing_rank_fails_the_job_fast_naming_it_and_stops_its_peer(spark):
