@@ -42,8 +42,16 @@ $PIP install -q -c requirements/pins.txt -e ".[dev]"
 # pyspark-client (pulled by the Spark provider) overwrites pyspark's Python files: reinstall the
 # matching pyspark last so the JVM jars and the Python half agree (both pinned to one version).
 $PIP install -q --force-reinstall --no-deps -c requirements/pins.txt pyspark
+# DeepSpeed (a test dependency: tests/integration/test_deepspeed.py) builds from its sdist against the installed
+# torch: no isolated build environment, and no C++ ops (its CPU path uses torch's optimizers)
+echo "setup: installing DeepSpeed (no C++ ops) ..."
+DS_BUILD_OPS=0 $PIP install -q --no-build-isolation -c requirements/pins.txt deepspeed
+# On CPU, DeepSpeed compiles its shared-memory collectives the first time a process group starts (30-65 s on 2
+# cores; cached under ~/.cache/torch_extensions): built here, so no test pays it
+"$VENV/bin/python" -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null 2>&1 \
+  || die "DeepSpeed could not build its CPU collectives (deepspeed.comm.torch.build_shm_op): g++, ninja and the Python headers are needed"
 "$VENV/bin/python" - <<'PY'
-import airflow, horovod, horovod.torch, pyspark, torch
+import airflow, deepspeed, horovod, horovod.torch, lightning, pyspark, torch, transformers
 from horovod.common.util import gloo_built
 assert gloo_built(), "Horovod was built without Gloo"
 print(f"setup: ok: torch {torch.__version__}, horovod {horovod.__version__}, pyspark {pyspark.__version__}, "

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         try_number,
     )
     from airflow_provider_horovod.runtime.data import rank_shard
+    from airflow_provider_horovod.runtime.deepspeed_distributor import DeepspeedTorchDistributor
     from airflow_provider_horovod.runtime.driver.runner import HorovodRunner
     from airflow_provider_horovod.runtime.errors import (
         ExecutorLostError,
@@ -54,6 +55,7 @@ _EXPORTS = {
     "tensorboard_dir": "airflow_provider_horovod.runtime.observability",
     "report": "airflow_provider_horovod.runtime.reports",
     "TorchDistributor": "airflow_provider_horovod.runtime.torch_distributor",
+    "DeepspeedTorchDistributor": "airflow_provider_horovod.runtime.deepspeed_distributor",
 }
 
 __all__ = sorted(_EXPORTS)
