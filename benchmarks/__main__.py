@@ -1,5 +1,5 @@
 """
-``python -m benchmarks [--quick]``: run B1-B8 interleaved, print the table, write ``docs/benchmarks.md`` + PNG.
+``python -m benchmarks [--quick]``: run B1-B13 interleaved, print the table, write ``docs/benchmarks.md`` + PNG.
 
 ``--only b5`` (``--only b9``) rewrites only the B5 (B9) section of an existing page (each has a table of its own).
 
@@ -37,7 +37,11 @@ FULL = {
     "b8_epochs": 45,
     "min_reps": 2,
     "b9_reps": 3,
-    "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 280, "b9": 360},
+    "b13_reps": 3,
+    "b13_warmup": 20,
+    "b13_steps": 800,
+    "b13_batch": 8,
+    "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 280, "b9": 360, "b13": 240},
 }
 QUICK = {
     "b1_reps": 2,
@@ -53,7 +57,11 @@ QUICK = {
     "b8_epochs": 14,
     "min_reps": 1,
     "b9_reps": 1,
-    "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90, "b9": 120},
+    "b13_reps": 1,
+    "b13_warmup": 10,
+    "b13_steps": 300,
+    "b13_batch": 8,
+    "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90, "b9": 120, "b13": 90},
 }
 """Rounds per benchmark, and a time budget per benchmark (seconds, warm-up included): once the next round would
 end past it, no further round starts (at least ``min_reps`` run), so a run stays bounded on a loaded machine."""
@@ -137,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the selected benchmarks, print the table and write the page."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter B4 runs (~5-8 min)")
-    parser.add_argument("--only", default="b1,b2,b3,b4,b5,b7,b8,b9", help="comma-separated subset, e.g. b1,b3")
+    parser.add_argument("--only", default="b1,b2,b3,b4,b5,b7,b8,b9,b13", help="comma-separated subset, e.g. b1,b3")
     parser.add_argument("--no-write", action="store_true", help="print the table only; write no files")
     parser.add_argument("--from-results", metavar="PICKLE", help="rewrite the page from a saved run; measure nothing")
     parser.add_argument("--out", default=str(REPO / "docs"), help="folder for benchmarks.md/.png (default docs/)")
@@ -179,7 +187,7 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
     data_path = prepare_digits(workdir)
     build_model = load_example_model()
 
-    if only & {"b1", "b3", "b7", "b8"}:
+    if only & {"b1", "b3", "b7", "b8", "b13"}:
         log("starting the shared local[2] SparkSession")
         spark = spark_session(2)
         if "b1" in only:
@@ -257,6 +265,21 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
                     min_reps=cfg["min_reps"],
                     notes=notes,
                     label="B8",
+                    rotate=True,
+                ),
+            )
+        if "b13" in only:
+            section(
+                results,
+                "b13",
+                lambda: interleave(
+                    contenders.b13_contenders(spark, cfg["b13_batch"], cfg["b13_warmup"], cfg["b13_steps"]),
+                    cfg["b13_reps"],
+                    warmup=False,
+                    budget_s=budget["b13"],
+                    min_reps=cfg["min_reps"],
+                    notes=notes,
+                    label="B13",
                     rotate=True,
                 ),
             )

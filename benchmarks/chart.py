@@ -1,4 +1,4 @@
-"""The PNG chart of B1/B7 (launch seconds) and B3/B8 (samples/s), drawn with matplotlib when it is installed."""
+"""The PNG chart of B1/B7 (launch seconds) and B3/B8/B13 (samples/s), drawn with matplotlib when it is installed."""
 
 from __future__ import annotations
 
@@ -66,8 +66,18 @@ def draw(results: dict, path: Path) -> str:
                 [(lab, b8[n]) for n, lab in zip(names, labels, strict=True)],
             )
         )
+    b13 = results.get("b13")
+    if isinstance(b13, dict) and "error" not in b13:
+        names = ["ours", "ours, library progress off", "bare torchrun"]
+        labels = ["ours\n(progress on)", "ours\nprogress off", "bare\ntorchrun"]
+        panels.append(
+            (
+                "B13: Transformers Trainer, np=2, steady state (samples/s, higher is better)",
+                [(lab, b13[n]) for n, lab in zip(names, labels, strict=True)],
+            )
+        )
     if not panels:
-        return "skipped: none of B1, B3, B7, B8 ran"
+        return "skipped: none of B1, B3, B7, B8, B13 ran"
     cols = min(len(panels), 2)
     rows_n = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows_n, cols, figsize=(6.5 * cols, 4.2 * rows_n), squeeze=False)

@@ -8,10 +8,12 @@ Each contender is a zero-argument callable that runs one job and returns a measu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -318,4 +320,84 @@ def b8_contenders(data_path: str, build_model, batch_size: int, epochs: int) -> 
         "TorchDistributor DDP": torch_distributor,
         "bare torchrun DDP": bare_torchrun,
         "ours Horovod (HorovodRunner)": horovod,
+    }
+
+
+# --- B13 ------------------------------------------------------------------------------------------------------
+
+TRAINER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "trainer_throughput.py")
+"""B13's Transformers ``Trainer`` script, the same file under every launcher (in a folder of its own: see its
+docstring)."""
+TRAINER_WORLD_SIZE = 2
+
+
+def _trainer_result(out_dir: str, progress: bool, threads: str) -> float:
+    """
+    Global samples/s from the script's ``result.json`` in ``out_dir``, checked: world size 2, ``threads`` torch
+    threads on rank 0, and this provider's progress callback on the ``Trainer`` exactly when ``progress``.
+
+    :raises RuntimeError: no result, another world size or thread count, or the callback where it should not be
+        (or missing).
+    """
+    path = os.path.join(out_dir, "result.json")
+    if not os.path.exists(path):
+        raise RuntimeError(f"the script wrote no {path}")
+    with open(path) as f:
+        result = json.load(f)
+    if result.get("world_size") != TRAINER_WORLD_SIZE:
+        raise RuntimeError(
+            f"the Trainer ran with world_size {result.get('world_size')!r}, not {TRAINER_WORLD_SIZE} "
+            "(ranks training alone: not comparable)"
+        )
+    if str(result.get("torch_threads")) != threads:
+        raise RuntimeError(f"rank 0 ran {result.get('torch_threads')!r} torch threads, not {threads} (OMP_NUM_THREADS)")
+    if bool(result.get("progress_callback")) != progress:
+        raise RuntimeError(
+            f"the library progress callback was {'missing from' if progress else 'on'} the Trainer "
+            f"(progress_callback={result.get('progress_callback')!r})"
+        )
+    return float(result["samples_per_s"])
+
+
+def b13_contenders(spark, batch_size: int, warmup: int, steps: int) -> dict[str, Callable[[], float]]:
+    """
+    B13: steady-state global samples/s of :data:`TRAINER_SCRIPT` (a Transformers ``Trainer``), np=2 on CPU with
+    gloo, per launcher: ours ``TorchDistributor`` with its library progress callback (the default), the same with
+    ``HOROVOD_AIRFLOW_LIBRARY_PROGRESS=0``, and bare ``torchrun --standalone --nproc_per_node=2`` with
+    ``ACCELERATE_USE_CPU=true`` (what ours sets for CPU ranks; without it each torchrun process trains alone) and
+    the ``OMP_NUM_THREADS`` our barrier-task ranks get (Spark's Python worker's: ``spark.task.cpus``, unless
+    ``spark.executorEnv.OMP_NUM_THREADS`` sets it).
+    """
+    script_args = ["--batch-size", str(batch_size), "--warmup-steps", str(warmup), "--steps", str(steps)]
+    conf = spark.sparkContext.getConf()
+    threads = conf.get("spark.executorEnv.OMP_NUM_THREADS") or conf.get("spark.task.cpus", "1")
+
+    def ours(env: dict[str, str] | None, progress: bool) -> float:
+        from airflow_provider_horovod.runtime import TorchDistributor
+
+        # the ranks' output (the Trainer's logs) and the progress lines go to stderr, as the harness's progress
+        with tempfile.TemporaryDirectory(prefix="b13-ours-") as out, contextlib.redirect_stdout(sys.stderr):
+            TorchDistributor(num_processes=TRAINER_WORLD_SIZE, local_mode=False, use_gpu=False, env=env).run(
+                TRAINER_SCRIPT, out, *script_args
+            )
+            return _trainer_result(out, progress, threads)
+
+    def bare_torchrun() -> float:
+        torchrun = os.path.join(os.path.dirname(PYTHON), "torchrun")
+        if not os.path.exists(torchrun):
+            raise Unavailable(f"{torchrun} not found")
+        cmd = [torchrun, "--standalone", f"--nproc_per_node={TRAINER_WORLD_SIZE}", TRAINER_SCRIPT]
+        env = {**os.environ, **bench_environ(), "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": threads}
+        with tempfile.TemporaryDirectory(prefix="b13-bare-") as out:
+            proc = subprocess.run(
+                [*cmd, out, *script_args], env=env, capture_output=True, text=True, timeout=BARE_TIMEOUT_S, cwd=out
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"torchrun exited {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-600:]}")
+            return _trainer_result(out, False, threads)
+
+    return {
+        "ours": lambda: ours(None, True),
+        "ours, library progress off": lambda: ours({"HOROVOD_AIRFLOW_LIBRARY_PROGRESS": "0"}, False),
+        "bare torchrun": bare_torchrun,
     }

@@ -23,8 +23,8 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
         "",
         table,
         "",
-        "Ratios are of medians. B1/B2/B7: seconds, lower is better; B3/B8: samples/s, higher is better. B5 (queueing "
-        "on a busy cluster) and B9 (work lost per fault) have tables of their own, "
+        "Ratios are of medians. B1/B2/B7: seconds, lower is better; B3/B8/B13: samples/s, higher is better. "
+        "B5 (queueing on a busy cluster) and B9 (work lost per fault) have tables of their own, "
         "[below](#b5-queueing-on-a-busy-cluster).",
         "",
         *_conditions(results),
@@ -406,6 +406,22 @@ def _method(cfg: dict) -> list[str]:
         "`torch.set_num_threads(1)`, and `OMP_NUM_THREADS=1` under all three launchers: `spark.task.cpus`, "
         "which Spark's Python worker sets and both `TorchDistributor`s' ranks inherit, and torchrun's own for "
         "`--nproc_per_node=2`).",
+        f"- B13 (up to {cfg.get('b13_reps', 0)} rounds, within a time budget): a Transformers `Trainer` script "
+        "(`benchmarks/scripts/trainer_throughput.py`: a GPT-2 built from a config, n_embd 64, 2 layers, sequence "
+        f"length 32, vocabulary 512, synthetic in-memory data, batch {cfg.get('b13_batch', 0)} per rank), the same "
+        "file run as `__main__` by every contender, np=2 on CPU with gloo (the `Trainer` wraps the model in DDP); "
+        f"{cfg.get('b13_warmup', 0)} optimizer steps untimed, then {cfg.get('b13_steps', 0)} timed by a "
+        "`TrainerCallback` in the script (end of the last untimed step to end of the last step, each after a "
+        "barrier; `logging_steps=10`); global samples/s = timed steps x batch x 2 / seconds, from rank 0, and a "
+        "run whose `Trainer` reports a world size other than 2 is an error, not a number. Ours "
+        "(`TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(script, ...)`, with the "
+        "progress callback it adds to every rank's `Trainer` reporting each step: part of what is measured) vs "
+        "the same with `HOROVOD_AIRFLOW_LIBRARY_PROGRESS=0` (the callback's cost) vs bare `torchrun --standalone "
+        "--nproc_per_node=2 script ...` with `ACCELERATE_USE_CPU=true`, which ours sets for CPU ranks: without "
+        "it each torchrun process would train alone (world size 1), not like for like. `OMP_NUM_THREADS` is the "
+        "same under both launchers (ours: `spark.task.cpus`, which Spark's Python worker sets and the ranks "
+        "inherit; torchrun: set to that; rank 0's `torch.get_num_threads()` is checked). The order of the "
+        "contenders rotates from round to round.",
         f"- B4: peak RSS while `airflow dags test` trains the example model for ~{cfg['b4_seconds']:.0f} s "
         "through the operator (client mode, sync), beside the same `airflow dags test` of a no-op `@task` in the "
         "same run (Airflow's own peak RSS; the operator's cost is the difference); then, on a standalone cluster "

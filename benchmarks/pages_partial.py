@@ -4,14 +4,21 @@ replaced by this run's, the rest of the page (from an earlier full run) kept, an
 
 The parts of a benchmark ``Bn`` are found by the generator's own prefixes: its table rows (``| Bn ...``), its
 target lines (``- Bn ...``), its line under "What is measured" (``- Bn (``) and its "Where the time goes: Bn"
-section. A part the old page lacks is put after the last line of its kind.
+section. A part the old page lacks (a benchmark added since) is put after the lines of its kind of the nearest
+benchmark before it in the page's order (:data:`ORDER`), else after the last line of its kind.
 """
 
 from __future__ import annotations
 
-ROW_KEYS = ("b1", "b2", "b3", "b4", "b7", "b8")
+import re
+
+ROW_KEYS = ("b1", "b2", "b3", "b4", "b7", "b8", "b13")
 """The benchmarks with rows in the main table (B5 has a section of its own: :func:`report.write_b5_section`)."""
 NOTE_PREFIX = "Rerun alone: "
+_BENCH = re.compile(r"[|-] (B\d+)\b")
+ORDER = ("B1", "B2", "B3", "B7", "B8", "B13", "B4")
+"""The benchmarks in the order of the page's table rows, target lines and "What is measured" lines
+(:func:`benchmarks.rows.rows`, :func:`benchmarks.pages._method`)."""
 
 
 def rerun_keys(results: dict) -> list[str]:
@@ -33,9 +40,18 @@ def _section(lines: list[str], start: int) -> int:
     return end
 
 
+def _bench(line: str) -> str | None:
+    """The benchmark a table row, target line or "What is measured" line is of (``B8``), or ``None``."""
+    found = _BENCH.match(line)
+    return found.group(1) if found else None
+
+
 def _replace(old: list[str], new: list[str], match, anchor) -> list[str]:
-    """``old`` with its lines that ``match`` replaced by ``new``'s (at the first old one; else after the last
-    line that ``anchor`` matches)."""
+    """
+    ``old`` with its lines that ``match`` replaced by ``new``'s (at the first old one). Where ``old`` has none
+    (a benchmark added since the page was written), they go after ``old``'s ``anchor`` lines of the nearest
+    benchmark before theirs in :data:`ORDER`; else after the last line that ``anchor`` matches.
+    """
     fresh = [ln for ln in new if match(ln)]
     at = [i for i, ln in enumerate(old) if match(ln)]
     if at:
@@ -43,6 +59,12 @@ def _replace(old: list[str], new: list[str], match, anchor) -> list[str]:
         return kept[: at[0]] + fresh + kept[at[0] :]
     anchors = [i for i, ln in enumerate(old) if anchor(ln)]
     pos = anchors[-1] + 1 if anchors else len(old)
+    key = _bench(fresh[0]) if fresh else None
+    for before in reversed(ORDER[: ORDER.index(key)] if key in ORDER else ()):
+        same = [i for i in anchors if _bench(old[i]) == before]
+        if same:
+            pos = same[-1] + 1
+            break
     return old[:pos] + fresh + old[pos:]
 
 

@@ -17,11 +17,11 @@ from benchmarks.rows import rows
 
 RERUN = (
     ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8, ~9 for "
-    "B5 and ~4 for B9)\n"
+    "B5, ~4 for B9 and ~4 for B13)\n"
     ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n"
     ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page\n"
     ".venv/bin/python -m benchmarks --only b9  # B9 alone: rewrites its section of this page\n"
-    ".venv/bin/python -m benchmarks --only b8  # some of B1-B4/B7/B8: rewrites their rows and sections only"
+    ".venv/bin/python -m benchmarks --only b8  # some of B1-B4/B7/B8/B13: rewrites their rows and sections only"
 )
 
 
@@ -129,7 +129,7 @@ _SECTION_ONLY = ("b5", "b9")
 
 def only_sections(results: dict) -> list[str]:
     """The benchmarks of a run of only :data:`_SECTION_ONLY` ones (then only their sections are rewritten), or []."""
-    ran = [k for k in ("b1", "b2", "b3", "b4", "b5", "b7", "b8", "b9") if results.get(k) is not None]
+    ran = [k for k in ("b1", "b2", "b3", "b4", "b5", "b7", "b8", "b9", "b13") if results.get(k) is not None]
     return ran if ran and set(ran) <= set(_SECTION_ONLY) else []
 
 

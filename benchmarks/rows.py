@@ -19,6 +19,11 @@ B7_TARGET, B7_FLOOR_TARGET = 0.20, 1.15
 """B7: ours <= 0.20x PySpark's TorchDistributor; ours <= 1.15x the floor (issue #24)."""
 B8_TARGET, B8_BARE_TARGET = 1.0, 0.97
 """B8: ours >= 1.0x PySpark's TorchDistributor; ours >= 0.97x bare ``torchrun`` (issue #24)."""
+B13_TARGET = 0.97
+"""B13: ours >= 0.97x bare ``torchrun`` running the same Transformers ``Trainer`` script."""
+B13_PROGRESS_TARGET = 0.98
+"""B13: ours with its library progress callback (the default) >= 0.98x ours with it off (at most ~2% slower, as
+B3's ``report()`` row)."""
 B4_ABOVE_NOOP_MIB = 25
 """B4: the operator task process's peak RSS at most this many MiB above a no-op task's (issue #15)."""
 
@@ -294,6 +299,36 @@ def rows(results: dict) -> list[dict]:
             hvd.reason or _fmt(hvd.median, "samples/s"),
             _samples(hvd, "samples/s"),
             f"DDP/Horovod = {ratio:.3f}x" if ratio else "",
+        )
+
+    if results.get("b13") is not None and not add_error("B13 Trainer throughput", "b13"):
+        b13 = results["b13"]
+        ours, off, bare = b13["ours"], b13["ours, library progress off"], b13["bare torchrun"]
+        add(
+            "B13 Trainer throughput",
+            "ours: TorchDistributor np=2 of the Trainer script (library progress callback on, the default)",
+            ours.reason or _fmt(ours.median, "samples/s"),
+            _samples(ours, "samples/s"),
+        )
+        ratio = ours.median / bare.median if ours.median and bare.median else None
+        add(
+            "B13 Trainer throughput",
+            "bare torchrun --standalone --nproc_per_node=2 of the same script",
+            bare.reason or _fmt(bare.median, "samples/s"),
+            _samples(bare, "samples/s"),
+            f"ours/this = {ratio:.3f}x" if ratio else "",
+            f">= {B13_TARGET}x",
+            _verdict(ratio, B13_TARGET, False),
+        )
+        ratio = ours.median / off.median if ours.median and off.median else None
+        add(
+            "B13 Trainer throughput",
+            "ours, library progress off (HOROVOD_AIRFLOW_LIBRARY_PROGRESS=0)",
+            off.reason or _fmt(off.median, "samples/s"),
+            _samples(off, "samples/s"),
+            f"with/without = {ratio:.3f}x" if ratio else "",
+            f">= {B13_PROGRESS_TARGET}x",
+            _verdict(ratio, B13_PROGRESS_TARGET, False),
         )
 
     if not add_error("B4 memory", "b4"):
