@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -393,7 +394,11 @@ def b13_contenders(spark, batch_size: int, warmup: int, steps: int) -> dict[str,
                 [*cmd, out, *script_args], env=env, capture_output=True, text=True, timeout=BARE_TIMEOUT_S, cwd=out
             )
             if proc.returncode != 0:
-                raise RuntimeError(f"torchrun exited {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-600:]}")
+                output = proc.stdout + proc.stderr
+                causes = [line for line in output.splitlines() if re.search(r"Error|terminate called|what\(\)", line)]
+                raise RuntimeError(
+                    f"torchrun exited {proc.returncode}: {' | '.join(causes[:6])[:800]} ... {output.strip()[-300:]}"
+                )
             return _trainer_result(out, False, threads)
 
     return {
