@@ -51,6 +51,7 @@ class HorovodConnectHook(BaseHook):
         from pyspark.sql import SparkSession
 
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
+        from airflow_provider_horovod.runtime.driver.restarts import told
         from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
         from airflow_provider_horovod.runtime.errors import ExecutorLostError, HorovodRuntimeError, JobCancelledError
         from airflow_provider_horovod.runtime.rank_errors import RankFailedError
@@ -65,10 +66,10 @@ class HorovodConnectHook(BaseHook):
         try:
             result = runner.run_payload(job.payload)
         except RankFailedError as err:  # the rank's own traceback is in the message
-            raise rank_job_error(str(err), err.to_dict(), app_id=app_id) from None
+            raise rank_job_error(told(err), err.to_dict(), app_id=app_id) from None
         except (ExecutorLostError, JobCancelledError) as err:
             raise (
-                facts_job_error(type(err).__name__, str(err), err.facts(), app_id=app_id)
+                facts_job_error(type(err).__name__, told(err), err.facts(), app_id=app_id)
                 or HorovodJobError(f"{type(err).__name__}: {err}", app_id=app_id)
             ) from err
         except HorovodRuntimeError as err:

@@ -41,6 +41,8 @@ def checked_settings(
     env_vars: Any,
     spark_submit_kwargs: Any,
     launcher: str = DEFAULT_LAUNCHER,
+    max_restarts: int = 0,
+    restart_on: Any = (),
 ) -> JobSettings:
     """
     Check the operator's arguments when the DAG file is parsed; return the job's knobs.
@@ -62,6 +64,8 @@ def checked_settings(
     :param env_vars: the operator's environment variables.
     :param spark_submit_kwargs: the operator's further ``SparkSubmitHook`` arguments.
     :param launcher: ``"horovod"`` or ``"torch"``.
+    :param max_restarts: restarts of the job within the try after a restartable failure.
+    :param restart_on: the training code's exception types that restart it too.
     :raises ValueError: an argument is invalid.
     """
     check_spark_arguments(conf=conf, env_vars=env_vars, spark_submit_kwargs=spark_submit_kwargs)
@@ -78,6 +82,8 @@ def checked_settings(
         timeline=timeline,
         max_return_value_bytes=max_return_value_bytes,
         launcher=launcher,
+        max_restarts=max_restarts,
+        restart_on=restart_on,
     )
 
 

@@ -150,6 +150,14 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
     :param launcher: how the ranks start: ``"horovod"`` (the function calls ``hvd.init()``) or ``"torch"`` (each
         rank gets the torchrun environment and calls ``torch.distributed.init_process_group()`` itself). See
         :mod:`airflow_provider_horovod.runtime.launchers`.
+    :param max_restarts: how many times the Spark driver starts the barrier job again within this try after an
+        attempt fails for a reason that is nobody's bug: a lost executor or host, a rank killed by a signal, a
+        rendezvous that never completed (int from 0; default 0: never, as torchrun's ``--max-restarts``). The ranks
+        resume through ``load_checkpoint()``; each restart is a line in the task log. Past it, the try fails with
+        every restart named. See :mod:`airflow_provider_horovod.runtime.driver.restarts`.
+    :param restart_on: exception types raised by the training code that restart the attempt too (classes or names
+        such as ``"torch.OutOfMemoryError"``; ``"*"``: every one). Default none: the code's own exception fails at
+        once, as it would fail again.
     :param mlflow_conn_id: an MLflow connection: one MLflow run per try, every rank logging into it
         (``docs/mlflow.md``, :class:`~airflow_provider_horovod.operators.mlflow_tracking.MlflowSettings`);
         ``None`` (default): no tracking.
@@ -192,6 +200,8 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
     timeline: bool
     max_return_value_bytes: int
     launcher: str
+    max_restarts: int
+    restart_on: tuple[str, ...]
     op_args: Collection[Any]
     op_kwargs: Mapping[str, Any]
 
@@ -227,6 +237,8 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         slot_wait_timeout_s: float | str | None = DEFAULT_SLOT_WAIT_TIMEOUT_S,
         timeline: bool = False,
         launcher: str = DEFAULT_LAUNCHER,
+        max_restarts: int = 0,
+        restart_on: Collection[type[BaseException] | str] | str = (),
         mlflow_conn_id: str | None = None,
         mlflow_experiment: str | None = None,
         mlflow_register_model: str | None = None,
@@ -272,6 +284,8 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
             env_vars=env_vars,
             spark_submit_kwargs=spark_submit_kwargs,
             launcher=launcher,
+            max_restarts=max_restarts,
+            restart_on=restart_on,
         )
         for name in SETTING_NAMES:  # np, ..., launcher: the checked values, under the same names (job_settings)
             setattr(self, name, getattr(settings, name))

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.runtime.checkpoints import (
         checkpoint_dir,
         load_checkpoint,
+        restart_count,
         save_checkpoint,
         try_number,
     )
@@ -51,6 +52,7 @@ _EXPORTS = {
     "load_checkpoint": "airflow_provider_horovod.runtime.checkpoints",
     "save_checkpoint": "airflow_provider_horovod.runtime.checkpoints",
     "try_number": "airflow_provider_horovod.runtime.checkpoints",
+    "restart_count": "airflow_provider_horovod.runtime.checkpoints",
     "rank_shard": "airflow_provider_horovod.runtime.data",
     "tensorboard_dir": "airflow_provider_horovod.runtime.observability",
     "report": "airflow_provider_horovod.runtime.reports",

@@ -34,6 +34,7 @@ from typing import Any
 from airflow_provider_horovod.runtime.artifacts import env_location, is_remote, join_location, local_path
 from airflow_provider_horovod.runtime.reports import env_rank, send_event
 from airflow_provider_horovod.runtime.wire.progress_format import resume_line
+from airflow_provider_horovod.runtime.wire.protocol import ENV_RESTART_COUNT
 
 CHECKPOINT_DIR_ENV = "HOROVOD_AIRFLOW_CHECKPOINT_DIR"
 """Environment variable that carries the checkpoint directory into every rank."""
@@ -74,6 +75,16 @@ def try_number() -> int | None:
     """
     value = os.environ.get(TRY_NUMBER_ENV, "")
     return int(value) if value.isdigit() else None
+
+
+def restart_count() -> int:
+    """
+    How many times the driver restarted this job within the try before the attempt running now: 0 on the first
+    attempt (and outside a job), 1 after the first restart (``max_restarts``; torchrun's ``TORCHELASTIC_RESTART_COUNT``,
+    which torch ranks get too). A restarted attempt resumes through :func:`load_checkpoint` like a retry does.
+    """
+    value = os.environ.get(ENV_RESTART_COUNT, "")
+    return int(value) if value.isdigit() else 0
 
 
 class _Store:

@@ -40,6 +40,9 @@ class Launcher:
     :param error_file_variable: the variable naming the file the framework writes a failing rank's exception to
         (torchrun's ``TORCHELASTIC_ERROR_FILE``, written by ``torch.distributed.elastic``'s ``@record``); each rank gets
         its own, and a failure whose rank left no error of its own is read from it. ``None``: none.
+    :param restart_variables: the variables that tell a rank its attempt's restart count and the job's
+        ``max_restarts`` (torchrun's ``TORCHELASTIC_RESTART_COUNT``, ``TORCHELASTIC_MAX_RESTARTS``); ``None``: none
+        of the framework's (``runtime.restart_count()`` works for every launcher).
     """
 
     name: str
@@ -55,6 +58,7 @@ class Launcher:
     rank_defaults: tuple[tuple[str, str], ...] = ()
     cpu_only_env: tuple[tuple[str, str], ...] = ()
     error_file_variable: str | None = None
+    restart_variables: tuple[str, str] | None = None
 
     def preimports(self, payload: bytes) -> list[str]:
         """
@@ -93,6 +97,7 @@ LAUNCHERS = {
         rank_defaults=(("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),),
         cpu_only_env=(("ACCELERATE_USE_CPU", "true"),),
         error_file_variable="TORCHELASTIC_ERROR_FILE",
+        restart_variables=("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"),
     ),
 }
 """The launchers by the ``launcher`` setting's value."""

@@ -16,7 +16,7 @@ uses the operator imports it when it is parsed, and the driver program reads its
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -164,6 +164,49 @@ def validate_location(name: str, value: object) -> str | None:
     return value
 
 
+def validate_max_restarts(value: object) -> int:
+    """
+    Check ``max_restarts``.
+
+    :raises ValueError: not an ``int`` from 0 (``bool`` included).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"max_restarts must be an int from 0 (how many times a failed attempt starts again within the "
+            f"try; 0: never), got {value!r}"
+        )
+    return value
+
+
+def validate_restart_on(value: object) -> tuple[str, ...]:
+    """
+    Check ``restart_on``: the exception types of the training code that restart the attempt too, as classes or
+    names (``ValueError``, ``"torch.OutOfMemoryError"``, ``"*"`` for every one), one or a sequence.
+
+    :return: their names, dotted as the rank reports them (builtins bare: ``ValueError``).
+    :raises ValueError: an entry is neither an exception class nor a (dotted) name, nor ``"*"``.
+    """
+    items = [value] if isinstance(value, str | type) else value
+    if not isinstance(items, Sequence | set | frozenset):
+        raise ValueError(f"restart_on must be exception types or their names (a sequence), got {value!r}")
+    names: list[str] = []
+    for item in items:
+        if isinstance(item, type) and issubclass(item, BaseException):
+            names.append(f"{item.__module__}.{item.__qualname__}".removeprefix("builtins."))
+        elif isinstance(item, str) and (item == "*" or all(part.isidentifier() for part in item.split("."))):
+            names.append(item)
+        else:
+            raise ValueError(
+                "restart_on must be exception classes or their (dotted) names, such as ValueError or "
+                f"'torch.OutOfMemoryError', or '*' for every exception; got {item!r}"
+            )
+    return tuple(names)
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(name for name in value.split(",") if name)
+
+
 def _seconds_or_none(value: str) -> float | None:
     return None if value.strip().lower() == "none" else float(value)
 
@@ -189,6 +232,11 @@ class JobSettings:
         :func:`~airflow_provider_horovod.runtime.checkpoints.checkpoint_dir`, the same for every try; or ``None``.
     :param try_number: the Airflow try the job runs in (positive int), for the ranks'
         :func:`~airflow_provider_horovod.runtime.checkpoints.try_number`; or ``None``.
+    :param max_restarts: how many times the driver starts the barrier job again, within the same try, after an
+        attempt fails with a restartable failure (int from 0; default 0: never, as torchrun's ``--max-restarts``
+        and Ray Train's ``max_failures``). See :mod:`~airflow_provider_horovod.runtime.driver.restarts`.
+    :param restart_on: exception types of the training code that restart an attempt too (names, ``"*"``: all);
+        default none: the training code's own exception fails at once.
     :raises ValueError: a value is invalid; the message names the parameter and what it allows.
     """
 
@@ -205,6 +253,8 @@ class JobSettings:
     launcher: str = DEFAULT_LAUNCHER
     checkpoint_dir: str | None = None
     try_number: int | None = None
+    max_restarts: int = 0
+    restart_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         checked = {
@@ -227,6 +277,8 @@ class JobSettings:
             "try_number": None
             if self.try_number is None
             else validate_positive_int("try_number", self.try_number, "the Airflow try, from 1"),
+            "max_restarts": validate_max_restarts(self.max_restarts),
+            "restart_on": validate_restart_on(self.restart_on),
         }
         if checked["timeline"] and not LAUNCHERS[str(checked["launcher"])].timeline:
             raise ValueError(
@@ -269,7 +321,9 @@ class JobSettings:
             flag = "--" + f.name.replace("_", "-")
             if value is None and f.default is None:
                 continue
-            if isinstance(value, bool):
+            if isinstance(value, tuple):
+                args += [flag, ",".join(value)] if value else []
+            elif isinstance(value, bool):
                 args += [flag] if value else []
             else:
                 args += [flag, "none" if value is None else str(value)]
@@ -282,7 +336,7 @@ class JobSettings:
 
         :param parser: the driver program's parser.
         """
-        kinds = {
+        kinds: dict[str, Callable[[str], Any]] = {
             "np": int,
             "gloo_timeout_s": int,
             "max_return_value_bytes": int,
@@ -291,6 +345,8 @@ class JobSettings:
             "launcher": str,
             "checkpoint_dir": str,
             "try_number": int,
+            "max_restarts": int,
+            "restart_on": _names,
         }
         for f in fields(cls):
             flag = "--" + f.name.replace("_", "-")

@@ -543,6 +543,37 @@ def test_a_lost_executor_fails_the_try_naming_it_and_the_retry_resumes_from_the_
     assert "Could not recover from a failed barrier ResultStage" in error, error
 
 
+def test_a_lost_executor_restarts_the_job_within_the_try_with_max_restarts(airflow, cluster):
+    """``max_restarts=1``, ``retries=0`` (issue #36): rank 1's executor JVM SIGKILLed mid-training; the driver starts
+    the barrier job again on the same application, the ranks resume from the checkpoint, and the one try succeeds."""
+    dag_id = "horovod_restart_in_job"
+    run_id = airflow.trigger(dag_id)
+    _poll(f"{dag_id}'s rank 0 to train step 12", lambda: len(_steps(airflow, dag_id, run_id)) >= 12, timeout_s=240)
+    executor, _app_id = _poll("rank 1's executor", lambda: _rank_executor(cluster, 1), timeout_s=10)
+    killed_at = time.time()
+    executor.send_signal(signal.SIGKILL)
+    assert airflow.wait_for_run(dag_id, run_id, timeout_s=240) == "success", _log(airflow, dag_id, run_id, 1)[-4000:]
+    assert _ti(airflow, dag_id, run_id)["try_number"] == 1  # no Airflow retry
+    steps = _steps(airflow, dag_id, run_id)
+    first = [r["step"] for r in steps if r["restart"] == 0]
+    second = [r["step"] for r in steps if r["restart"] == 1]
+    latest = max(s for s in first if s % INTERVAL == 0)
+    assert second[0] == latest + 1 and second[-1] == STEPS, (first, second)  # resumed from the checkpoint
+    assert len(first) + len(second) <= STEPS + INTERVAL, (first, second)
+    restarted_at = min(r["t"] for r in steps if r["restart"] == 1)
+    assert restarted_at - killed_at < 60, restarted_at - killed_at  # in the try, not after a Gloo/barrier timeout
+    value = airflow.xcom(dag_id, run_id, "train")
+    assert (value["try_number"], value["restart_count"], value["resumed_from_step"]) == (1, 1, latest), value
+    assert value["weight"] == 2.0 * STEPS  # no step counted twice
+    log = _log(airflow, dag_id, run_id, try_number=1)
+    assert re.search(
+        r"restart 1/1: executor \d+ on 127\.0\.0\.1 lost \(Command exited with code 137\), holding rank 1; "
+        r"starting again in 1 s",
+        log,
+    ), log[-4000:]
+    _poll("no rank process left on the cluster", lambda: not _rank_processes(cluster), timeout_s=30)
+
+
 def test_a_lost_worker_fails_the_try_naming_the_executor_and_the_retry_resumes(airflow, cluster):
     # client deploy mode (a worker killed in cluster mode may hold the driver); last of the module's tests, and the
     # worker is started again afterwards

@@ -129,6 +129,7 @@ class MetricsCollector:
         self._sink_interval_s = sink_interval_s
         self._for_sink: list[dict[str, Any]] = []  # rank 0's records the sink has not had yet
         self._resumed: dict[str, Any] | None = None
+        self._restarts: list[dict[str, Any]] = []
         self._phase: str | None = None
         self._milestones: dict[int, str] = {}  # each rank's latest milestone
         self._ranks_expected = (ranks, init_call) if ranks and init_call else None
@@ -173,6 +174,20 @@ class MetricsCollector:
                     self._window.append((float(at), step))
                     while len(self._window) > 2 and self._window[-1][0] - self._window[0][0] > RATE_WINDOW_S:
                         self._window.popleft()
+            self._changed = self._dirty = True
+
+    def restart(self, restart: dict[str, Any]) -> None:
+        """
+        The job starts again after a failed attempt (``max_restarts``): kept in the snapshot's ``restarts``, in order;
+        the ranks' steps, milestones and the rate start over with the new attempt (the history goes on). Thread-safe.
+
+        :param restart: :meth:`~airflow_provider_horovod.runtime.driver.restarts.Restart.to_dict`.
+        """
+        with self._lock:
+            self._restarts.append(dict(restart))
+            self._ranks.clear()
+            self._milestones.clear()
+            self._window.clear()
             self._changed = self._dirty = True
 
     def phase(self, text: str) -> None:
@@ -227,6 +242,7 @@ class MetricsCollector:
             "ranks": {r: dict(v) for r, v in sorted(self._ranks.items(), key=lambda kv: int(kv[0]))},
             "slowest_rank": slowest,
             "resumed": self._resumed,
+            "restarts": [dict(r) for r in self._restarts],
             "phase": self._phase,
             "error": self._error,
         }

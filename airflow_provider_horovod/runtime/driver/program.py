@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.runtime:  # the runner ships it on to the executors (runtime_zip)
             _fetch_runtime(args.runtime)
         from airflow_provider_horovod.runtime.artifacts import ensure_dir, list_artifacts
+        from airflow_provider_horovod.runtime.driver.restarts import told
         from airflow_provider_horovod.runtime.driver.runner import BarrierRunner
         from airflow_provider_horovod.runtime.errors import ExecutorLostError, JobCancelledError, PayloadError
         from airflow_provider_horovod.runtime.rank_errors import RankFailedError
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome["status"] = "success"
         return 0
     except RankFailedError as err:
-        outcome["error"], outcome["message"] = err.to_dict(), str(err)
+        outcome["error"], outcome["message"] = err.to_dict(), told(err)
         print(f"airflow-provider-horovod: the job failed: {str(err).splitlines()[0]}", file=sys.stderr, flush=True)
         return 1
     except PayloadError as err:
@@ -274,9 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"airflow-provider-horovod: {outcome['message']}", file=sys.stderr, flush=True)
         return 1
     except Exception as err:
-        outcome["message"] = f"{type(err).__name__}: {err}"
+        outcome["message"] = f"{type(err).__name__}: {told(err)}"
         if isinstance(err, ExecutorLostError | JobCancelledError):  # the Airflow side raises its twin, with the facts
-            outcome["kind"], outcome["facts"], outcome["message"] = type(err).__name__, err.facts(), str(err)
+            outcome["kind"], outcome["facts"], outcome["message"] = type(err).__name__, err.facts(), told(err)
         if _jvm_gone(err):
             outcome["message"] = (
                 f"the Spark driver's JVM ended while the job ran ({outcome['message']}); the "
@@ -288,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if runner is not None:
             outcome["metrics"] = runner.last_metrics
+            outcome["restarts"] = [r.to_dict() for r in runner.restarts]
         if args.artifact_dir:
             try:
                 outcome["artifact_paths"] = list_artifacts(args.artifact_dir)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -13,6 +14,7 @@ import cloudpickle
 from airflow_provider_horovod.runtime.driver.connect import is_connect_session, run_barrier_connect
 from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
+from airflow_provider_horovod.runtime.driver.restarts import Restart, RestartBudget, restarted
 from airflow_provider_horovod.runtime.driver.shipping import runtime_zip, ship_runtime
 from airflow_provider_horovod.runtime.driver.slots import (
     LOG_PREFIX,
@@ -84,6 +86,8 @@ class BarrierRunner:
         self.mlflow_run = mlflow_run
         self.last_metrics: dict[str, Any] = {}
         """Rank 0's last ``report()`` metrics of the latest run (empty before one, or when it reported none)."""
+        self.restarts: list[Restart] = []
+        """The restarts of the latest run (``max_restarts``), in order: empty when its first attempt ended it."""
 
     @property
     def np(self) -> int:
@@ -148,6 +152,8 @@ class BarrierRunner:
             else {**run_env(None if self.mlflow_run is True else self.mlflow_run), **self.env}
         )
         spec = JobSpec(payload=payload, settings=self.settings, artifact_dir=self.artifact_dir, env=env)
+        budget = RestartBudget(self.settings.max_restarts, self.settings.restart_on)
+        self.restarts = budget.restarts
         with MetricsCollector(
             self.artifact_dir,
             mirror_dir=progress_mirror,
@@ -156,11 +162,20 @@ class BarrierRunner:
             init_call=spec.launcher.init_call,
         ) as collector:
             try:
-                if self.np < 0:
-                    collector.phase(f"starting {spec.np} rank{'s' if spec.np > 1 else ''} on the driver")
-                    result = run_on_driver(spec, metrics=collector.add)
-                else:
-                    result = self._run_barrier(spec, collector.add, collector.phase)
+                while True:
+                    try:
+                        result = self._run_attempt(dataclasses.replace(spec, restart_count=budget.count), collector)
+                        break
+                    except Exception as err:
+                        restart = budget.next_restart(err)
+                        if restart is None:
+                            restarted(err, budget.restarts, budget.max_restarts)
+                            raise
+                    line = restart.line(budget.max_restarts)
+                    print(LOG_PREFIX + line, flush=True)
+                    collector.restart(restart.to_dict())
+                    collector.phase(line)
+                    time.sleep(restart.backoff_s)  # the back-off (doubling), not a wait for anything
             except BaseException as err:
                 collector.finish("failed", error=f"{type(err).__name__}: {err}")
                 raise
@@ -168,6 +183,13 @@ class BarrierRunner:
                 self.last_metrics = collector.last_metrics
             collector.finish("finished")
         return result
+
+    def _run_attempt(self, spec: JobSpec, collector: MetricsCollector) -> bytes | None:
+        """One attempt of the job: the ranks on the driver, or one barrier stage."""
+        if self.np < 0:
+            collector.phase(f"starting {spec.np} rank{'s' if spec.np > 1 else ''} on the driver")
+            return run_on_driver(spec, metrics=collector.add)
+        return self._run_barrier(spec, collector.add, collector.phase)
 
     def _run_barrier(
         self, spec: JobSpec, metrics: Callable[[dict], None], phase: Callable[[str], None] = lambda text: None
@@ -297,6 +319,13 @@ class HorovodRunner(BarrierRunner):
         in this process), or a run id; every rank gets ``MLFLOW_RUN_ID``, the tracking URI and credentials, so
         ``mlflow.start_run()`` on rank 0 resumes it, and ``report()``'s metrics are logged into it from the driver.
         ``False`` (default): none (unless ``env`` names one).
+    :param max_restarts: how many times the job starts again on the same Spark application after an attempt fails
+        for a reason that is nobody's bug (a lost executor or host, a rank killed by a signal, a rendezvous that
+        never completed), after a back-off of 1, 2, 4, ... s; the ranks resume through ``load_checkpoint()`` and
+        see :func:`~airflow_provider_horovod.runtime.restart_count`. Default 0: never (torchrun's
+        ``--max-restarts``, Ray Train's ``max_failures``). See :mod:`~airflow_provider_horovod.runtime.driver.restarts`.
+    :param restart_on: exception types of the training code that restart an attempt too (classes or names,
+        ``"*"``: every one); default none.
     :raises ValueError: an argument is invalid (raised here, before any Spark work), with the same message as the
         operator's and the decorator's (:class:`~airflow_provider_horovod.runtime.settings.JobSettings`).
     """
@@ -321,6 +350,8 @@ class HorovodRunner(BarrierRunner):
         checkpoint_dir: str | None = None,
         try_number: int | None = None,
         mlflow_run: bool | str = False,
+        max_restarts: int = 0,
+        restart_on: Sequence[type[BaseException] | str] | str = (),
     ) -> None:
         settings = JobSettings.from_arguments(locals())  # np, ..., try_number: the arguments named as its fields
         super().__init__(

@@ -135,12 +135,13 @@ def torch_env(
     ``MASTER_ADDR``/``MASTER_PORT`` (rank 0's ``TCPStore``, which rank 0's ``init_process_group`` starts),
     ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` and ``NODE_RANK`` (this host's
     index), ``GROUP_WORLD_SIZE`` (hosts), ``ROLE_RANK``/``ROLE_WORLD_SIZE``/``ROLE_NAME``,
-    ``TORCHELASTIC_RESTART_COUNT``/``TORCHELASTIC_MAX_RESTARTS`` (0: Airflow's retries restart a job, not
-    torchelastic), ``TORCHELASTIC_RUN_ID``, ``TORCHELASTIC_USE_AGENT_STORE=False`` (rank 0's
+    ``TORCHELASTIC_RUN_ID`` (a new one each attempt), ``TORCHELASTIC_USE_AGENT_STORE=False`` (rank 0's
     ``init_process_group`` serves the store, no agent does) and torchrun's ``TORCHELASTIC_SIGNALS_TO_HANDLE``;
     ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` name the interface that routes to rank 0, as :func:`gloo_env` does
     for Horovod. The rest of torchrun's set comes with the launcher (``TORCH_NCCL_ASYNC_ERROR_HANDLING``, a per-rank
-    ``TORCHELASTIC_ERROR_FILE``: :data:`~airflow_provider_horovod.runtime.launchers.LAUNCHERS`).
+    ``TORCHELASTIC_ERROR_FILE``, the attempt's ``TORCHELASTIC_RESTART_COUNT`` and ``TORCHELASTIC_MAX_RESTARTS``:
+    :data:`~airflow_provider_horovod.runtime.launchers.LAUNCHERS`, set by
+    :func:`~airflow_provider_horovod.runtime.task.rank_env.worker_environ`).
 
     :param slot: the rank's place in the plan.
     :param plan: the whole plan (hosts are counted from it).
@@ -163,8 +164,6 @@ def torch_env(
         "ROLE_NAME": "default",
         "ROLE_RANK": slot.rank,
         "ROLE_WORLD_SIZE": slot.size,
-        "TORCHELASTIC_RESTART_COUNT": 0,
-        "TORCHELASTIC_MAX_RESTARTS": 0,
         "TORCHELASTIC_USE_AGENT_STORE": False,
         "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
         "GLOO_SOCKET_IFNAME": iface,

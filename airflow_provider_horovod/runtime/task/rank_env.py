@@ -83,6 +83,10 @@ def worker_environ(
     if spec.settings.try_number is not None:
         extra[TRY_NUMBER_ENV] = str(spec.settings.try_number)
     extra[protocol.ENV_MAX_RESULT] = str(spec.settings.max_return_value_bytes)
+    extra[protocol.ENV_RESTART_COUNT] = str(spec.restart_count)
+    if launcher.restart_variables:
+        count, most = launcher.restart_variables
+        extra[count], extra[most] = str(spec.restart_count), str(spec.settings.max_restarts)
     if pipes.metrics is not None:
         extra[protocol.ENV_METRICS] = str(pipes.metrics)
     if pipes.release is not None:

@@ -232,10 +232,19 @@ class RankProcess:
             self._sink(self.slot, line)
 
     def wait(self) -> int:
-        """Wait for the process to exit and its output to drain; return its exit status."""
+        """
+        Wait for the process to exit and its output to drain; return its exit status. Once the rank has exited, what
+        it started and left behind (DataLoader workers, a forked helper: its process group) is killed, as torchrun's
+        agent kills its workers' groups: such a process would hold the rank's output pipe open, its ports and GPUs,
+        and keep this launcher from reporting the rank's end.
+        """
         assert self._proc is not None and self._reader is not None
         code = self._proc.wait()
         self.exited_at = time.time()  # the failure time of a rank that died without reporting (signal, os._exit)
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # nothing of the rank's is left
         self._reader.join()
         if self._progress_reader is not None:
             # milestones written before the exit are in the pipe; a process the function forked may hold the pipe

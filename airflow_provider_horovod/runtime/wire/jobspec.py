@@ -26,6 +26,8 @@ class JobSpec:
     :param log_token: the channel's token.
     :param executors_share_driver_stderr: executors run inside the driver process (``local[N]``), so their
         stderr is the driver's: forwarded lines are not echoed there a second time.
+    :param restart_count: how many times the driver restarted the job before this attempt (0 on the first;
+        ``max_restarts``).
     """
 
     payload: bytes
@@ -35,6 +37,7 @@ class JobSpec:
     log_address: tuple[str, int] | None = None
     log_token: str | None = None
     executors_share_driver_stderr: bool = False
+    restart_count: int = 0
 
     @property
     def np(self) -> int:

@@ -25,6 +25,9 @@ ENV_PROGRESS = "HOROVOD_AIRFLOW_PROGRESS_FD"
 ENV_METRICS = "HOROVOD_AIRFLOW_METRICS_FD"
 """File descriptor the rank's :func:`~airflow_provider_horovod.runtime.reports.report` writes its records to, one
 JSON object per line (``{"time", "rank", "step", "total_steps", "epoch", "metrics"}``); unset outside a job."""
+ENV_RESTART_COUNT = "HOROVOD_AIRFLOW_RESTART_COUNT"
+"""How many times the driver restarted the job before this attempt (0 on the first); what
+:func:`~airflow_provider_horovod.runtime.checkpoints.restart_count` returns."""
 ENV_LIBRARY_PROGRESS = "HOROVOD_AIRFLOW_LIBRARY_PROGRESS"
 """``0`` (or ``false``/``no``/``off``) in the job's environment: the rank does not add its progress callback to a
 Transformers or Lightning ``Trainer`` (:mod:`~airflow_provider_horovod.runtime.library_progress`); on otherwise."""

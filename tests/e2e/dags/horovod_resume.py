@@ -1,6 +1,7 @@
 """
 Test DAGs (issue #26): an example-shaped training that checkpoints every few steps and resumes, with ``retries=1``;
-the tests kill the executor (cluster deploy mode) or the whole worker (client deploy mode) that runs one rank.
+the tests kill the executor (cluster deploy mode) or the whole worker (client deploy mode) that runs one rank. And
+(issue #36) the same training with ``max_restarts=1`` and no retries: the lost executor restarts the job in the try.
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ def train_resumable(steps: int, interval: int, step_s: float):
     import horovod.torch as hvd
     import torch
 
-    from airflow_provider_horovod.runtime import checkpoint_dir, load_checkpoint, save_checkpoint, try_number
+    from airflow_provider_horovod.runtime import (
+        checkpoint_dir,
+        load_checkpoint,
+        restart_count,
+        save_checkpoint,
+        try_number,
+    )
 
     hvd.init()
     resumed = load_checkpoint()  # rank 0 logs "resuming from checkpoint step N (try T)"
@@ -50,13 +57,15 @@ def train_resumable(steps: int, interval: int, step_s: float):
         time.sleep(step_s)
         if hvd.rank() == 0:
             with open(record, "a") as f:
-                f.write(json.dumps({"try": try_number(), "step": step, "t": time.time()}) + "\n")
+                record_ = {"try": try_number(), "restart": restart_count(), "step": step, "t": time.time()}
+                f.write(json.dumps(record_) + "\n")
             if step % interval == 0:
                 save_checkpoint({"weight": weight}, step=step)
     if hvd.rank() != 0:
         return None
     return {
         "try_number": try_number(),
+        "restart_count": restart_count(),
         "resumed_from_step": start,
         "trained_steps": [start + 1, steps],
         "weight": float(weight),
@@ -83,3 +92,24 @@ for _dag_id, _mode in (("horovod_resume_executor", "cluster"), ("horovod_resume_
             poll_interval_s=1,
             outlets=[Asset(f"{_dag_id}_model")],
         )
+
+
+with DAG(
+    dag_id="horovod_restart_in_job",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=train_resumable,
+        op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25},
+        np=2,
+        conn_id="spark_cluster",
+        deploy_mode="client",
+        deferrable=False,
+        conf=CONF,
+        poll_interval_s=1,
+        max_restarts=1,
+    )

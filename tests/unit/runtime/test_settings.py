@@ -59,6 +59,13 @@ BAD = [
     ("launcher", "Torch"),
     ("launcher", None),
     ("launcher", 1),
+    ("max_restarts", -1),
+    ("max_restarts", True),
+    ("max_restarts", 1.5),
+    ("max_restarts", None),
+    ("restart_on", 42),
+    ("restart_on", ["not a name"]),
+    ("restart_on", [3]),
 ]
 
 
@@ -134,6 +141,8 @@ def test_settings_survive_the_driver_program_s_flags():
             max_return_value_bytes=1000,
         ),
         JobSettings(np=2, launcher="torch", use_gpu=True),
+        JobSettings(np=2, max_restarts=3, restart_on=("ValueError", "torch.OutOfMemoryError")),
+        JobSettings(np=2, max_restarts=1, restart_on="*"),
     ):
         assert _settings(settings.to_args()) == settings
 
@@ -164,3 +173,18 @@ def test_the_runner_takes_every_setting_as_an_argument_of_its_own_name():
     assert {f.name for f in fields(JobSettings)} <= set(inspect.signature(HorovodRunner).parameters)
     runner = HorovodRunner(np=-3, timeline=True, artifact_dir="/tmp/a", checkpoint_dir="/tmp/c", try_number=2)
     assert runner.settings == JobSettings(np=-3, timeline=True, checkpoint_dir="/tmp/c", try_number=2)
+
+
+def test_restart_on_takes_exception_classes_and_names_as_the_ranks_report_them():
+    class Preempted(Exception):
+        pass
+
+    settings = JobSettings(np=2, restart_on=[ValueError, Preempted, "torch.OutOfMemoryError"])
+    assert settings.restart_on == (
+        "ValueError",
+        f"{__name__}.test_restart_on_takes_exception_classes_and_names_as_the_ranks_report_them.<locals>.Preempted",
+        "torch.OutOfMemoryError",
+    )
+    assert JobSettings(np=2, restart_on="ValueError").restart_on == ("ValueError",)
+    operator = HorovodRunnerOperator(task_id="t", python_callable=train, max_restarts=2, restart_on=[KeyError])
+    assert (operator.job_settings().max_restarts, operator.job_settings().restart_on) == (2, ("KeyError",))

@@ -96,14 +96,12 @@ def test_torch_env_is_the_torchrun_contract():
         "ROLE_NAME": "default",
         "ROLE_RANK": "3",
         "ROLE_WORLD_SIZE": "4",
-        "TORCHELASTIC_RESTART_COUNT": "0",
-        "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": "job-7",
         "TORCHELASTIC_USE_AGENT_STORE": "False",
         "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
         "GLOO_SOCKET_IFNAME": "eth1",
         "NCCL_SOCKET_IFNAME": "eth1",
-    }
+    }  # the attempt's TORCHELASTIC_RESTART_COUNT / _MAX_RESTARTS come with the job (driver/test_restarts.py)
     # a rank started ahead of the rendezvous has all but the port and the run id; the release sends those
     early = torch_env(plan[0], plan, master_addr="10.1.2.3", master_port=None, iface="lo", run_id=None)
     assert "MASTER_PORT" not in early and "TORCHELASTIC_RUN_ID" not in early
