@@ -43,6 +43,7 @@ def model_event_extra(
     app_id: str | None,
     return_value: Any,
     metrics: dict[str, Any] | None = None,
+    restarts: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """
     The ``extra`` of a model asset event.
@@ -53,6 +54,8 @@ def model_event_extra(
     :param return_value: rank 0's return value; kept when ``json.dumps`` takes it and it is at most
         :data:`MAX_EVENT_RETURN_VALUE_BYTES` long, else left out (it is always in the ``return_value`` XCom).
     :param metrics: rank 0's last ``report()`` metrics, kept under ``metrics`` when there are any.
+    :param restarts: the job's restarts within the try (``max_restarts``): their number under ``restarts`` and, for
+        each, the step the failed attempt had reached under ``restarted_at_steps``, when there were any.
     """
     extra: dict[str, Any] = {
         "artifact_dir": artifact_dir,
@@ -61,6 +64,9 @@ def model_event_extra(
     }
     if metrics:
         extra["metrics"] = dict(metrics)
+    if restarts:
+        extra["restarts"] = len(restarts)
+        extra["restarted_at_steps"] = [r.get("step") for r in restarts]
     try:
         encoded = json.dumps(return_value)
     except (TypeError, ValueError):

@@ -12,6 +12,10 @@ Hierarchy::
         ├── HorovodResultError     the job succeeded but rank 0's return value cannot go to XCom
         └── HorovodAccessError     a Spark REST server refused the connection's token or certificate (also an
                                    ``AirflowFailException``: the task fails without retries)
+
+The first three are infrastructure failures (``infrastructure`` is ``True``): a retry resumes from the checkpoint;
+:func:`~airflow_provider_horovod.retry_policy.training_retry_policy` retries them and fails at once on the training
+code's own exception.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ class HorovodJobError(AirflowException):
         exc_message, traceback, output_tail, host), or ``None`` when no rank was at fault.
     :param app_id: the Spark application id, when the application had started.
     """
+
+    infrastructure = False
+    """Whether this is a failure nobody's code caused (a lost executor or host, a killed rank, a rendezvous that never
+    completed), which a retry from the checkpoint would likely get past: the classification
+    :func:`~airflow_provider_horovod.retry_policy.failure_kind` and Airflow 3.3's ``retry_policy`` use."""
 
     def __init__(self, message: str, *, failure: dict[str, Any] | None = None, app_id: str | None = None) -> None:
         super().__init__(message)
@@ -55,6 +64,8 @@ class HorovodExecutorLostError(HorovodJobError):
     :param app_id: the Spark application id.
     """
 
+    infrastructure = True
+
     def __init__(self, message: str, *, facts: dict[str, Any], app_id: str | None = None) -> None:
         super().__init__(message, app_id=app_id)
         self.facts = dict(facts)
@@ -77,6 +88,8 @@ class HorovodRankKilledError(HorovodJobError):
     the Airflow side. ``failure`` holds the rank's details (its ``exit_code`` is ``-signal``).
     """
 
+    infrastructure = True
+
     @property
     def signal(self) -> int | None:
         """The signal's number, when the rank's exit status gives one."""
@@ -91,6 +104,8 @@ class HorovodRendezvousError(HorovodJobError):
     :class:`~airflow_provider_horovod.runtime.rank_errors.RendezvousError` on the Airflow side. ``failure`` holds the
     rank's details.
     """
+
+    infrastructure = True
 
 
 class HorovodJobKilledError(HorovodJobError):

@@ -83,6 +83,7 @@ class HorovodConnectHook(BaseHook):
             artifact_paths=list_artifacts(artifact_dir),
             return_value=result,
             metrics=runner.last_metrics,
+            restarts=[r.to_dict() for r in runner.restarts],
         )
 
     def application_id(self, session: Any) -> str | None:

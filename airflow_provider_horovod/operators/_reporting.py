@@ -25,6 +25,7 @@ from airflow_provider_horovod.xcom_keys import (
     XCOM_ARTIFACT_DIR,
     XCOM_ARTIFACT_PATHS,
     XCOM_METRICS,
+    XCOM_RESTARTS,
     XCOM_SPARK_APP_ID,
     XCOM_SPARK_UI_URL,
     XCOM_TENSORBOARD_DIR,
@@ -129,6 +130,17 @@ class JobReporter:
         if result.metrics:
             ti.xcom_push(key=XCOM_METRICS, value=result.metrics)
             self.log.info("Rank 0's last metrics pushed to XCom %r: %s", XCOM_METRICS, result.metrics)
+        if result.restarts:
+            ti.xcom_push(key=XCOM_RESTARTS, value=result.restarts)
+            self.log.info(
+                "The job restarted %d time(s) within this try (max_restarts), pushed to XCom %r: %s",
+                len(result.restarts),
+                XCOM_RESTARTS,
+                "; ".join(
+                    str(r.get("cause")) + (f" at step {r['step']}" if r.get("step") is not None else "")
+                    for r in result.restarts
+                ),
+            )
         # pushed by execute() before submitting (a deferred or reattached try reads it back from XCom)
         artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
         self._report_observability(ti, artifact_dir, result.artifact_paths)

@@ -226,6 +226,7 @@ class ModelAssetEvents(JobObserver):
             app_id=result.app_id,
             return_value=outcome.value,
             metrics=result.metrics,
+            restarts=result.restarts,
         )
         attached = attach_model_events(context.get("outlet_events"), self.outlets, extra)
         if attached:

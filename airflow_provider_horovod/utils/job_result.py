@@ -93,6 +93,8 @@ class JobResult:
     :param artifact_paths: full paths/URIs of every file under the artifact directory, sorted.
     :param return_value: rank 0's cloudpickled return value, or ``None`` if it returned nothing we kept.
     :param metrics: rank 0's last ``report()`` metrics (empty when it reported none).
+    :param restarts: the job's restarts within the try (``max_restarts``), in order: ``{"number", "cause",
+        "error", "at", "backoff_s", "step"}`` each; empty when its first attempt ended it.
     """
 
     app_id: str | None
@@ -100,6 +102,7 @@ class JobResult:
     artifact_paths: list[str] = field(default_factory=list)
     return_value: bytes | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    restarts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def read_job_result(
@@ -164,6 +167,7 @@ def read_job_result(
         artifact_paths=list(outcome.get("artifact_paths") or []),
         return_value=value,
         metrics=dict(outcome.get("metrics") or {}),
+        restarts=list(outcome.get("restarts") or []),
     )
 
 

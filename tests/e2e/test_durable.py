@@ -567,10 +567,14 @@ def test_a_lost_executor_restarts_the_job_within_the_try_with_max_restarts(airfl
     assert value["weight"] == 2.0 * STEPS  # no step counted twice
     log = _log(airflow, dag_id, run_id, try_number=1)
     assert re.search(
-        r"restart 1/1: executor \d+ on 127\.0\.0\.1 lost \(Command exited with code 137\), holding rank 1; "
-        r"starting again in 1 s",
+        r"restart 1/1: executor \d+ on 127\.0\.0\.1 lost \(Command exited with code 137\), holding rank 1 at step "
+        r"\d+; starting again in 1 s",
         log,
     ), log[-4000:]
+    [restart] = airflow.xcom(dag_id, run_id, "train", "restarts")
+    assert restart["number"] == 1 and restart["cause"].startswith("executor ") and restart["step"] >= 12, restart
+    [event] = airflow.asset_events(source_dag_id=dag_id, source_run_id=run_id)
+    assert (event["extra"]["restarts"], event["extra"]["restarted_at_steps"]) == (1, [restart["step"]]), event
     _poll("no rank process left on the cluster", lambda: not _rank_processes(cluster), timeout_s=30)
 
 

@@ -53,6 +53,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory):
         tmp_path_factory.mktemp("real-worker-dags"),
         DAGS / "horovod_callable_shapes.py",
         DAGS / "helper_only_on_driver.py",
+        DAGS / "horovod_retry_policy.py",
     )
     # one Spark job at a time (the DAGs' max_active_tasks=1, and parallelism 1 in case both DAGs have a run): two at
     # once on 2 cores took 4x longer each. No triggerer: nothing here defers.
@@ -167,3 +168,14 @@ def test_keyboard_interrupt_in_a_rank_names_the_rank(user_code_run):
     assert user_code_run.states[task_id] == "failed", user_code_run.why(task_id)
     headline = user_code_run.headline(task_id)
     assert "rank 0" in headline and "KeyboardInterrupt" in headline, user_code_run.error(task_id)
+
+
+def test_the_training_retry_policy_retries_a_killed_rank_and_not_the_code_s_own_exception(airflow):
+    """retries=2 and ``retry_policy=training_retry_policy()`` (Airflow 3.3, issue #36): the rank's ValueError fails
+    the task in its first try; a rank SIGKILLed in the first try is retried and succeeds."""
+    run = FinishedRun(airflow, "horovod_retry_policy")
+    tries = airflow.tries("horovod_retry_policy", run.run_id)
+    assert run.states["code_bug"] == "failed" and tries["code_bug"] == 1, run.why("code_bug")
+    assert "ValueError: corrupt shard on rank 1" in run.error("code_bug")
+    assert run.states["killed_rank"] == "success" and tries["killed_rank"] == 2, run.why("killed_rank")
+    assert run.xcom("killed_rank") == 2

@@ -57,7 +57,9 @@ def test_a_killed_rank_restarts_the_job_which_resumes_from_the_checkpoint(spark,
     assert value == {"restart_count": 1, "resumed_at": 10, "last_step": 20}  # 2 steps trained again (< 5)
     assert [(r.number, r.cause) for r in runner.restarts] == [(1, "rank 1 killed by SIGKILL")]
     out = capfd.readouterr().out
-    assert "airflow-provider-horovod: restart 1/2: rank 1 killed by SIGKILL; starting again in 1 s" in out
+    # rank 0 reported step 12 last before its collective failed: the step the first attempt reached
+    assert "airflow-provider-horovod: restart 1/2: rank 1 killed by SIGKILL at step 12; starting again in 1 s" in out
+    assert runner.restarts[0].step == 12
     snapshot = json.loads((artifacts / "progress.json").read_text())
     assert snapshot["state"] == "finished" and snapshot["step"] == 20
     assert [r["cause"] for r in snapshot["restarts"]] == ["rank 1 killed by SIGKILL"]

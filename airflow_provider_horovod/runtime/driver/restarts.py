@@ -80,6 +80,8 @@ class Restart:
     :param error: the failed attempt's error, ``Type: first line``.
     :param at: when the attempt failed, seconds since the epoch.
     :param backoff_s: the pause before the next attempt, seconds.
+    :param step: the last step rank 0 reported before the failure (``report()``, a library's trainer), if any: the
+        failed attempt trained up to it.
     """
 
     number: int
@@ -87,10 +89,12 @@ class Restart:
     error: str
     at: float
     backoff_s: float
+    step: int | None = None
 
     def line(self, max_restarts: int) -> str:
-        """The task log's line for it: ``restart 1/3: rank 1 killed by SIGKILL; starting again in 1 s``."""
-        return f"restart {self.number}/{max_restarts}: {self.cause}; starting again in {self.backoff_s:.0f} s"
+        """The task log's line for it: ``restart 1/3: rank 1 killed by SIGKILL at step 12; starting again in 1 s``."""
+        at = f" at step {self.step}" if self.step is not None else ""
+        return f"restart {self.number}/{max_restarts}: {self.cause}{at}; starting again in {self.backoff_s:.0f} s"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able, for ``progress.json`` and the Airflow side."""
@@ -144,18 +148,21 @@ class RestartBudget:
         """Restarts made so far: the restart count of the attempt about to run (0 for the first)."""
         return len(self.restarts)
 
-    def next_restart(self, err: BaseException) -> Restart | None:
+    def next_restart(self, err: BaseException, step: int | None = None) -> Restart | None:
         """
         The restart ``err`` earns, recorded, or ``None`` when it fails the job (not restartable, or the budget is
         spent).
 
         :param err: what the attempt raised.
+        :param step: the last step rank 0 reported in the failed attempt, if any.
         """
         cause = restart_cause(err, self.restart_on)
         if cause is None or self.count >= self.max_restarts:
             return None
         number = self.count + 1
         error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        restart = Restart(number=number, cause=cause, error=error, at=self._clock(), backoff_s=backoff_s(number))
+        restart = Restart(
+            number=number, cause=cause, error=error, at=self._clock(), backoff_s=backoff_s(number), step=step
+        )
         self.restarts.append(restart)
         return restart

@@ -167,7 +167,7 @@ class BarrierRunner:
                         result = self._run_attempt(dataclasses.replace(spec, restart_count=budget.count), collector)
                         break
                     except Exception as err:
-                        restart = budget.next_restart(err)
+                        restart = budget.next_restart(err, step=collector.snapshot().get("step"))
                         if restart is None:
                             restarted(err, budget.restarts, budget.max_restarts)
                             raise

@@ -43,6 +43,7 @@ def train_resumable(steps: int, interval: int, step_s: float):
     from airflow_provider_horovod.runtime import (
         checkpoint_dir,
         load_checkpoint,
+        report,
         restart_count,
         save_checkpoint,
         try_number,
@@ -55,6 +56,7 @@ def train_resumable(steps: int, interval: int, step_s: float):
     for step in range(start + 1, steps + 1):
         weight += hvd.allreduce(torch.ones(1), op=hvd.Sum)
         time.sleep(step_s)
+        report(step=step, total_steps=steps)
         if hvd.rank() == 0:
             with open(record, "a") as f:
                 record_ = {"try": try_number(), "restart": restart_count(), "step": step, "t": time.time()}
@@ -112,4 +114,5 @@ with DAG(
         conf=CONF,
         poll_interval_s=1,
         max_restarts=1,
+        outlets=[Asset("horovod_restart_in_job_model")],
     )
