@@ -17,7 +17,7 @@ from benchmarks.rows import rows
 
 RERUN = (
     ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8, ~9 for "
-    "B5, ~4 for B9 and ~4 for B13)\n"
+    "B5, ~4 for B9 and ~6 for B13)\n"
     ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n"
     ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page\n"
     ".venv/bin/python -m benchmarks --only b9  # B9 alone: rewrites its section of this page\n"
