@@ -256,3 +256,32 @@ def test_a_transformers_trainer_fills_the_tab_and_xcom_without_report_calls(airf
     assert done["status"].startswith("step 64/64 (100%)") and "finished" in done["status"], done
     assert {"loss", "learning_rate", "grad_norm"} <= set(done["charts"]) and done["charts"]["loss"] > 1, done
     assert len(done["ranks"]) == 2, done  # both ranks' steps came through
+
+
+_READ_RESTARTS = """
+const text = (el) => (el && !el.hidden ? el.innerText.replace(/\\s+/g, " ").trim() : "");
+const loss = document.querySelector(".chart[data-metric='loss']");
+return {
+  restarts: text(document.getElementById("restarts")), footer: text(document.getElementById("footer")),
+  status: text(document.getElementById("status-text")),
+  lines: loss ? Array.from(loss.querySelectorAll("line.restart title"), (t) => t.textContent) : [],
+};
+"""
+
+
+def test_a_restart_within_the_try_is_told_and_marked_on_the_chart(airflow, browser):
+    """max_restarts=1 (issue #36): rank 1 SIGKILLed at step 12; the tab says the job restarted, why and at which step,
+    and the loss chart marks the step."""
+    dag_id = "horovod_progress_restart"
+    run_id = airflow.trigger(dag_id)
+    assert airflow.wait_for_run(dag_id, run_id, timeout_s=400) == "success", airflow.task_states(dag_id, run_id)
+    assert airflow.xcom(dag_id, run_id, "train") == 1  # the restarted attempt returned
+    _open_tab(airflow, browser, dag_id, run_id, "train")
+    done = wait_until(
+        lambda: "not refreshing" in (t := browser.execute_script(_READ_RESTARTS))["footer"] and t,
+        "the finished history",
+        timeout_s=60,
+    )
+    assert done["restarts"] == "restarted 1 time within this try: restart 1: rank 1 killed by SIGKILL at step 12", done
+    assert done["lines"] == ["restart 1 at step 12: rank 1 killed by SIGKILL"], done
+    assert done["status"].startswith("step 30/30 (100%)"), done

@@ -92,7 +92,7 @@
     return node;
   }
 
-  function chart(name, points, xLabel) {
+  function chart(name, points, xLabel, restarts) {
     const W = 360, H = 180, L = 52, R = 8, T = 8, B = 28;
     const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
     const positive = ys.every((y) => y > 0);
@@ -117,6 +117,16 @@
     if (points.length > 1) {
       svg.append(el("polyline", { points: points.map((p) => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1))
                                                 .join(" ") }));
+    }
+    // a dashed line where the job restarted within the try (max_restarts), at the step the failed attempt reached
+    if (xLabel === "step") {
+      for (const r of restarts || []) {
+        if (typeof r.step !== "number" || r.step < x0 || r.step > x1) continue;
+        const line = el("line", { x1: sx(r.step).toFixed(1), y1: T, x2: sx(r.step).toFixed(1), y2: H - B,
+                                  class: "restart" });
+        line.append(el("title", {}, "restart " + r.number + " at step " + r.step + ": " + r.cause));
+        svg.append(line);
+      }
     }
     // a marker per point (up to 300; the last one always), each with its value on hover
     const marked = points.length <= 300 ? points : [points[points.length - 1]];
@@ -173,6 +183,11 @@
     $("resumed").hidden = !resumed;
     $("resumed").textContent = resumed ? "resumed from checkpoint step " + resumed.step +
       (resumed.saved_by ? " (saved by try " + resumed.saved_by + ")" : "") : "";
+    const restarts = (p && p.restarts) || [];
+    $("restarts").hidden = !restarts.length;
+    $("restarts").textContent = restarts.length ? "restarted " + restarts.length + " time" +
+      (restarts.length > 1 ? "s" : "") + " within this try: " + restarts.map((r) => "restart " + r.number + ": " +
+      r.cause + (typeof r.step === "number" ? " at step " + r.step : "")).join("; ") : "";
     $("failure").hidden = !(p && p.error);
     $("failure").textContent = p && p.error ? "failed: " + p.error : "";
     const percent = p && typeof p.percent === "number" ? Math.min(100, Math.max(0, p.percent))
@@ -186,7 +201,7 @@
     const history = data.history || { metrics: {} };
     const xLabel = history.x === "step" ? "step" : "seconds";
     $("charts").replaceChildren(...Object.entries(history.metrics).filter(([, pts]) => pts.length)
-      .map(([name, pts]) => chart(name, pts, xLabel)));
+      .map(([name, pts]) => chart(name, pts, xLabel, restarts)));
     if (!Object.keys(history.metrics).length) {
       $("charts").textContent = p && p.step !== null && p.step !== undefined ? "no metrics reported" : "";
     }

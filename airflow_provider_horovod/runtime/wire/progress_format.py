@@ -7,8 +7,9 @@ The snapshot: ``{"time", "started_at", "state" ("running" | "finished" | "failed
 "percent", "steps_per_s", "eta_s", "metrics" (rank 0's last values), "ranks" ({"<rank>": {"step", "time"}}),
 "slowest_rank", "resumed" (``{"step", "try_number", "saved_by", "location"}`` when rank 0 resumed from a checkpoint,
 else ``None``), "phase" (what the job did last before the ranks reported: ``waiting for 2 task slots: ...``,
-``starting 2 ranks``, then the ranks' own milestones, :func:`rank_phase`; ``None`` before that), "error" (a failed
-job's headline, else ``None``)}``; times are Unix seconds, rates per second.
+``starting 2 ranks``, then the ranks' own milestones, :func:`rank_phase`; ``None`` before that), "restarts" (the job's
+restarts within the try, ``max_restarts``: ``[{"number", "cause", "error", "at", "backoff_s", "step"}]``), "error" (a
+failed job's headline, else ``None``)}``; times are Unix seconds, rates per second.
 """
 
 from __future__ import annotations

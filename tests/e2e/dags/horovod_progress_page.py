@@ -136,3 +136,46 @@ with DAG(
         return {"steps": result.global_step, "world_size": args.world_size}
 
     train()
+
+
+def killed_then_restarted(steps: int):
+    """Rank 1 is SIGKILLed at step 12 of the first attempt; max_restarts=1 starts the job again, which resumes from
+    the step-10 checkpoint and trains to the end (issue #36)."""
+    import os
+    import signal
+    import time
+
+    import horovod.torch as hvd
+    import torch
+
+    from airflow_provider_horovod.runtime import load_checkpoint, report, restart_count, save_checkpoint
+
+    hvd.init()
+    resumed = load_checkpoint()
+    start = 0 if resumed is None else resumed[1]
+    for step in range(start + 1, steps + 1):
+        hvd.allreduce(torch.ones(1), name=f"step{step}")
+        report(step=step, total_steps=steps, loss=1.0 / step)
+        time.sleep(0.1)
+        if step % 5 == 0:
+            save_checkpoint({"step": step}, step=step)
+        if restart_count() == 0 and step == 12 and hvd.rank() == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return restart_count()
+
+
+with DAG(
+    dag_id="horovod_progress_restart",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=killed_then_restarted,
+        op_kwargs={"steps": 30},
+        np=2,
+        max_restarts=1,
+        conf={"spark.pyspark.python": sys.executable},
+    )
