@@ -20,7 +20,12 @@ from typing import Any
 
 from airflow_provider_horovod.clients import DriverStatus, SparkRestError
 from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
-from airflow_provider_horovod.runtime.wire.progress_format import PROGRESS_FILE, progress_line, resume_line
+from airflow_provider_horovod.runtime.wire.progress_format import (
+    PROGRESS_FILE,
+    progress_line,
+    restart_line,
+    resume_line,
+)
 from airflow_provider_horovod.utils.job_result import JobResult, Kill, read_job_result
 
 __all__ = [
@@ -181,7 +186,9 @@ class ProgressLog:
     Which progress lines a wait for a cluster-mode driver logs: the driver's ``progress.json`` (in the staging
     directory) as :func:`~airflow_provider_horovod.runtime.wire.progress_format.progress_line` puts it, when it is newer
     than the last line logged and at most every ``interval_s``; once, the line that says the try resumed from a
-    checkpoint (``resuming from checkpoint step 20 (try 2), saved by try 1, from ...``).
+    checkpoint (``resuming from checkpoint step 20 (try 2), saved by try 1, from ...``); at once, a line for each
+    restart of the job within the try (``restart 1/3: executor 1 on 10.0.0.7 lost ... at step 812; starting again in
+    1 s``), as the driver prints it.
 
     :param interval_s: seconds between lines at least.
     :param clock: a monotonic clock (tests).
@@ -193,6 +200,7 @@ class ProgressLog:
         self._seen: float | None = None
         self._logged_at: float | None = None
         self._resume_logged = False
+        self._restarts_logged = 0
 
     def line(self, data: bytes | None) -> str | None:
         """
@@ -208,6 +216,11 @@ class ProgressLog:
             return None  # a write in progress on a store without atomic replace: the next poll reads it
         if not isinstance(snapshot, dict) or snapshot.get("time") == self._seen:
             return None
+        restarts = [r for r in snapshot.get("restarts") or () if isinstance(r, dict)]
+        if len(restarts) > self._restarts_logged:  # each once, at once
+            new, self._restarts_logged = restarts[self._restarts_logged :], len(restarts)
+            self._resume_logged = False  # the restarted attempt resumes from a checkpoint again: say so again
+            return "\n".join(restart_line(r) for r in new)
         if isinstance(snapshot.get("resumed"), dict) and not self._resume_logged:  # once, at once
             self._resume_logged = True
             return resume_line(snapshot["resumed"])

@@ -179,12 +179,14 @@ class MetricsCollector:
     def restart(self, restart: dict[str, Any]) -> None:
         """
         The job starts again after a failed attempt (``max_restarts``): kept in the snapshot's ``restarts``, in order;
-        the ranks' steps, milestones and the rate start over with the new attempt (the history goes on). Thread-safe.
+        the ranks' steps, milestones, the rate and ``resumed`` start over with the new attempt (the history goes on).
+        Thread-safe.
 
         :param restart: :meth:`~airflow_provider_horovod.runtime.driver.restarts.Restart.to_dict`.
         """
         with self._lock:
             self._restarts.append(dict(restart))
+            self._resumed = None  # the new attempt's rank 0 says where it resumes from
             self._ranks.clear()
             self._milestones.clear()
             self._window.clear()

@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow_provider_horovod.runtime.errors import ExecutorLostError
 from airflow_provider_horovod.runtime.rank_errors import RankFailedError, RankKilledError, RendezvousError
+from airflow_provider_horovod.runtime.wire.progress_format import restart_line
 
 RESTARTABLE = (ExecutorLostError, RankKilledError, RendezvousError)
 """The failures an attempt restarts on with any ``max_restarts`` above 0."""
@@ -76,6 +77,7 @@ class Restart:
     One restart of the job: which, why, when, and how long it paused.
 
     :param number: from 1.
+    :param of: the job's ``max_restarts``.
     :param cause: :func:`restart_cause`'s words.
     :param error: the failed attempt's error, ``Type: first line``.
     :param at: when the attempt failed, seconds since the epoch.
@@ -85,16 +87,16 @@ class Restart:
     """
 
     number: int
+    of: int
     cause: str
     error: str
     at: float
     backoff_s: float
     step: int | None = None
 
-    def line(self, max_restarts: int) -> str:
+    def line(self) -> str:
         """The task log's line for it: ``restart 1/3: rank 1 killed by SIGKILL at step 12; starting again in 1 s``."""
-        at = f" at step {self.step}" if self.step is not None else ""
-        return f"restart {self.number}/{max_restarts}: {self.cause}{at}; starting again in {self.backoff_s:.0f} s"
+        return restart_line(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able, for ``progress.json`` and the Airflow side."""
@@ -162,7 +164,13 @@ class RestartBudget:
         number = self.count + 1
         error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         restart = Restart(
-            number=number, cause=cause, error=error, at=self._clock(), backoff_s=backoff_s(number), step=step
+            number=number,
+            of=self.max_restarts,
+            cause=cause,
+            error=error,
+            at=self._clock(),
+            backoff_s=backoff_s(number),
+            step=step,
         )
         self.restarts.append(restart)
         return restart

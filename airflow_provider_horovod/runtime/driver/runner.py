@@ -171,7 +171,7 @@ class BarrierRunner:
                         if restart is None:
                             restarted(err, budget.restarts, budget.max_restarts)
                             raise
-                    line = restart.line(budget.max_restarts)
+                    line = restart.line()
                     print(LOG_PREFIX + line, flush=True)
                     collector.restart(restart.to_dict())
                     collector.phase(line)

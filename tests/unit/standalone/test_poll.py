@@ -296,3 +296,40 @@ def test_the_progress_log_says_once_and_at_once_that_the_try_resumed_from_a_chec
         "resuming from checkpoint step 10 (try 2), saved by try 1, from /ckpt/step-000000000010.json"
     )
     assert log.line(snapshot) is None  # once; and no progress line for a snapshot without steps
+
+
+def test_the_progress_log_says_each_restart_within_the_try_at_once_and_the_resume_after_it():
+    """A cluster-mode wait (sync, or the trigger while deferred) logs the driver's restarts (max_restarts, issue #36)
+    from its snapshot, as the driver prints them, then where the restarted attempt resumed from."""
+    import json
+
+    from airflow_provider_horovod.runtime.driver.restarts import RestartBudget
+    from airflow_provider_horovod.runtime.errors import ExecutorLostError
+    from airflow_provider_horovod.standalone.poll import ProgressLog
+
+    budget = RestartBudget(3)
+    lost = ExecutorLostError("lost", executor="1", host="10.0.0.7", rank=1, reason="Command exited with code 137")
+    first = budget.next_restart(lost, step=812)
+    log = ProgressLog(interval_s=5.0, clock=lambda: 0.0)
+
+    def snap(time_, restarts, resumed=None):
+        return json.dumps(
+            {"time": time_, "state": "running", "step": None, "metrics": {}, "resumed": resumed, "restarts": restarts}
+        ).encode()
+
+    line = log.line(snap(1.0, [first.to_dict()]))
+    assert (
+        line
+        == first.line()
+        == (
+            "restart 1/3: executor 1 on 10.0.0.7 lost (Command exited with code 137), holding rank 1 at step 812; "
+            "starting again in 1 s"
+        )
+    )
+    assert log.line(snap(2.0, [first.to_dict()])) is None  # once
+    resumed = {"step": 800, "try_number": 1, "saved_by": 1, "location": "/ckpt/step-000000000800.json"}
+    assert log.line(snap(3.0, [first.to_dict()], resumed)).startswith("resuming from checkpoint step 800 (try 1)")
+    second, third = budget.next_restart(lost, step=900), budget.next_restart(lost, step=None)
+    lines = log.line(snap(4.0, [first.to_dict(), second.to_dict(), third.to_dict()])).splitlines()
+    assert [x.split(":")[0] for x in lines] == ["restart 2/3", "restart 3/3"] and lines[1].endswith("again in 4 s")
+    assert " at step" not in lines[1]  # the attempt never reported a step

@@ -62,7 +62,7 @@ def test_the_budget_counts_restarts_and_stops_at_max_restarts():
     first = budget.next_restart(KILLED)
     second = budget.next_restart(LOST)
     assert (first.number, first.backoff_s, first.at, second.number, second.backoff_s) == (1, 1.0, 100.0, 2, 2.0)
-    assert first.line(2) == "restart 1/2: rank 1 killed by SIGKILL; starting again in 1 s"
+    assert first.line() == "restart 1/2: rank 1 killed by SIGKILL; starting again in 1 s"
     assert budget.next_restart(KILLED) is None and budget.count == 2  # spent
     assert RestartBudget(0).next_restart(LOST) is None
 
