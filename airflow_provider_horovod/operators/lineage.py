@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -71,17 +71,29 @@ TRAINING_FACET = "horovod_training"
 """The key of the custom run facet :func:`training_run_facet` makes."""
 
 
-def training_run_facet(*, np: int, launcher: str, metrics: Mapping[str, Any] | None) -> Any:
+def training_run_facet(
+    *, np: int, launcher: str, metrics: Mapping[str, Any] | None, restarts: Sequence[Mapping[str, Any]] | None = None
+) -> Any:
     """
-    The ``horovod_training`` run facet: ``{"np": 2, "launcher": "horovod", "metrics": {"loss": 0.02}}``.
+    The ``horovod_training`` run facet: ``{"np": 2, "launcher": "horovod", "metrics": {"loss": 0.02}, "restarts": 0,
+    "restarted_at_steps": []}``.
 
     A custom facet (a ``RunFacet`` subclass, so the OpenLineage client adds its ``_producer`` and ``_schemaURL``).
 
     :param np: the job's ``np`` (negative: local processes on the Spark driver).
     :param launcher: ``"horovod"`` or ``"torch"``.
     :param metrics: rank 0's last reported metric values (XCom ``metrics``; ``None`` or empty when it reported none).
+    :param restarts: the job's restarts within the try (XCom ``restarts``, ``max_restarts``): their number, and the
+        step each failed attempt reached.
     """
-    return _training_facet_class()(np=np, launcher=launcher, metrics=dict(metrics or {}))
+    restarts = list(restarts or [])
+    return _training_facet_class()(
+        np=np,
+        launcher=launcher,
+        metrics=dict(metrics or {}),
+        restarts=len(restarts),
+        restarted_at_steps=[r.get("step") for r in restarts],
+    )
 
 
 @functools.cache
@@ -95,6 +107,8 @@ def _training_facet_class() -> type:
         np: int
         launcher: str
         metrics: dict[str, Any] = attr.field(factory=dict)
+        restarts: int = 0
+        restarted_at_steps: list[int | None] = attr.field(factory=list)
 
     return HorovodTrainingRunFacet
 
@@ -182,12 +196,12 @@ def completed_lineage(
     :param op_kwargs: its keyword arguments (rendered).
     :return: an ``OperatorLineage``.
     """
-    from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_METRICS
+    from airflow_provider_horovod.xcom_keys import XCOM_ARTIFACT_DIR, XCOM_METRICS, XCOM_RESTARTS
 
     def pull(key: str) -> Any:
         return task_instance.xcom_pull(task_ids=task_instance.task_id, key=key, map_indexes=task_instance.map_index)
 
-    facet = training_run_facet(np=np, launcher=launcher, metrics=pull(XCOM_METRICS))
+    facet = training_run_facet(np=np, launcher=launcher, metrics=pull(XCOM_METRICS), restarts=pull(XCOM_RESTARTS))
     return operator_lineage(
         pull(XCOM_ARTIFACT_DIR), input_locations(inlets, op_args, op_kwargs), run_facets={TRAINING_FACET: facet}
     )

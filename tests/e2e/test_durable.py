@@ -543,7 +543,7 @@ def test_a_lost_executor_fails_the_try_naming_it_and_the_retry_resumes_from_the_
     assert "Could not recover from a failed barrier ResultStage" in error, error
 
 
-def test_a_lost_executor_restarts_the_job_within_the_try_with_max_restarts(airflow, cluster):
+def test_a_lost_executor_restarts_the_job_within_the_try_with_max_restarts(airflow, cluster, lineage_file):
     """``max_restarts=1``, ``retries=0`` (issue #36): rank 1's executor JVM SIGKILLed mid-training; the driver starts
     the barrier job again on the same application, the ranks resume from the checkpoint, and the one try succeeds."""
     dag_id = "horovod_restart_in_job"
@@ -575,6 +575,13 @@ def test_a_lost_executor_restarts_the_job_within_the_try_with_max_restarts(airfl
     assert restart["number"] == 1 and restart["cause"].startswith("executor ") and restart["step"] >= 12, restart
     [event] = airflow.asset_events(source_dag_id=dag_id, source_run_id=run_id)
     assert (event["extra"]["restarts"], event["extra"]["restarted_at_steps"]) == (1, [restart["step"]]), event
+    [complete, *_] = _poll(
+        "the OpenLineage COMPLETE event",
+        lambda: _complete_events(lineage_file, f"{dag_id}.train"),
+        timeout_s=60,
+    )
+    facet = complete["run"]["facets"]["horovod_training"]
+    assert (facet["restarts"], facet["restarted_at_steps"]) == (1, [restart["step"]]), facet
     _poll("no rank process left on the cluster", lambda: not _rank_processes(cluster), timeout_s=30)
 
 

@@ -49,4 +49,7 @@ def test_the_training_run_facet_serializes_with_its_metrics_and_producer():
         "metrics": {"loss": 0.25, "acc": 0.9},
     }
     assert as_json["_producer"] and as_json["_schemaURL"].startswith("http"), as_json
+    assert (as_json["restarts"], as_json["restarted_at_steps"]) == (0, [])
     assert training_run_facet(np=-2, launcher="horovod", metrics=None).metrics == {}
+    restarted = training_run_facet(np=2, launcher="horovod", metrics=None, restarts=[{"number": 1, "step": 12}])
+    assert (restarted.restarts, restarted.restarted_at_steps) == (1, [12])
