@@ -328,3 +328,27 @@ def test_the_connection_becomes_mlflows_own_environment(conn, expected, monkeypa
 
     sink = MlflowMetricsSink({**env, "MLFLOW_RUN_ID": "r"})
     assert sink._env == {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}
+
+
+def test_each_restart_within_the_try_is_a_point_of_the_runs_restarts_metric(server):
+    """max_restarts (issue #36): one MLflow run per try; each restart is the ``restarts`` metric's next value at the
+    step the failed attempt reached, beside the training's own metrics."""
+    from mlflow import MlflowClient
+
+    from airflow_provider_horovod.runtime.driver.metrics import RESTARTS_METRIC
+    from airflow_provider_horovod.runtime.driver.restarts import RestartBudget
+    from airflow_provider_horovod.runtime.rank_errors import rank_failed
+
+    run_id = MlflowClient(server.url).create_run("0").info.run_id
+    sink = MlflowMetricsSink({"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": server.url}, final_wait_s=30)
+    budget = RestartBudget(2)
+    with MetricsCollector(None, sink=sink, sink_interval_s=0.1, log_interval_s=60) as collector:
+        for step in (1, 2, 3):
+            collector.add({"time": time.time(), "rank": 0, "step": step, "metrics": {"loss": 1.0 / step}})
+        collector.restart(budget.next_restart(rank_failed(rank=1, exit_code=-9), step=3).to_dict())
+        collector.add({"time": time.time(), "rank": 0, "step": 3, "metrics": {"loss": 0.3}})  # resumed at 2
+        collector.restart(budget.next_restart(rank_failed(rank=0, exit_code=-9), step=3).to_dict())
+        collector.finish("finished")
+    history = MlflowClient(server.url).get_metric_history(run_id, RESTARTS_METRIC)
+    assert sorted((m.step, m.value) for m in history) == [(3, 1.0), (3, 2.0)]
+    assert len(MlflowClient(server.url).get_metric_history(run_id, "loss")) == 4

@@ -60,6 +60,11 @@ def _print(line: str) -> None:
     sys.stdout.flush()
 
 
+RESTARTS_METRIC = "restarts"
+"""The metric a job's restarts within the try are logged under in its MLflow run: 1 at the step the first restart's
+failed attempt reached, 2 at the second's, ..."""
+
+
 class MetricsCollector:
     """
     Collects one job's ``report()`` records on the driver. Use it as a context manager around the job; call
@@ -178,14 +183,18 @@ class MetricsCollector:
 
     def restart(self, restart: dict[str, Any]) -> None:
         """
-        The job starts again after a failed attempt (``max_restarts``): kept in the snapshot's ``restarts``, in order;
-        the ranks' steps, milestones, the rate and ``resumed`` start over with the new attempt (the history goes on).
-        Thread-safe.
+        The job starts again after a failed attempt (``max_restarts``): kept in the snapshot's ``restarts``, in order,
+        and given to the sink (an MLflow run) as the metric :data:`RESTARTS_METRIC`, its number at the step the failed
+        attempt reached. The ranks' steps, milestones, the rate and ``resumed`` start over with the new attempt (the
+        history goes on). Thread-safe.
 
         :param restart: :meth:`~airflow_provider_horovod.runtime.driver.restarts.Restart.to_dict`.
         """
         with self._lock:
             self._restarts.append(dict(restart))
+            if self._sink is not None:  # the run's "restarts" metric: the count, at the step the attempt reached
+                at, step = restart.get("at") or self._clock(), restart.get("step") or 0
+                self._for_sink.append({"time": at, "step": step, "metrics": {RESTARTS_METRIC: restart.get("number")}})
             self._resumed = None  # the new attempt's rank 0 says where it resumes from
             self._ranks.clear()
             self._milestones.clear()
