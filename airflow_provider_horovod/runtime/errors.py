@@ -25,6 +25,16 @@ from __future__ import annotations
 from typing import Any
 
 
+def type_name(cls: type) -> str:
+    """
+    The dotted name of ``cls`` as a failing rank reports its exception's type (``exc_type``): builtins without their
+    module (``ValueError``), others with it (``torch.OutOfMemoryError``); what ``restart_on`` names are matched with.
+
+    :param cls: a class.
+    """
+    return f"{cls.__module__}.{cls.__qualname__}".removeprefix("builtins.")
+
+
 class HorovodRuntimeError(RuntimeError):
     """Base class of every error raised by :mod:`airflow_provider_horovod.runtime`."""
 

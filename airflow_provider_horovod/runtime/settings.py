@@ -9,8 +9,9 @@ entry point against one table). The settings travel to the driver program as its
 runner (:class:`~airflow_provider_horovod.runtime.driver.runner.BarrierRunner`) and on to every rank's launcher
 (:class:`~airflow_provider_horovod.runtime.wire.jobspec.JobSpec`).
 
-This module imports nothing but the standard library, and the launchers' table (stdlib only too): a DAG file that
-uses the operator imports it when it is parsed, and the driver program reads its flags with it.
+This module imports nothing but the standard library, the launchers' table and the runtime errors' type naming
+(stdlib only too): a DAG file that uses the operator imports it when it is parsed, and the driver program reads its
+flags with it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from airflow_provider_horovod.runtime.errors import type_name
 from airflow_provider_horovod.runtime.launchers import HOROVOD, LAUNCHERS
 
 DRIVER_LOG_VERBOSITIES = ("log_callback_only", "all")
@@ -192,7 +194,7 @@ def validate_restart_on(value: object) -> tuple[str, ...]:
     names: list[str] = []
     for item in items:
         if isinstance(item, type) and issubclass(item, BaseException):
-            names.append(f"{item.__module__}.{item.__qualname__}".removeprefix("builtins."))
+            names.append(type_name(item))  # as the rank names the exception it raised
         elif isinstance(item, str) and (item == "*" or all(part.isidentifier() for part in item.split("."))):
             names.append(item)
         else:

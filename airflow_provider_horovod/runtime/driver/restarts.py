@@ -23,8 +23,6 @@ from airflow_provider_horovod.runtime.errors import ExecutorLostError
 from airflow_provider_horovod.runtime.rank_errors import RankFailedError, RankKilledError, RendezvousError
 from airflow_provider_horovod.runtime.wire.progress_format import restart_line
 
-RESTARTABLE = (ExecutorLostError, RankKilledError, RendezvousError)
-"""The failures an attempt restarts on with any ``max_restarts`` above 0."""
 ANY_EXCEPTION = "*"
 """``restart_on`` entry that makes every exception of the training code restartable."""
 MAX_BACKOFF_S = 30.0

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from airflow_provider_horovod.runtime.errors import ReturnValueRefused
+from airflow_provider_horovod.runtime.errors import ReturnValueRefused, type_name
 
 
 def write_atomic(path: str, data: bytes) -> None:
@@ -34,7 +34,7 @@ def error_record(exc_type: str, message: str, tb: str) -> bytes:
 
 def qualname(obj: object) -> str:
     """The dotted name of ``obj``'s type, builtins without their module (``ValueError``, ``numpy.ndarray``)."""
-    return f"{type(obj).__module__}.{type(obj).__qualname__}".removeprefix("builtins.")
+    return type_name(type(obj))
 
 
 def exit_status(code: object) -> int:
