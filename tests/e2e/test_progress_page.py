@@ -284,4 +284,6 @@ def test_a_restart_within_the_try_is_told_and_marked_on_the_chart(airflow, brows
     )
     assert done["restarts"] == "restarted 1 time within this try: restart 1: rank 1 killed by SIGKILL at step 12", done
     assert done["lines"] == ["restart 1 at step 12: rank 1 killed by SIGKILL"], done
+    if os.environ.get("APH_PROGRESS_SCREENSHOT"):
+        browser.save_screenshot(os.environ["APH_PROGRESS_SCREENSHOT"].replace(".png", "-restart.png"))
     assert done["status"].startswith("step 30/30 (100%)"), done
