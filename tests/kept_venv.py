@@ -12,6 +12,7 @@ is never kept: each check builds this checkout's wheel and installs it afresh in
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -46,10 +47,16 @@ def kept_venv(name: str, inputs: Iterable[str], install: Callable[[Path], None])
     venv = root / f"{name}-{key}"
     if (venv / COMPLETE).exists():
         return venv, False
-    for old in root.glob(f"{name}-*"):
-        shutil.rmtree(old, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    install(venv)
-    (venv / COMPLETE).write_text(f"made in {time.monotonic() - started:.0f} s\n")
+    # one maker per name: `make test` makes these in the background during its set-up (tests/install_venvs.py) while
+    # a test that needs one may already be waiting for it here
+    with open(root / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (venv / COMPLETE).exists():
+            return venv, False
+        for old in root.glob(f"{name}-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        started = time.monotonic()
+        install(venv)
+        (venv / COMPLETE).write_text(f"made in {time.monotonic() - started:.0f} s\n")
     return venv, True

@@ -6,7 +6,8 @@ The suite's time table: the wall time of each test module and of each set-up ste
 the end of the run, with the totals. A module's time is the sum of its tests' set-up, call and tear-down durations
 as pytest measures them, so it includes the module's own fixtures (a cluster, a deployment) and the first use of a
 session fixture. ``APH_TIME_TABLE`` names a file that gets the same table as tab-separated text (the README's
-figures come from it).
+figures come from it). Some set-up steps run in the background beside others; a last ``<seconds>\t=wall`` line
+gives the set-up's wall time, which the totals use instead of the steps' sum.
 """
 
 from __future__ import annotations
@@ -22,19 +23,26 @@ SETUP_TIMES_ENV = "APH_SETUP_TIMES"
 TABLE_FILE_ENV = "APH_TIME_TABLE"
 
 
-def read_setup_times(path: Path) -> list[tuple[float, str]]:
-    """``(seconds, step)`` rows of a set-up times file; a missing file has none.
+WALL = "=wall"
+"""The step name of the set-up's wall time in a set-up times file (its steps overlap)."""
 
-    :param path: the file ``scripts/test_all.sh`` writes, ``<seconds>\\t<step>`` per line.
+
+def read_setup_times(path: Path) -> tuple[list[tuple[float, str]], float | None]:
+    """``(seconds, step)`` rows of a set-up times file, and the set-up's wall time where the file gives it; a missing
+    file has no rows.
+
+    :param path: the file ``scripts/test_all.sh`` writes, ``<seconds>\\t<step>`` per line, ``<seconds>\\t=wall`` last.
     """
     if not path.is_file():
-        return []
-    rows = []
+        return [], None
+    rows, wall = [], None
     for line in path.read_text().splitlines():
         seconds, _, step = line.partition("\t")
-        if step:
+        if step == WALL:
+            wall = float(seconds)
+        elif step:
             rows.append((float(seconds), f"set-up: {step}"))
-    return rows
+    return rows, wall
 
 
 class TimeTable:
@@ -54,7 +62,7 @@ class TimeTable:
     def rows(self) -> list[tuple[float, str, str]]:
         """``(seconds, name, detail)`` for the set-up steps and the modules, slowest first."""
         setup = os.environ.get(SETUP_TIMES_ENV)
-        rows = [(s, name, "") for s, name in read_setup_times(Path(setup))] if setup else []
+        rows = [(s, name, "") for s, name in read_setup_times(Path(setup))[0]] if setup else []
         rows += [(s, module, f"{self.tests[module]} tests") for module, s in self.seconds.items()]
         return sorted(rows, key=lambda row: -row[0])
 
@@ -63,7 +71,9 @@ class TimeTable:
         if not rows:
             return
         tests_s = sum(s for s, name, _ in rows if not name.startswith("set-up: "))
-        setup_s = sum(s for s, name, _ in rows if name.startswith("set-up: "))
+        setup = os.environ.get(SETUP_TIMES_ENV)
+        wall = read_setup_times(Path(setup))[1] if setup else None
+        setup_s = wall if wall is not None else sum(s for s, name, _ in rows if name.startswith("set-up: "))
         width = max(len(name) for _, name, _ in rows)
         terminalreporter.section("time table (wall seconds, slowest first)")
         for seconds, name, detail in rows:

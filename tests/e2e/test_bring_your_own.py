@@ -99,15 +99,21 @@ def wheel(tmp_path_factory) -> Path:
     return found
 
 
-@pytest.fixture(scope="module")
-def byo_venv(wheel: Path) -> Path:
-    """A virtualenv with Airflow 3.1 and the provider's wheel, no torch, no Horovod (the executors have them)."""
-    started = time.monotonic()
-    venv, fresh = kept_venv(
+def kept_airflow() -> tuple[Path, bool]:
+    """The kept virtualenv with Airflow 3.1 and the provider's dependencies (made when missing); its path and whether
+    this call made it."""
+    return kept_venv(
         "byo",
         [BYO_AIRFLOW, sys.version, CONSTRAINTS.read_text(), inspect.getsource(_install_airflow_and_dependencies)],
         _install_airflow_and_dependencies,
     )
+
+
+@pytest.fixture(scope="module")
+def byo_venv(wheel: Path) -> Path:
+    """A virtualenv with Airflow 3.1 and the provider's wheel, no torch, no Horovod (the executors have them)."""
+    started = time.monotonic()
+    venv, fresh = kept_airflow()
     _install_provider(venv, wheel, fresh=fresh)
     print(f"\n{venv.name} {'created' if fresh else 'reused'}, provider installed in {time.monotonic() - started:.0f} s")
     python = venv / "bin" / "python"

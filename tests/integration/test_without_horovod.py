@@ -107,17 +107,30 @@ def wheel(tmp_path_factory) -> Path:
     return found
 
 
-def _venv(version: str, wheel: Path) -> Path:
+def kept_dependencies(version: str) -> tuple[Path, bool] | None:
+    """
+    The kept virtualenv of Python ``version`` with the dependencies but not the provider (made when missing).
+
+    :param version: ``"3.11"`` or ``"3.12"``.
+    :returns: its path and whether this call made it; ``None`` where that Python is not installed.
+    """
     python = _interpreter(version)
     if python is None:
-        pytest.skip(f"no Python {version} here ({PYTHONS[version]} not on PATH, none under pyenv)")
+        return None
     full_version = _run([python, "-c", "import sys; print(sys.version)"], timeout_s=60).stdout.strip()
-    started = time.monotonic()
-    venv, fresh = kept_venv(
+    return kept_venv(
         f"nohvd-py{version}",
         [full_version, AIRFLOW, CONSTRAINTS.read_text(), inspect.getsource(_install_dependencies)],
         lambda path: _install_dependencies(python, path),
     )
+
+
+def _venv(version: str, wheel: Path) -> Path:
+    started = time.monotonic()
+    kept = kept_dependencies(version)
+    if kept is None:
+        pytest.skip(f"no Python {version} here ({PYTHONS[version]} not on PATH, none under pyenv)")
+    venv, fresh = kept
     built = time.monotonic()
     _pip(venv, "uninstall", "-y", "airflow-provider-horovod")
     _pip(venv, "install", "--no-deps", str(wheel))

@@ -54,4 +54,26 @@ def test_the_table_lists_set_up_steps_and_modules_slowest_first(tmp_path: Path):
     seconds = {name: float(s) for s, name, _ in rows}
     assert seconds["test_slow.py"] >= 0.6  # the module fixture's set-up counts for its module
     assert {name: detail for _, name, detail in rows}["test_fast.py"] == "2 tests"
-    assert "set-up 0.5 min" in proc.stdout, proc.stdout
+    assert "set-up 0.5 min" in proc.stdout, proc.stdout  # the steps' sum where no wall time is given
+
+
+def test_the_set_up_total_is_its_wall_time_when_steps_overlap(tmp_path: Path):
+    (tmp_path / "test_one.py").write_text("def test_a():\n    pass\n")
+    setup = tmp_path / "setup.tsv"
+    # setup.sh 120 s while Keras' 90 s ran in the background: 150 s of wall time, not 210
+    setup.write_text("90\tscripts/setup_keras.sh (in the background)\n120\tscripts/setup.sh\n150\t=wall\n")
+    env = {**os.environ, "APH_SETUP_TIMES": str(setup), "PYTHONPATH": str(REPO)}
+    env.pop("APH_TIME_TABLE", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.time_table", "-p", "no:cacheprovider", "-c", os.devnull]
+        + ["--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "set-up 2.5 min" in proc.stdout, proc.stdout
+    assert "=wall" not in proc.stdout, proc.stdout  # not a row of its own
+    assert "scripts/setup_keras.sh (in the background)" in proc.stdout, proc.stdout
