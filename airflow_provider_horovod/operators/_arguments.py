@@ -14,7 +14,12 @@ from typing import Any
 from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.operators.common import check_spark_arguments
 from airflow_provider_horovod.runtime.errors import PayloadError
-from airflow_provider_horovod.runtime.settings import DEFAULT_LAUNCHER, JobSettings, check_barrier_conf
+from airflow_provider_horovod.runtime.settings import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    DEFAULT_LAUNCHER,
+    JobSettings,
+    check_barrier_conf,
+)
 from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 
 __all__ = ["checked_settings", "rendered_slot_wait_timeout", "signed_payload", "PER_TRY_SETTINGS", "SETTING_NAMES"]
@@ -43,6 +48,7 @@ def checked_settings(
     launcher: str = DEFAULT_LAUNCHER,
     max_restarts: int = 0,
     restart_on: Any = (),
+    heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S,
 ) -> JobSettings:
     """
     Check the operator's arguments when the DAG file is parsed; return the job's knobs.
@@ -66,6 +72,7 @@ def checked_settings(
     :param launcher: ``"horovod"`` or ``"torch"``.
     :param max_restarts: restarts of the job within the try after a restartable failure.
     :param restart_on: the training code's exception types that restart it too.
+    :param heartbeat_timeout_s: seconds without a barrier task's heartbeat before it counts as lost, or ``None``.
     :raises ValueError: an argument is invalid.
     """
     check_spark_arguments(conf=conf, env_vars=env_vars, spark_submit_kwargs=spark_submit_kwargs)
@@ -84,6 +91,7 @@ def checked_settings(
         launcher=launcher,
         max_restarts=max_restarts,
         restart_on=restart_on,
+        heartbeat_timeout_s=heartbeat_timeout_s,
     )
 
 

@@ -51,6 +51,7 @@ from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S,
     DEFAULT_GPU_VISIBILITY,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_LAUNCHER,
     DEFAULT_SLOT_WAIT_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S,
@@ -158,6 +159,11 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
     :param restart_on: exception types raised by the training code that restart the attempt too (classes or names
         such as ``"torch.OutOfMemoryError"``; ``"*"``: every one). Default none: the code's own exception fails at
         once, as it would fail again.
+    :param heartbeat_timeout_s: seconds without a barrier task's heartbeat (each task sends one every 2 s to the
+        Spark driver) after which the driver treats the task's host as lost, frozen or cut off: it cancels the
+        attempt, asks Spark to replace that executor, and ``max_restarts`` restarts the job, where Spark alone waits
+        ``spark.network.timeout`` (120 s). Default 30; at least 6; ``None``: Spark's detection only. See
+        :mod:`airflow_provider_horovod.runtime.driver.heartbeats`.
     :param mlflow_conn_id: an MLflow connection: one MLflow run per try, every rank logging into it
         (``docs/mlflow.md``, :class:`~airflow_provider_horovod.operators.mlflow_tracking.MlflowSettings`);
         ``None`` (default): no tracking.
@@ -202,6 +208,7 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
     launcher: str
     max_restarts: int
     restart_on: tuple[str, ...]
+    heartbeat_timeout_s: float | None
     op_args: Collection[Any]
     op_kwargs: Mapping[str, Any]
 
@@ -239,6 +246,7 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         launcher: str = DEFAULT_LAUNCHER,
         max_restarts: int = 0,
         restart_on: Collection[type[BaseException] | str] | str = (),
+        heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S,
         mlflow_conn_id: str | None = None,
         mlflow_experiment: str | None = None,
         mlflow_register_model: str | None = None,
@@ -286,6 +294,7 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
             launcher=launcher,
             max_restarts=max_restarts,
             restart_on=restart_on,
+            heartbeat_timeout_s=heartbeat_timeout_s,
         )
         for name in SETTING_NAMES:  # np, ..., launcher: the checked values, under the same names (job_settings)
             setattr(self, name, getattr(settings, name))

@@ -39,6 +39,12 @@ DEFAULT_START_TIMEOUT_S = 600.0
 """Default ``start_timeout_s`` (Horovod's own ``start_timeout`` default)."""
 DEFAULT_SLOT_WAIT_TIMEOUT_S = 3600.0
 """Default ``slot_wait_timeout_s``: how long a barrier job waits for its task slots on a busy cluster."""
+DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0
+"""Default ``heartbeat_timeout_s``: a barrier task silent this long is lost (Spark's own ``spark.network.timeout`` is
+120 s); 15 of the tasks' 2-second heartbeats missed in a row."""
+MIN_HEARTBEAT_TIMEOUT_S = 6.0
+"""The smallest ``heartbeat_timeout_s``: three heartbeat intervals
+(:data:`~airflow_provider_horovod.runtime.wire.logs.HEARTBEAT_INTERVAL_S` is 2 s)."""
 DEFAULT_MAX_RETURN_VALUE_BYTES = 64 * 1024 * 1024
 """``HorovodRunner``'s default ``max_return_value_bytes`` (the operator's is the XCom limit, 1 MiB)."""
 
@@ -180,6 +186,21 @@ def validate_max_restarts(value: object) -> int:
     return value
 
 
+def validate_heartbeat_timeout(value: object) -> float | None:
+    """
+    Check ``heartbeat_timeout_s``.
+
+    :raises ValueError: neither ``None`` nor a number of seconds from :data:`MIN_HEARTBEAT_TIMEOUT_S`.
+    """
+    checked = validate_timeout("heartbeat_timeout_s", value)
+    if checked is not None and checked < MIN_HEARTBEAT_TIMEOUT_S:
+        raise ValueError(
+            f"heartbeat_timeout_s must be at least {MIN_HEARTBEAT_TIMEOUT_S:g} seconds (three of the tasks' 2-second "
+            f"heartbeats) or None (Spark's own detection only), got {value!r}"
+        )
+    return checked
+
+
 def validate_restart_on(value: object) -> tuple[str, ...]:
     """
     Check ``restart_on``: the exception types of the training code that restart the attempt too, as classes or
@@ -239,6 +260,10 @@ class JobSettings:
         and Ray Train's ``max_failures``). See :mod:`~airflow_provider_horovod.runtime.driver.restarts`.
     :param restart_on: exception types of the training code that restart an attempt too (names, ``"*"``: all);
         default none: the training code's own exception fails at once.
+    :param heartbeat_timeout_s: seconds without a barrier task's heartbeat after which the driver treats it as lost
+        (its host frozen, cut off or gone) and fails the attempt, which ``max_restarts`` restarts, instead of waiting
+        for Spark's ``spark.network.timeout``; at least 6; ``None``: Spark's detection only. See
+        :mod:`~airflow_provider_horovod.runtime.driver.heartbeats`.
     :raises ValueError: a value is invalid; the message names the parameter and what it allows.
     """
 
@@ -257,6 +282,7 @@ class JobSettings:
     try_number: int | None = None
     max_restarts: int = 0
     restart_on: tuple[str, ...] = ()
+    heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
 
     def __post_init__(self) -> None:
         checked = {
@@ -281,6 +307,7 @@ class JobSettings:
             else validate_positive_int("try_number", self.try_number, "the Airflow try, from 1"),
             "max_restarts": validate_max_restarts(self.max_restarts),
             "restart_on": validate_restart_on(self.restart_on),
+            "heartbeat_timeout_s": validate_heartbeat_timeout(self.heartbeat_timeout_s),
         }
         if checked["timeline"] and not LAUNCHERS[str(checked["launcher"])].timeline:
             raise ValueError(

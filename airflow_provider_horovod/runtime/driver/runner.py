@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
@@ -12,6 +13,7 @@ from typing import Any
 import cloudpickle
 
 from airflow_provider_horovod.runtime.driver.connect import is_connect_session, run_barrier_connect
+from airflow_provider_horovod.runtime.driver.heartbeats import HeartbeatWatch, Watchdog, executor_of_task
 from airflow_provider_horovod.runtime.driver.metrics import MetricsCollector
 from airflow_provider_horovod.runtime.driver.outcome import raise_for_stage_failure
 from airflow_provider_horovod.runtime.driver.restarts import Restart, RestartBudget, restarted
@@ -28,6 +30,7 @@ from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELIN
 from airflow_provider_horovod.runtime.settings import (
     DEFAULT_GLOO_TIMEOUT_S,
     DEFAULT_GPU_VISIBILITY,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_LAUNCHER,
     DEFAULT_MAX_RETURN_VALUE_BYTES,
     DEFAULT_SLOT_WAIT_TIMEOUT_S,
@@ -220,7 +223,10 @@ class BarrierRunner:
         group = f"horovod-{uuid.uuid4().hex[:12]}"
         stage_error: Exception | None = None
         results: list[bytes] = []
-        with LogServer(host, on_metrics=metrics) as logs:
+        timeout_s = self.settings.heartbeat_timeout_s
+        heartbeats = HeartbeatWatch(timeout_s) if timeout_s is not None else None
+        watchdog: Watchdog | None = None
+        with LogServer(host, on_metrics=metrics, on_heartbeat=heartbeats.record if heartbeats else None) as logs:
             spec = dataclasses.replace(
                 spec,
                 log_address=logs.address,
@@ -240,8 +246,16 @@ class BarrierRunner:
             phase(f"starting {spec.np} ranks (the barrier stage is submitted)")
             # the Spark UI's name of the job: "Horovod np=2", "torch.distributed np=2"
             sc.setJobGroup(group, f"{spec.launcher.label} np={spec.np}", interruptOnCancel=True)
+            if heartbeats is not None:
+                watchdog = Watchdog(
+                    heartbeats,
+                    cancel=functools.partial(sc.cancelJobGroup, group),
+                    locate=functools.partial(executor_of_task, sc),
+                    replace=lambda executor: sc._jsc.sc().killAndReplaceExecutor(executor),
+                )
             try:
-                results = rdd.collect()
+                with watchdog or contextlib.nullcontext():
+                    results = rdd.collect()
             except KeyboardInterrupt:
                 sc.cancelJobGroup(group)
                 raise
@@ -250,6 +264,8 @@ class BarrierRunner:
             finally:
                 sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         # The log server is closed: every failure report a task sent has arrived.
+        if stage_error is not None and watchdog is not None and watchdog.lost is not None:
+            raise watchdog.error() from stage_error  # the cancellation was ours: a task went silent
         if stage_error is not None:
             raise_for_stage_failure(
                 stage_error,
@@ -326,6 +342,12 @@ class HorovodRunner(BarrierRunner):
         ``--max-restarts``, Ray Train's ``max_failures``). See :mod:`~airflow_provider_horovod.runtime.driver.restarts`.
     :param restart_on: exception types of the training code that restart an attempt too (classes or names,
         ``"*"``: every one); default none.
+    :param heartbeat_timeout_s: seconds without a barrier task's heartbeat (every 2 s over the log channel) after
+        which the driver treats the task as lost (its host frozen, cut off or gone): it cancels the stage, asks the
+        cluster manager to replace that executor, and the attempt fails with an ``ExecutorLostError`` that
+        ``max_restarts`` restarts, instead of waiting for ``spark.network.timeout`` (120 s). Default 30 s, at least
+        6; ``None``: Spark's detection only. Barrier tasks on a classic ``SparkSession`` only (over Spark Connect
+        the server's Spark decides). See :mod:`~airflow_provider_horovod.runtime.driver.heartbeats`.
     :raises ValueError: an argument is invalid (raised here, before any Spark work), with the same message as the
         operator's and the decorator's (:class:`~airflow_provider_horovod.runtime.settings.JobSettings`).
     """
@@ -352,6 +374,7 @@ class HorovodRunner(BarrierRunner):
         mlflow_run: bool | str = False,
         max_restarts: int = 0,
         restart_on: Sequence[type[BaseException] | str] | str = (),
+        heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S,
     ) -> None:
         settings = JobSettings.from_arguments(locals())  # np, ..., try_number: the arguments named as its fields
         super().__init__(

@@ -10,6 +10,7 @@ Both paths share :class:`~.rank_process.RankProcess` (one child process per rank
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -37,7 +38,7 @@ from airflow_provider_horovod.runtime.task.rank_env import omp_threads
 from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.logs import LogClient
+from airflow_provider_horovod.runtime.wire.logs import Heartbeats, LogClient
 
 
 def stderr_sink(slot: Slot, line: str) -> None:
@@ -215,6 +216,11 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
         slot, spec, gloo, workdir, sink, devices=devices, metrics=client.send_metrics if client is not None else None
     )
     rendezvous: Rendezvous | None = None
+    # the driver treats a task whose heartbeats stop as lost (runtime/driver/heartbeats.py)
+    beats = contextlib.ExitStack()
+    if client is not None and spec.settings.heartbeat_timeout_s is not None:
+        beat = {"task": partition, "rank": slot.rank, "host": addresses[partition], "stage": ctx.stageId()}
+        beats.enter_context(Heartbeats(client, {**beat, "pid": os.getpid()}))
     try:
         try:
             proc.start(deferred=True)
@@ -258,6 +264,7 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             proc.kill()
             if rendezvous is not None:
                 rendezvous.release_port()
+            beats.close()
             if client is not None:
                 client.close()
             shutil.rmtree(workdir, ignore_errors=True)

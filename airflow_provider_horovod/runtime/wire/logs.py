@@ -27,6 +27,9 @@ from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS
 _LEN = struct.Struct(">I")
 _FAILURE_PREFIX = "\x00failure "
 _METRICS_PREFIX = "\x00metrics "
+_HEARTBEAT_PREFIX = "\x00heartbeat "
+HEARTBEAT_INTERVAL_S = 2.0
+"""How often a barrier task sends its heartbeat while its rank runs, seconds (:class:`Heartbeats`)."""
 MAX_FRAME_CHARS = MAX_LINE_CHARS + 1024
 """Longer lines are truncated before they are sent: the launchers cut rank output at
 :data:`~airflow_provider_horovod.runtime.bounds.MAX_LINE_CHARS` with a note first (the executor's stderr keeps them
@@ -66,6 +69,9 @@ class LogServer:
     :param stream: where the default ``on_line`` prints (default: ``sys.stdout``).
     :param on_metrics: called with each ``report()`` record a task sent (serialized with ``on_line``); without it
         they are dropped.
+    :param on_heartbeat: called with each heartbeat a task sent (:class:`Heartbeats`), and with
+        ``{"task": ..., "ended": True}`` when the connection of a task that sent one closes; not serialized with the
+        others (it must not wait behind a slow ``on_line``).
     """
 
     def __init__(
@@ -74,12 +80,14 @@ class LogServer:
         on_line: Callable[[str], None] | None = None,
         stream: TextIO | None = None,
         on_metrics: Callable[[dict], None] | None = None,
+        on_heartbeat: Callable[[dict], None] | None = None,
     ) -> None:
         self.token = secrets.token_hex(16)
         self._host = host
         self._stream = stream
         self._on_line = on_line or self._print
         self._on_metrics = on_metrics
+        self._on_heartbeat = on_heartbeat
         self._lock = threading.Lock()
         self._server: socketserver.ThreadingTCPServer | None = None
         self._thread: threading.Thread | None = None
@@ -107,8 +115,27 @@ class LogServer:
                 first = _read_frame(sock)
                 if first is None or not hmac.compare_digest(first, token):
                     return  # not one of this job's tasks
+                try:
+                    self._receive(sock)
+                finally:
+                    if self.task is not None and owner._on_heartbeat is not None:
+                        owner._on_heartbeat({"task": self.task, "ended": True})
+
+            task: int | None = None
+            """The barrier task this connection's heartbeats named, once one came."""
+
+            def _receive(self, sock: socket.socket) -> None:
                 while (frame := _read_frame(sock)) is not None:
                     line = frame.decode("utf-8", "replace")
+                    if line.startswith(_HEARTBEAT_PREFIX):
+                        try:
+                            beat = json.loads(line[len(_HEARTBEAT_PREFIX) :])
+                        except ValueError:
+                            continue
+                        self.task = beat.get("task")
+                        if owner._on_heartbeat is not None:
+                            owner._on_heartbeat(beat)
+                        continue
                     with owner._lock:
                         if line.startswith(_FAILURE_PREFIX):
                             owner.failures.append(json.loads(line[len(_FAILURE_PREFIX) :]))
@@ -202,6 +229,10 @@ class LogClient:
             text = _FAILURE_PREFIX + json.dumps(report)
         return self._send(self._frame(text, limit=_MAX_FRAME // 4))
 
+    def heartbeat(self, beat: dict) -> None:
+        """Send one heartbeat (:class:`Heartbeats`); dropped once the channel is broken."""
+        self._send(self._frame(_HEARTBEAT_PREFIX + json.dumps(beat, separators=(",", ":"))))
+
     def send_metrics(self, record: dict) -> None:
         """Send one ``report()`` record (dropped, like lines, once the channel is broken)."""
         self._send(self._frame(_METRICS_PREFIX + json.dumps(record, separators=(",", ":")), limit=_MAX_FRAME // 4))
@@ -234,3 +265,34 @@ class LogClient:
                 pass
             self._sock.close()
             self._sock = None
+
+
+class Heartbeats:
+    """
+    Sends a barrier task's heartbeat to the driver every :data:`HEARTBEAT_INTERVAL_S` seconds from a thread, while
+    the context is open (the driver's :mod:`~airflow_provider_horovod.runtime.driver.heartbeats` watches them).
+
+    :param client: the task's log channel.
+    :param beat: what each heartbeat says: ``{"task": partition, "rank": ..., "host": ..., "stage": ..., "pid": ...}``.
+    :param interval_s: seconds between heartbeats.
+    """
+
+    def __init__(self, client: LogClient, beat: dict, interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        self._client = client
+        self._beat = dict(beat)
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="horovod-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        self._client.heartbeat(self._beat)
+        while not self._stop.wait(self._interval_s):
+            self._client.heartbeat(self._beat)
+
+    def __enter__(self) -> Heartbeats:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

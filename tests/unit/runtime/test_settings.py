@@ -66,6 +66,10 @@ BAD = [
     ("restart_on", 42),
     ("restart_on", ["not a name"]),
     ("restart_on", [3]),
+    ("heartbeat_timeout_s", 0),
+    ("heartbeat_timeout_s", 5.9),  # under three 2-second heartbeats
+    ("heartbeat_timeout_s", True),
+    ("heartbeat_timeout_s", "30"),
 ]
 
 
@@ -143,6 +147,8 @@ def test_settings_survive_the_driver_program_s_flags():
         JobSettings(np=2, launcher="torch", use_gpu=True),
         JobSettings(np=2, max_restarts=3, restart_on=("ValueError", "torch.OutOfMemoryError")),
         JobSettings(np=2, max_restarts=1, restart_on="*"),
+        JobSettings(np=2, heartbeat_timeout_s=None),
+        JobSettings(np=2, heartbeat_timeout_s=6),
     ):
         assert _settings(settings.to_args()) == settings
 
