@@ -15,6 +15,7 @@ from airflow_provider_horovod.exceptions import HorovodJobError
 from airflow_provider_horovod.operators.common import check_spark_arguments
 from airflow_provider_horovod.runtime.errors import PayloadError
 from airflow_provider_horovod.runtime.settings import (
+    DEFAULT_ELASTIC_WAIT_S,
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_LAUNCHER,
     JobSettings,
@@ -49,6 +50,8 @@ def checked_settings(
     max_restarts: int = 0,
     restart_on: Any = (),
     heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    min_np: int | None = None,
+    elastic_wait_s: float = DEFAULT_ELASTIC_WAIT_S,
 ) -> JobSettings:
     """
     Check the operator's arguments when the DAG file is parsed; return the job's knobs.
@@ -73,6 +76,8 @@ def checked_settings(
     :param max_restarts: restarts of the job within the try after a restartable failure.
     :param restart_on: the training code's exception types that restart it too.
     :param heartbeat_timeout_s: seconds without a barrier task's heartbeat before it counts as lost, or ``None``.
+    :param min_np: the fewest ranks a restart may run with (elastic ranks), or ``None``.
+    :param elastic_wait_s: seconds a restart waits for all ``np`` slots before it starts with fewer.
     :raises ValueError: an argument is invalid.
     """
     check_spark_arguments(conf=conf, env_vars=env_vars, spark_submit_kwargs=spark_submit_kwargs)
@@ -92,6 +97,8 @@ def checked_settings(
         max_restarts=max_restarts,
         restart_on=restart_on,
         heartbeat_timeout_s=heartbeat_timeout_s,
+        min_np=min_np,
+        elastic_wait_s=elastic_wait_s,
     )
 
 

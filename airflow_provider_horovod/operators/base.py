@@ -49,6 +49,7 @@ from airflow_provider_horovod.operators.observers import FinishedTry, ModelAsset
 from airflow_provider_horovod.paths import default_artifact_dir, default_checkpoint_dir
 from airflow_provider_horovod.runtime.launchers import get_launcher
 from airflow_provider_horovod.runtime.settings import (
+    DEFAULT_ELASTIC_WAIT_S,
     DEFAULT_GLOO_TIMEOUT_S,
     DEFAULT_GPU_VISIBILITY,
     DEFAULT_HEARTBEAT_TIMEOUT_S,
@@ -164,6 +165,12 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         attempt, asks Spark to replace that executor, and ``max_restarts`` restarts the job, where Spark alone waits
         ``spark.network.timeout`` (120 s). Default 30; at least 6; ``None``: Spark's detection only. See
         :mod:`airflow_provider_horovod.runtime.driver.heartbeats`.
+    :param min_np: elastic ranks (with ``max_restarts``): a restart whose ``np`` slots do not come back within
+        ``elastic_wait_s`` (a worker lost for good) runs with as many ranks as there are slots, never fewer than
+        ``min_np``, and a later restart grows back to ``np``; the function sees its attempt's world size (scale the
+        learning rate and shards with it: ``docs/fault-tolerance.md``). ``None`` (default): always ``np``.
+    :param elastic_wait_s: seconds a restart waits for all ``np`` slots before it starts with fewer (default 30, as
+        torchrun's ``last_call_timeout``).
     :param mlflow_conn_id: an MLflow connection: one MLflow run per try, every rank logging into it
         (``docs/mlflow.md``, :class:`~airflow_provider_horovod.operators.mlflow_tracking.MlflowSettings`);
         ``None`` (default): no tracking.
@@ -209,6 +216,8 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
     max_restarts: int
     restart_on: tuple[str, ...]
     heartbeat_timeout_s: float | None
+    min_np: int | None
+    elastic_wait_s: float
     op_args: Collection[Any]
     op_kwargs: Mapping[str, Any]
 
@@ -247,6 +256,8 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         max_restarts: int = 0,
         restart_on: Collection[type[BaseException] | str] | str = (),
         heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S,
+        min_np: int | None = None,
+        elastic_wait_s: float = DEFAULT_ELASTIC_WAIT_S,
         mlflow_conn_id: str | None = None,
         mlflow_experiment: str | None = None,
         mlflow_register_model: str | None = None,
@@ -295,6 +306,8 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
             max_restarts=max_restarts,
             restart_on=restart_on,
             heartbeat_timeout_s=heartbeat_timeout_s,
+            min_np=min_np,
+            elastic_wait_s=elastic_wait_s,
         )
         for name in SETTING_NAMES:  # np, ..., launcher: the checked values, under the same names (job_settings)
             setattr(self, name, getattr(settings, name))

@@ -42,6 +42,9 @@ DEFAULT_SLOT_WAIT_TIMEOUT_S = 3600.0
 DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0
 """Default ``heartbeat_timeout_s``: a barrier task silent this long is lost (Spark's own ``spark.network.timeout`` is
 120 s); 15 of the tasks' 2-second heartbeats missed in a row."""
+DEFAULT_ELASTIC_WAIT_S = 30.0
+"""Default ``elastic_wait_s``: how long a restart waits for all ``np`` slots before it starts with fewer (``min_np``);
+torchrun's rendezvous waits 30 s (``last_call_timeout``) for more nodes once it has its minimum."""
 MIN_HEARTBEAT_TIMEOUT_S = 6.0
 """The smallest ``heartbeat_timeout_s``: three heartbeat intervals
 (:data:`~airflow_provider_horovod.runtime.wire.logs.HEARTBEAT_INTERVAL_S` is 2 s)."""
@@ -201,6 +204,43 @@ def validate_heartbeat_timeout(value: object) -> float | None:
     return checked
 
 
+def validate_min_np(value: object, np: int) -> int | None:
+    """
+    Check ``min_np`` against ``np``.
+
+    :param value: the argument as given.
+    :param np: the job's (checked) ``np``.
+    :raises ValueError: not ``None`` nor an ``int`` from 1 to ``np``, or given for ranks on the driver (``np < 0``).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= abs(np):
+        raise ValueError(
+            f"min_np must be an int from 1 to np={np} (the fewest ranks a restart may run with) or None (always "
+            f"np), got {value!r}"
+        )
+    if np < 0:
+        raise ValueError(
+            f"min_np applies to barrier tasks (np > 0), whose slots a lost host takes away; np={np} runs the ranks "
+            "on the driver"
+        )
+    return value
+
+
+def validate_elastic_wait(value: object) -> float:
+    """
+    Check ``elastic_wait_s``.
+
+    :raises ValueError: not a positive number of seconds.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(
+            f"elastic_wait_s must be a positive number of seconds (how long a restart waits for all np slots), "
+            f"got {value!r}"
+        )
+    return float(value)
+
+
 def validate_restart_on(value: object) -> tuple[str, ...]:
     """
     Check ``restart_on``: the exception types of the training code that restart the attempt too, as classes or
@@ -264,6 +304,11 @@ class JobSettings:
         (its host frozen, cut off or gone) and fails the attempt, which ``max_restarts`` restarts, instead of waiting
         for Spark's ``spark.network.timeout``; at least 6; ``None``: Spark's detection only. See
         :mod:`~airflow_provider_horovod.runtime.driver.heartbeats`.
+    :param min_np: elastic ranks: a restart (``max_restarts``) whose ``np`` slots do not come back within
+        ``elastic_wait_s`` runs with as many ranks as there are slots, never fewer than ``min_np``, and a later restart
+        grows back to ``np``; the function sees its attempt's world size. ``None`` (default): always ``np``.
+    :param elastic_wait_s: seconds a restart waits for all ``np`` slots before it starts with fewer (with
+        ``min_np``; default 30, torchrun's ``last_call_timeout``).
     :raises ValueError: a value is invalid; the message names the parameter and what it allows.
     """
 
@@ -283,6 +328,8 @@ class JobSettings:
     max_restarts: int = 0
     restart_on: tuple[str, ...] = ()
     heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
+    min_np: int | None = None
+    elastic_wait_s: float = DEFAULT_ELASTIC_WAIT_S
 
     def __post_init__(self) -> None:
         checked = {
@@ -308,6 +355,8 @@ class JobSettings:
             "max_restarts": validate_max_restarts(self.max_restarts),
             "restart_on": validate_restart_on(self.restart_on),
             "heartbeat_timeout_s": validate_heartbeat_timeout(self.heartbeat_timeout_s),
+            "min_np": validate_min_np(self.min_np, validate_np(self.np)),
+            "elastic_wait_s": validate_elastic_wait(self.elastic_wait_s),
         }
         if checked["timeline"] and not LAUNCHERS[str(checked["launcher"])].timeline:
             raise ValueError(
@@ -376,6 +425,8 @@ class JobSettings:
             "try_number": int,
             "max_restarts": int,
             "restart_on": _names,
+            "min_np": int,
+            "elastic_wait_s": float,
         }
         for f in fields(cls):
             flag = "--" + f.name.replace("_", "-")

@@ -75,7 +75,7 @@ class TorchDistributor(BarrierRunner):
         (``spark``, ``artifact_dir``, ``checkpoint_dir``, ``try_number``, ``env``, ``mlflow_run``,
         ``start_timeout_s``, ``training_timeout_s``, ``driver_log_verbosity``, ``gpu_visibility``,
         ``slot_wait_timeout_s``, ``max_return_value_bytes``, ``gloo_timeout_s``, ``max_restarts``, ``restart_on``,
-        ``heartbeat_timeout_s``).
+        ``heartbeat_timeout_s``, ``min_np``, ``elastic_wait_s``).
     :raises ValueError: an argument is invalid (before any Spark work), naming it.
     :raises TypeError: an argument that is none of these.
     """

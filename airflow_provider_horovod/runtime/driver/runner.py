@@ -22,12 +22,14 @@ from airflow_provider_horovod.runtime.driver.slots import (
     LOG_PREFIX,
     local_master_slots,
     not_enough_slots,
+    own_slots,
     wait_for_slots,
 )
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
 from airflow_provider_horovod.runtime.mlflow_sink import MlflowMetricsSink, check_mlflow_installed, run_env
 from airflow_provider_horovod.runtime.observability import ENV_TIMELINE, TIMELINE_FILE_NAME
 from airflow_provider_horovod.runtime.settings import (
+    DEFAULT_ELASTIC_WAIT_S,
     DEFAULT_GLOO_TIMEOUT_S,
     DEFAULT_GPU_VISIBILITY,
     DEFAULT_HEARTBEAT_TIMEOUT_S,
@@ -219,6 +221,8 @@ class BarrierRunner:
                 f"use local[{spec.np}] or a smaller np"
             )
         ship_runtime(sc)
+        if spec.restart_count and spec.settings.min_np is not None and spec.settings.min_np < spec.np:
+            spec = self._elastic_spec(sc, spec, phase)
         host = conf.get("spark.driver.host", "127.0.0.1")
         group = f"horovod-{uuid.uuid4().hex[:12]}"
         stage_error: Exception | None = None
@@ -275,6 +279,35 @@ class BarrierRunner:
                 executor_host=functools.partial(_executor_host, sc),
             )
         return results[0] if results else None
+
+    def _elastic_spec(self, sc: Any, spec: JobSpec, phase: Callable[[str], None]) -> JobSpec:
+        """
+        Elastic ranks (``min_np``), for a restart: ``spec`` when its ``np`` slots are there within
+        ``elastic_wait_s`` (a restart after one with fewer ranks grows back), else ``spec`` with as many ranks as this
+        application has slots, never fewer than ``min_np`` (waited for as at the start, up to
+        ``slot_wait_timeout_s``).
+        """
+        settings = spec.settings
+
+        def log(line: str) -> None:
+            print(LOG_PREFIX + line, flush=True)
+            phase(line)
+
+        try:
+            wait_for_slots(sc, settings.np, settings.elastic_wait_s, log=log)
+            return spec
+        except LaunchError as err:  # not within elastic_wait_s, or never again (its host is gone)
+            why = str(err).split("; ", 1)[-1]
+        assert settings.min_np is not None
+        if own_slots(sc)[0] < settings.min_np:
+            wait_for_slots(sc, settings.min_np, settings.slot_wait_timeout_s, log=log)
+        ranks = max(settings.min_np, min(settings.np, own_slots(sc)[0]))
+        log(
+            f"restart {spec.restart_count}: {ranks} of np={settings.np} ranks (min_np={settings.min_np}): all "
+            f"{settings.np} slots did not come back within elastic_wait_s={settings.elastic_wait_s:g} s ({why}); a "
+            "later restart grows back"
+        )
+        return dataclasses.replace(spec, settings=settings.replace(np=ranks))
 
 
 class HorovodRunner(BarrierRunner):
@@ -348,6 +381,12 @@ class HorovodRunner(BarrierRunner):
         ``max_restarts`` restarts, instead of waiting for ``spark.network.timeout`` (120 s). Default 30 s, at least
         6; ``None``: Spark's detection only. Barrier tasks on a classic ``SparkSession`` only (over Spark Connect
         the server's Spark decides). See :mod:`~airflow_provider_horovod.runtime.driver.heartbeats`.
+    :param min_np: elastic ranks (``np > 0``, with ``max_restarts``): a restart whose ``np`` slots do not come back
+        within ``elastic_wait_s`` (a host lost for good) runs with as many ranks as the application has slots, never
+        fewer than ``min_np``; each later restart first waits ``elastic_wait_s`` for all ``np`` again (grows back).
+        The function sees its attempt's world size (``hvd.size()``, ``WORLD_SIZE``): scale the learning rate and
+        the data shards with it (``docs/fault-tolerance.md``). ``None`` (default): always ``np``.
+    :param elastic_wait_s: seconds a restart waits for all ``np`` slots before it starts with fewer (default 30).
     :raises ValueError: an argument is invalid (raised here, before any Spark work), with the same message as the
         operator's and the decorator's (:class:`~airflow_provider_horovod.runtime.settings.JobSettings`).
     """
@@ -375,6 +414,8 @@ class HorovodRunner(BarrierRunner):
         max_restarts: int = 0,
         restart_on: Sequence[type[BaseException] | str] | str = (),
         heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S,
+        min_np: int | None = None,
+        elastic_wait_s: float = DEFAULT_ELASTIC_WAIT_S,
     ) -> None:
         settings = JobSettings.from_arguments(locals())  # np, ..., try_number: the arguments named as its fields
         super().__init__(

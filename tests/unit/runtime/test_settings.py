@@ -70,6 +70,13 @@ BAD = [
     ("heartbeat_timeout_s", 5.9),  # under three 2-second heartbeats
     ("heartbeat_timeout_s", True),
     ("heartbeat_timeout_s", "30"),
+    ("min_np", 0),
+    ("min_np", 3),  # above np=2
+    ("min_np", True),
+    ("min_np", 1.0),
+    ("elastic_wait_s", 0),
+    ("elastic_wait_s", None),
+    ("elastic_wait_s", "30"),
 ]
 
 
@@ -149,6 +156,7 @@ def test_settings_survive_the_driver_program_s_flags():
         JobSettings(np=2, max_restarts=1, restart_on="*"),
         JobSettings(np=2, heartbeat_timeout_s=None),
         JobSettings(np=2, heartbeat_timeout_s=6),
+        JobSettings(np=4, max_restarts=2, min_np=2, elastic_wait_s=5.5),
     ):
         assert _settings(settings.to_args()) == settings
 
@@ -194,3 +202,10 @@ def test_restart_on_takes_exception_classes_and_names_as_the_ranks_report_them()
     assert JobSettings(np=2, restart_on="ValueError").restart_on == ("ValueError",)
     operator = HorovodRunnerOperator(task_id="t", python_callable=train, max_restarts=2, restart_on=[KeyError])
     assert (operator.job_settings().max_restarts, operator.job_settings().restart_on) == (2, ("KeyError",))
+
+
+def test_min_np_is_refused_for_ranks_on_the_driver_naming_why():
+    message = _message(lambda: HorovodRunner(np=-2, min_np=1))
+    assert message == _message(lambda: JobSettings(np=-2, min_np=1))
+    assert message.startswith("min_np applies to barrier tasks (np > 0)"), message
+    assert JobSettings(np=4, min_np=4).min_np == 4  # np itself: never fewer (allowed, and the same as None)
