@@ -1,7 +1,8 @@
 """
 ``python -m benchmarks [--quick]``: run B1-B13 interleaved, print the table, write ``docs/benchmarks.md`` + PNG.
 
-``--only b5`` (``--only b9``) rewrites only the B5 (B9) section of an existing page (each has a table of its own).
+``--only b5`` (``--only b9``, ``--only b10``) rewrites only the B5 (B9, B10) section of an existing page (each has a
+table of its own).
 
 Contenders of one benchmark run in turns (A B C A B C ...) after one untimed warm-up round, so a slow spell
 of the shared machine hits all of them alike; the report uses medians.
@@ -37,11 +38,12 @@ FULL = {
     "b8_epochs": 45,
     "min_reps": 2,
     "b9_reps": 3,
+    "b10_reps": 3,
     "b13_reps": 5,
     "b13_warmup": 20,
     "b13_steps": 800,
     "b13_batch": 8,
-    "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 280, "b9": 360, "b13": 420},
+    "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 280, "b9": 360, "b10": 480, "b13": 420},
 }
 QUICK = {
     "b1_reps": 2,
@@ -57,11 +59,12 @@ QUICK = {
     "b8_epochs": 14,
     "min_reps": 1,
     "b9_reps": 1,
+    "b10_reps": 1,
     "b13_reps": 1,
     "b13_warmup": 10,
     "b13_steps": 300,
     "b13_batch": 8,
-    "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90, "b9": 120, "b13": 90},
+    "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90, "b9": 120, "b10": 200, "b13": 90},
 }
 """Rounds per benchmark, and a time budget per benchmark (seconds, warm-up included): once the next round would
 end past it, no further round starts (at least ``min_reps`` run), so a run stays bounded on a loaded machine."""
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the selected benchmarks, print the table and write the page."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter B4 runs (~5-8 min)")
-    parser.add_argument("--only", default="b1,b2,b3,b4,b5,b7,b8,b9,b13", help="comma-separated subset, e.g. b1,b3")
+    parser.add_argument("--only", default="b1,b2,b3,b4,b5,b7,b8,b9,b10,b13", help="comma-separated subset, e.g. b1,b3")
     parser.add_argument("--no-write", action="store_true", help="print the table only; write no files")
     parser.add_argument("--from-results", metavar="PICKLE", help="rewrite the page from a saved run; measure nothing")
     parser.add_argument("--out", default=str(REPO / "docs"), help="folder for benchmarks.md/.png (default docs/)")
@@ -305,6 +308,10 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
         from benchmarks import lost_executor
 
         section(results, "b9", lambda: lost_executor.run_b9(cfg["b9_reps"], budget["b9"], notes, log))
+    if "b10" in only:
+        from benchmarks import in_job_restart
+
+        section(results, "b10", lambda: in_job_restart.run_b10(cfg["b10_reps"], budget["b10"], notes, log))
 
     results["meta"]["total_seconds"] = time.time() - started
     results["meta"]["load_end"] = report.load_average()

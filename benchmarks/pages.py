@@ -5,6 +5,7 @@ from __future__ import annotations
 from benchmarks.airflow_side import EXIT
 from benchmarks.pages_b5 import b5_section
 from benchmarks.pages_b9 import b9_section
+from benchmarks.pages_b10 import b10_section
 from benchmarks.profile import PHASES
 from benchmarks.rows import seconds as _s
 
@@ -40,6 +41,8 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
         out += [*b5_section(results), ""]
     if results.get("b9") is not None:
         out += [*b9_section(results), ""]
+    if results.get("b10") is not None:
+        out += [*b10_section(results), ""]
     out += _method(cfg)
     out += _machine(meta)
     out += [

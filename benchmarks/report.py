@@ -113,6 +113,10 @@ def console_table(results: dict) -> str:
         from benchmarks.pages_b9 import b9_table
 
         out += ["", "B9 work lost per fault:", *b9_table(results)]
+    if results.get("b10") is not None:
+        from benchmarks.pages_b10 import b10_table
+
+        out += ["", "B10 a lost executor, restart within the try against an Airflow retry:", *b10_table(results)]
     return "\n".join(out)
 
 
@@ -123,13 +127,13 @@ def markdown_table(results: dict) -> str:
     return "\n".join(out)
 
 
-_SECTION_ONLY = ("b5", "b9")
+_SECTION_ONLY = ("b5", "b9", "b10")
 """Benchmarks with a section of their own, which a run of them alone (``--only b5,b9``) rewrites in place."""
 
 
 def only_sections(results: dict) -> list[str]:
     """The benchmarks of a run of only :data:`_SECTION_ONLY` ones (then only their sections are rewritten), or []."""
-    ran = [k for k in ("b1", "b2", "b3", "b4", "b5", "b7", "b8", "b9", "b13") if results.get(k) is not None]
+    ran = [k for k in ("b1", "b2", "b3", "b4", "b5", "b7", "b8", "b9", "b10", "b13") if results.get(k) is not None]
     return ran if ran and set(ran) <= set(_SECTION_ONLY) else []
 
 
@@ -172,11 +176,12 @@ def write_section(results: dict, docs: Path, name: str) -> Path:
 
     :raises FileNotFoundError: there is no page yet (run the full harness once).
     """
-    from benchmarks import pages_b5, pages_b9
+    from benchmarks import pages_b5, pages_b9, pages_b10
 
     start_mark, end_mark, lines = {
         "b5": (pages_b5.B5_START, pages_b5.B5_END, pages_b5.b5_section),
         "b9": (pages_b9.B9_START, pages_b9.B9_END, pages_b9.b9_section),
+        "b10": (pages_b10.B10_START, pages_b10.B10_END, pages_b10.b10_section),
     }[name]
     md = docs / "benchmarks.md"
     text = md.read_text()

@@ -44,8 +44,22 @@ def fail_on_rank_one():
         raise ValueError("bad shard over Connect")
     hvd.allreduce(torch.ones(1))
 
+def killed_once(out):
+    import os, signal
+    import horovod.torch as hvd, torch
+    from airflow_provider_horovod.runtime import restart_count
+    hvd.init()
+    hvd.allreduce(torch.ones(1))
+    if restart_count() == 0 and hvd.rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    hvd.allreduce(torch.ones(1))
+    return {"restart_count": restart_count(), "size": hvd.size()}
+
 out = {}
-if sys.argv[2] == "hook_fail":  # the operator's path: HorovodConnectHook, errors as in every deploy mode
+if sys.argv[2] == "restart":  # max_restarts over Connect: the client's loop submits the barrier job again
+    runner = HorovodRunner(np=2, spark=spark, max_restarts=1)
+    out = {"value": runner.run(killed_once, out=sys.argv[3]), "causes": [r.cause for r in runner.restarts]}
+elif sys.argv[2] == "hook_fail":  # the operator's path: HorovodConnectHook, errors as in every deploy mode
     import os
     from urllib.parse import urlparse
     from airflow_provider_horovod.exceptions import HorovodJobError
@@ -100,6 +114,12 @@ def test_np2_over_spark_connect(connect_url, tmp_path):
     # report() records came back over the same channel: the progress line in this (the task's) process, the files
     assert "airflow-provider-horovod: progress: step 3/3 (100%)" in stdout
     assert (tmp_path / "art" / "metrics.jsonl").read_text().splitlines()[-1].startswith('{"time"')
+
+
+def test_a_killed_rank_restarts_the_job_over_spark_connect(connect_url, tmp_path):
+    result, stdout = _client(tmp_path, connect_url, "restart")
+    assert result == {"value": {"restart_count": 1, "size": 2}, "causes": ["rank 1 killed by SIGKILL"]}, result
+    assert "airflow-provider-horovod: restart 1/1: rank 1 killed by SIGKILL" in stdout
 
 
 def test_failing_rank_over_spark_connect(connect_url, tmp_path):

@@ -31,13 +31,14 @@ MAX_BACKOFF_S = 30.0
 
 def backoff_s(restart: int) -> float:
     """
-    The pause before restart number ``restart`` (1 for the first), seconds: 1, 2, 4, ... up to
-    :data:`MAX_BACKOFF_S`, so a fault that repeats at once (a node going down for good) does not spin, while a
-    single one costs about a second on top of the slot wait.
+    The pause before restart number ``restart`` (1 for the first), seconds: none before the first (torchrun's agent
+    and Ray Train restart at once; the wait for slots and the ranks' start are pause enough for a single fault), then
+    1, 2, 4, ... up to :data:`MAX_BACKOFF_S`, so a fault that repeats at once (a node going down for good) does not
+    spin.
 
     :param restart: the restart's number, from 1.
     """
-    return min(MAX_BACKOFF_S, 2.0 ** max(0, restart - 1))
+    return 0.0 if restart <= 1 else min(MAX_BACKOFF_S, 2.0 ** (restart - 2))
 
 
 def _matches(exc_type: str, names: Sequence[str]) -> bool:

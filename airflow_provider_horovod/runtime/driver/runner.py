@@ -46,6 +46,12 @@ from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 from airflow_provider_horovod.runtime.wire.logs import LogServer
 from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 
+STAGE_FAILED_DRAIN_S = 15.0
+"""Once the barrier stage has failed, how long the driver waits for tasks still connected to the log channel that sent
+no failure report yet (a rank still computing when its peer died: Spark kills it within seconds), seconds. Tasks that
+reported are not waited for: their report is their last word, and they would wait out a grace (``FAILURE_GRACE_S``)
+before Spark kills them, which delayed the error, and a restart, by about 3 s."""
+
 
 class BarrierRunner:
     """
@@ -265,6 +271,7 @@ class BarrierRunner:
                 raise
             except Exception as err:
                 stage_error = err
+                logs.drain_timeout_s = STAGE_FAILED_DRAIN_S
             finally:
                 sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         # The log server is closed: every failure report a task sent has arrived.
@@ -370,7 +377,8 @@ class HorovodRunner(BarrierRunner):
         ``False`` (default): none (unless ``env`` names one).
     :param max_restarts: how many times the job starts again on the same Spark application after an attempt fails
         for a reason that is nobody's bug (a lost executor or host, a rank killed by a signal, a rendezvous that
-        never completed), after a back-off of 1, 2, 4, ... s; the ranks resume through ``load_checkpoint()`` and
+        never completed), at once the first time, then after a back-off of 1, 2, 4, ... s; the ranks resume through
+        ``load_checkpoint()`` and
         see :func:`~airflow_provider_horovod.runtime.restart_count`. Default 0: never (torchrun's
         ``--max-restarts``, Ray Train's ``max_failures``). See :mod:`~airflow_provider_horovod.runtime.driver.restarts`.
     :param restart_on: exception types of the training code that restart an attempt too (classes or names,

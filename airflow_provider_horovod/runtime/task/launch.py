@@ -246,12 +246,13 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
             )
             err = proc.run_to_end(host=addresses[partition])
             if err is not None:
+                if err.is_secondary and forward and client is not None:
+                    client.send(consequence_note(slot.rank))  # its traceback reached the log first: a consequence
+                # the report lets the driver tell the root cause from bystanders (and is the task's last word: a
+                # failed stage's driver stops listening once every task still connected has reported); without a
+                # channel the error text itself must carry it through Spark's exception
                 reported = client is not None and client.report_failure(err.to_dict())
-                # the report lets the driver tell the root cause from bystanders; without a channel the error
-                # text itself must carry it through Spark's exception
                 if err.is_secondary:
-                    if forward and client is not None:  # its traceback reached the log first: a consequence
-                        client.send(consequence_note(slot.rank))
                     # This rank failed because another one did (Horovod shut it down). That rank's task, or
                     # Spark's own reason for losing it, should abort the stage and be what the user reads;
                     # this task waits a bounded grace (and is usually killed by the abort meanwhile).

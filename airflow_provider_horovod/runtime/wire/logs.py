@@ -11,6 +11,7 @@ training goes on.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import secrets
@@ -89,10 +90,26 @@ class LogServer:
         self._on_metrics = on_metrics
         self._on_heartbeat = on_heartbeat
         self._lock = threading.Lock()
+        self._open: dict[socket.socket, bool] = {}  # each connected task's socket -> it sent a failure report
+        self._open_changed = threading.Condition()
+        self.drain_timeout_s: float | None = None
+        """``None`` (default): closing waits for every connected task to close its connection. Seconds: closing
+        waits at most that long, and only for tasks that sent no failure report yet; then it closes their
+        connections itself. Set once the stage has failed: a bystander task that reported waits out a grace
+        before Spark kills it, and the job's error should not wait for that."""
         self._server: socketserver.ThreadingTCPServer | None = None
         self._thread: threading.Thread | None = None
         self.failures: list[dict] = []
         """Failure reports sent by tasks (complete once the server is closed)."""
+
+    def _opened(self, sock: socket.socket, reported: bool | None) -> None:
+        """A task's connection opened (``False``), sent its failure report (``True``), or closed (``None``)."""
+        with self._open_changed:
+            if reported is None:
+                self._open.pop(sock, None)
+            else:
+                self._open[sock] = reported
+            self._open_changed.notify_all()
 
     def _print(self, line: str) -> None:
         stream = self._stream or sys.stdout
@@ -115,9 +132,11 @@ class LogServer:
                 first = _read_frame(sock)
                 if first is None or not hmac.compare_digest(first, token):
                     return  # not one of this job's tasks
+                owner._opened(sock, reported=False)
                 try:
                     self._receive(sock)
                 finally:
+                    owner._opened(sock, reported=None)
                     if self.task is not None and owner._on_heartbeat is not None:
                         owner._on_heartbeat({"task": self.task, "ended": True})
 
@@ -139,6 +158,7 @@ class LogServer:
                     with owner._lock:
                         if line.startswith(_FAILURE_PREFIX):
                             owner.failures.append(json.loads(line[len(_FAILURE_PREFIX) :]))
+                            owner._opened(sock, reported=True)
                         elif line.startswith(_METRICS_PREFIX):
                             if owner._on_metrics is not None:
                                 try:
@@ -174,6 +194,12 @@ class LogServer:
                     break
                 request.setblocking(True)
                 self._server.process_request(request, client_address)
+            if self.drain_timeout_s is not None:
+                with self._open_changed:
+                    self._open_changed.wait_for(lambda: all(self._open.values()), timeout=self.drain_timeout_s)
+                    for sock in self._open:  # reported (its report is its last word) or past the drain: close it
+                        with contextlib.suppress(OSError):
+                            sock.shutdown(socket.SHUT_RDWR)
             self._server.server_close()  # joins handler threads: every finished task's lines are out
         if self._thread is not None:
             self._thread.join()

@@ -67,17 +67,17 @@ def _value(number: Any) -> str:
 
 def restart_line(restart: Mapping[str, Any]) -> str:
     """
-    The line that says the job restarted within the try (``max_restarts``), e.g. ``restart 1/3: rank 1 killed by SIGKILL
-    at step 12; starting again in 1 s``: what the driver prints, and a cluster-mode wait logs from the snapshot.
+    The line that says the job restarted within the try (``max_restarts``), e.g. ``restart 2/3: rank 1 killed by SIGKILL
+    at step 12; starting again in 1 s`` (``starting again now`` without a back-off): what the driver prints, and a
+    cluster-mode wait logs from the snapshot.
 
     :param restart: one of the snapshot's ``restarts`` (``{"number", "of", "cause", "step", "backoff_s", ...}``).
     """
     step = restart.get("step")
     at = f" at step {step}" if step is not None else ""
-    return (
-        f"restart {restart.get('number')}/{restart.get('of')}: {restart.get('cause')}{at}; starting again in "
-        f"{float(restart.get('backoff_s') or 0):.0f} s"
-    )
+    backoff = float(restart.get("backoff_s") or 0)
+    when = f"in {backoff:.0f} s" if backoff > 0 else "now"
+    return f"restart {restart.get('number')}/{restart.get('of')}: {restart.get('cause')}{at}; starting again {when}"
 
 
 def resume_line(resumed: Mapping[str, Any]) -> str:

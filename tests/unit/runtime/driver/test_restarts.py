@@ -50,8 +50,8 @@ def test_what_restarts(err, restart_on, cause):
     assert restart_cause(err, restart_on) == cause
 
 
-def test_the_back_off_doubles_from_a_second_up_to_its_bound():
-    assert [backoff_s(n) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+def test_the_first_restart_is_at_once_then_the_back_off_doubles_from_a_second_up_to_its_bound():
+    assert [backoff_s(n) for n in (1, 2, 3, 4, 5)] == [0.0, 1.0, 2.0, 4.0, 8.0]
     assert backoff_s(40) == MAX_BACKOFF_S
 
 
@@ -61,8 +61,12 @@ def test_the_budget_counts_restarts_and_stops_at_max_restarts():
     assert budget.count == 0 and budget.next_restart(USER_BUG) is None and budget.count == 0
     first = budget.next_restart(KILLED)
     second = budget.next_restart(LOST)
-    assert (first.number, first.backoff_s, first.at, second.number, second.backoff_s) == (1, 1.0, 100.0, 2, 2.0)
-    assert first.line() == "restart 1/2: rank 1 killed by SIGKILL; starting again in 1 s"
+    assert (first.number, first.backoff_s, first.at, second.number, second.backoff_s) == (1, 0.0, 100.0, 2, 1.0)
+    assert first.line() == "restart 1/2: rank 1 killed by SIGKILL; starting again now"
+    assert second.line() == (
+        "restart 2/2: executor 1 on 127.0.0.1 lost (Command exited with code 137), holding rank 1; "
+        "starting again in 1 s"
+    )
     assert budget.next_restart(KILLED) is None and budget.count == 2  # spent
     assert RestartBudget(0).next_restart(LOST) is None
 

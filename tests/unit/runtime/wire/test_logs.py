@@ -78,3 +78,42 @@ def test_threads_sharing_one_client_send_whole_frames_over_one_connection():
         assert [int(line.split()[2]) for line in lines if line.startswith(f"[rank {n}]")] == list(range(200))
         assert [r["step"] for r in records if r["rank"] == n] == list(range(200))
     assert all(r["metrics"]["pad"] == pad for r in records)
+
+
+def test_after_a_failed_stage_closing_waits_only_for_tasks_that_did_not_report():
+    """A bystander that reported waits out a grace before Spark kills it: closing does not wait for it, but it waits
+    (bounded) for a task still connected without a report, and keeps everything both sent."""
+    import threading
+    import time
+
+    lines: list[str] = []
+    server = LogServer("127.0.0.1", on_line=lines.append)
+    with server:
+        reported, silent = LogClient(server.address, server.token), LogClient(server.address, server.token)
+        reported.send("[rank 0] its traceback")
+        reported.report_failure({"rank": 0, "exc_type": "HorovodInternalError", "exc_message": "shut down"})
+        silent.send("[rank 1] still computing")
+        closing = threading.Timer(0.5, silent.close)  # the task still computing ends (Spark kills it) 0.5 s later
+        closing.start()
+        server.drain_timeout_s = 10.0  # the stage failed
+        started = time.monotonic()
+    took = time.monotonic() - started
+    closing.join()
+    reported.close()
+    assert 0.4 < took < 5, took  # waited for the silent task, not for the one that reported
+    assert lines == ["[rank 0] its traceback", "[rank 1] still computing"]
+    assert [f["rank"] for f in server.failures] == [0]
+
+
+def test_the_drain_is_bounded_for_a_task_that_never_reports_nor_ends():
+    import time
+
+    server = LogServer("127.0.0.1", on_line=lambda line: None)
+    with server:
+        stuck = LogClient(server.address, server.token)
+        stuck.send("[rank 1] stuck in a collective")
+        server.drain_timeout_s = 0.3
+        started = time.monotonic()
+    took = time.monotonic() - started
+    stuck.close()
+    assert 0.25 < took < 5, took

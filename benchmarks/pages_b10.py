@@ -1,0 +1,119 @@
+"""
+B10's part of ``docs/benchmarks.md``: its section between :data:`B10_START` and :data:`B10_END` (which
+``python -m benchmarks --only b10`` rewrites alone).
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime
+
+from benchmarks.pages_b5 import standalone_run_line
+from benchmarks.rows import seconds as _s
+
+B10_START = "<!-- B10 section: written by benchmarks (python -m benchmarks --only b10 rewrites it alone) -->"
+B10_END = "<!-- end of the B10 section -->"
+
+
+def b10_table(results: dict) -> list[str]:
+    """
+    B10's Markdown table: kill -> first step after it on both paths, their ratio, and the work lost.
+
+    :param results: the run's results dict.
+    """
+    b10 = results["b10"]
+    lines = ["| Measure | Median | Rounds | Goal | Verdict |", "|---|---|---|---|---|"]
+    if "error" in b10:
+        return lines + [f"| (whole benchmark) | could not run: {b10['error']} |  |  |  |"]
+    rounds = b10["rounds"]
+    few = results.get("config", {}).get("min_reps", 2) < 2 or len(rounds) < 2
+    quick = " (quick run: indicative)" if few else ""
+
+    def row(label: str, key: str, fmt, goal: str = "", verdict: str = "") -> str:
+        values = [r[key] for r in rounds]
+        return (
+            f"| {label} | {fmt(statistics.median(values))} | {', '.join(fmt(v) for v in values)} | {goal} | {verdict} |"
+        )
+
+    ratio_verdict = ("met" if b10["median_ratio"] <= b10["ratio_goal"] else "missed") + quick
+    lost_verdict = ("met" if b10["max_in_job_lost_intervals"] <= b10["lost_goal"] else "missed") + quick
+    spot = b10["spot"]
+    planned = b10["steps"] + len(spot["timeline"]) * b10["interval"]
+    spot_verdict = "met" if spot["total_steps"] <= planned and spot["restarts"] == len(spot["timeline"]) else "missed"
+    return lines + [
+        row("kill -> first step after it, Airflow retry (`retry_delay=0`)", "retry_s", _s),
+        row("kill -> first step after it, in-job restart (`max_restarts=1`)", "in_job_s", _s),
+        row(
+            "in-job / retry",
+            "ratio",
+            lambda v: f"{v:.2f}x",
+            f"<= {b10['ratio_goal']:.2f}x (median)",
+            ratio_verdict,
+        ),
+        row(
+            "work lost per fault, in-job (steps trained again / checkpoint interval)",
+            "in_job_lost_intervals",
+            lambda v: f"{v:.2f}",
+            f"<= {b10['lost_goal']:.1f} (every round)",
+            lost_verdict,
+        ),
+        f"| spot simulation: {len(spot['timeline'])} kills in one try, steps trained in all | "
+        f"{spot['total_steps']} |  | <= {planned} (planned {b10['steps']} + {len(spot['timeline'])} intervals), "
+        f"one try | {spot_verdict} |",
+    ]
+
+
+def b10_section(results: dict, standalone_run: bool = False) -> list[str]:
+    """
+    The B10 section, between :data:`B10_START` and :data:`B10_END`: the table, the spot simulation's timeline, method.
+
+    :param results: the run's results dict.
+    :param standalone_run: the section is written into a page from an earlier full run (``--only b10``).
+    """
+    b10 = results["b10"]
+    out = [B10_START, "## B10 a lost executor: restart within the try against an Airflow retry", ""]
+    if standalone_run:
+        out += [standalone_run_line(results, "b10"), ""]
+    out += [
+        "The training, cluster, checkpoint interval and kill of B9, on both paths in each round: the job run again as "
+        "soon as the first try failed (an Airflow retry with `retry_delay=0`), and the same try restarting the barrier "
+        "job itself (`max_restarts=1`). Goal: the in-job path reaches its first step after the kill in at most a "
+        "quarter of the retry's time, losing at most one checkpoint interval.",
+        "",
+        *b10_table(results),
+        "",
+    ]
+    if "error" in b10:
+        return out + [B10_END]
+    for note in results.get("notes", []):
+        if note.startswith("B10"):
+            out += [f"Time budget: {note}.", ""]
+    spot = b10["spot"]
+    start = spot["timeline"][0]["killed_at"]
+    out += [
+        f"Spot simulation: one try with `max_restarts={len(spot['timeline'])}`, rank 1's executor SIGKILLed "
+        f"{len(spot['timeline'])} times, each in the step before a checkpoint is due; it succeeded in that try after "
+        f"{spot['restarts']} restarts, {spot['total_steps']} steps trained for {b10['steps']} planned:",
+        "",
+        "| kill | at (s) | after step | the restart's cause | resumed from step | kill -> first step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, kill in enumerate(spot["timeline"], 1):
+        clock = datetime.fromtimestamp(kill["killed_at"]).strftime("%H:%M:%S")
+        out.append(
+            f"| {i} | {kill['killed_at'] - start:.1f} ({clock}) | {kill['last_step']} | {kill['cause']} | "
+            f"{kill['resumed_from']} | {_s(kill['to_first_step_s'])} |"
+        )
+    out += [
+        "",
+        f"Method: a standalone cluster of 2 workers x 2 cores (127.0.0.1); each try a client script (a SparkSession "
+        f"of its own, `spark.executor.cores=1`: one executor per rank) running `HorovodRunner(np=2, "
+        f"checkpoint_dir=...)` on {b10['steps']} steps of one allreduce and {b10['step_s']} s of work, "
+        f"`save_checkpoint` every {b10['interval']} steps; rank 0 appends each step with its attempt and time to a "
+        f"file. Once it shows step {b10['kill_at']}, the harness SIGKILLs the executor JVM whose process tree holds "
+        "rank 1. Retry path: B9's round (`benchmarks/lost_executor.py`); in-job path: the same script with "
+        "`max_restarts` (`benchmarks/in_job_restart.py`); kill -> first step = the first step recorded after the kill "
+        "minus the kill's time.",
+        B10_END,
+    ]
+    return out
