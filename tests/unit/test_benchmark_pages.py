@@ -51,3 +51,36 @@ def test_a_rerun_of_all_an_earlier_lines_benchmarks_drops_that_line():
         "Rerun alone: B3",
     ]
     assert "05:06" not in page and "\n\n\n" not in page
+
+
+def test_the_b10_section_judges_the_ratio_the_work_lost_and_the_spot_run():
+    from benchmarks.pages_b10 import B10_END, B10_START, b10_section
+
+    kill = {"killed_at": 1_000.0, "last_step": 14, "cause": "executor 1 on 127.0.0.1 lost", "resumed_from": 10}
+    results = _results()
+    results["b10"] = {
+        "rounds": [
+            {"retry_s": 20.0, "in_job_s": 4.0, "ratio": 0.2, "in_job_lost_intervals": 0.8},
+            {"retry_s": 22.0, "in_job_s": 6.6, "ratio": 0.3, "in_job_lost_intervals": 1.2},
+        ],
+        "spot": {
+            "timeline": [{**kill, "to_first_step_s": 8.0}, {**kill, "killed_at": 1_012.5, "to_first_step_s": 9.0}],
+            "total_steps": 70,
+            "restarts": 2,
+        },
+        "steps": 60,
+        "interval": 5,
+        "step_s": 0.2,
+        "kill_at": 13,
+        "ratio_goal": 0.25,
+        "lost_goal": 1.0,
+        "median_ratio": 0.25,
+        "max_in_job_lost_intervals": 1.2,
+    }
+    lines = b10_section(results)
+    assert lines[0] == B10_START and lines[-1] == B10_END
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
+    assert rows["in-job / retry"].endswith("| <= 0.25x (median) | met |"), rows  # the median, 0.25, meets it
+    assert "| missed |" in rows["work lost per fault, in-job (steps trained again / checkpoint interval)"]  # 1.2 > 1
+    assert rows["spot simulation: 2 kills in one try, steps trained in all"].endswith("one try | met |")
+    assert any(line.startswith("| 2 | 12.5 (") and "| 9.00 s |" in line for line in lines), lines
