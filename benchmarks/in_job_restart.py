@@ -15,16 +15,27 @@ its first step).
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.env import bench_environ
-from benchmarks.lost_executor import INTERVAL, KILL_AT, STEP_S, STEPS, TRY_TIMEOUT_S, _records, one_round, rank_executor
+from benchmarks.lost_executor import (
+    INTERVAL,
+    KILL_AT,
+    SCRIPT,
+    STEP_S,
+    STEPS,
+    TRY_TIMEOUT_S,
+    ClusterRounds,
+    _outcome,
+    _records,
+    one_round,
+    rank_executor,
+    try_arguments,
+)
 from benchmarks.queueing import Job
 
 RATIO_GOAL = 0.25
@@ -34,89 +45,25 @@ LOST_GOAL = 1.0
 SPOT_KILLS = (KILL_AT, KILL_AT + 3 * INTERVAL, KILL_AT + 6 * INTERVAL)
 """The spot simulation's kills: after these steps (13, 28, 43 of 60), each in the step before a checkpoint is due."""
 
-SCRIPT = r"""
-import json, os, sys, time
-from pyspark.sql import SparkSession
-
-master, ckpt, record, max_restarts, steps, interval, step_s = sys.argv[1:8]
-spark = (SparkSession.builder.master(master).appName("b10-in-job")
-         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.ui.showConsoleProgress", "false").config("spark.cores.max", "2")
-         .config("spark.executor.cores", "1").config("spark.executor.memory", "512m")
-         .config("spark.executorEnv.PYTHONUNBUFFERED", "1").getOrCreate())
-spark.sparkContext.setLogLevel("WARN")
-print("B10 APP", spark.sparkContext.applicationId, flush=True)
-from airflow_provider_horovod.runtime import HorovodRunner
-
-
-def train(record, steps, interval, step_s):
-    import json, time
-    import horovod.torch as hvd
-    import torch
-    from airflow_provider_horovod.runtime import load_checkpoint, restart_count, save_checkpoint
-
-    hvd.init()
-    resumed = load_checkpoint()
-    start = resumed[1] if resumed else 0
-    weight = resumed[0]["weight"] if resumed else torch.zeros(1)
-    for step in range(start + 1, steps + 1):
-        weight += hvd.allreduce(torch.ones(1))
-        time.sleep(step_s)
-        if hvd.rank() == 0:
-            with open(record, "a") as f:
-                f.write(json.dumps({"try": restart_count(), "step": step, "t": time.time()}) + "\n")
-            if step % interval == 0:
-                save_checkpoint({"weight": weight}, step=step)
-    return {"resumed_from": start, "weight": float(weight)} if hvd.rank() == 0 else None
-
-
-runner = HorovodRunner(np=2, checkpoint_dir=ckpt, try_number=1, max_restarts=int(max_restarts))
-try:
-    value = runner.run(train, record=record, steps=int(steps), interval=int(interval), step_s=float(step_s))
-except Exception as err:
-    print("B10 FAILED", time.time(), json.dumps(str(err)), flush=True)
-else:
-    print("B10 RESULT", time.time(), json.dumps({**value, "restarts": [r.to_dict() for r in runner.restarts]}),
-          flush=True)
-spark.stop()
-"""
-
-
-def _outcome(job: Job) -> str:
-    """The try's ``B10 RESULT`` or ``B10 FAILED`` line."""
-    deadline = time.monotonic() + TRY_TIMEOUT_S * 2
-    while time.monotonic() < deadline:
-        for _t, stream, line in list(job.lines):
-            if stream == "out" and line.startswith(("B10 FAILED", "B10 RESULT")):
-                return line
-        if job.proc.poll() is not None and not any(r.is_alive() for r in job._readers):
-            raise RuntimeError(f"the try ended without an outcome: {job.tail()}")
-        time.sleep(0.05)  # polls the lines a reader thread collects, bounded by the deadline
-    raise TimeoutError(f"no outcome within {TRY_TIMEOUT_S * 2:.0f} s: {job.tail()}")
-
 
 def in_job_run(master: str, work: Path, kills: Sequence[int], log: Callable[[str], None]) -> dict:
     """
     One try with ``max_restarts=len(kills)``; rank 1's executor SIGKILLed once attempt ``i`` has recorded step
     ``kills[i]``. Returns the kills' timeline and the try's outcome.
     """
-    ckpt, record = work / "checkpoints", work / "steps.jsonl"
-    script = work / "b10.py"
-    script.write_text(SCRIPT)
-    job = Job(
-        script,
-        [master, str(ckpt), str(record), str(len(kills)), str(STEPS), str(INTERVAL), str(STEP_S)],
-        bench_environ(),
-    )
+    record = work / "steps.jsonl"
+    script = work / "try.py"
+    script.write_text(SCRIPT)  # B9's training script, with max_restarts
+    job = Job(script, try_arguments(master, work, 1, max_restarts=len(kills)), bench_environ())
     try:
-        _, app_line = job.wait_for("B10 APP", timeout_s=TRY_TIMEOUT_S)
+        _, app_line = job.wait_for("TRY APP", timeout_s=TRY_TIMEOUT_S)
         app = app_line.split()[-1]
         timeline = []
         for attempt, kill_at in enumerate(kills):
             deadline = time.monotonic() + TRY_TIMEOUT_S
             victim = None  # found once the attempt trains, so the kill follows step kill_at at once
             while True:
-                steps = [r["step"] for r in _records(record) if r["try"] == attempt]
+                steps = [r["step"] for r in _records(record) if r["attempt"] == attempt]
                 if steps and victim is None:
                     try:
                         victim = rank_executor(app, 1)
@@ -130,16 +77,16 @@ def in_job_run(master: str, work: Path, kills: Sequence[int], log: Callable[[str
             killed_at = time.time()
             victim.send_signal(signal.SIGKILL)
             timeline.append({"attempt": attempt, "killed_after_step": kill_at, "killed_at": killed_at})
-        outcome = _outcome(job)
+        _, outcome = _outcome(job, timeout_s=TRY_TIMEOUT_S * 2)
     finally:
         job.finish()
-    if not outcome.startswith("B10 RESULT"):
+    if not outcome.startswith("TRY RESULT"):
         raise RuntimeError(f"the try with max_restarts={len(kills)} failed: {outcome[:2000]}")
     value = json.loads(outcome.split(" ", 3)[3])
     records = _records(record)
     for i, kill in enumerate(timeline):
-        trained = [r["step"] for r in records if r["try"] == i]
-        after = [r for r in records if r["try"] == i + 1]
+        trained = [r["step"] for r in records if r["attempt"] == i]
+        after = [r for r in records if r["attempt"] == i + 1]
         restart = value["restarts"][i]
         kill.update(
             last_step=max(trained),
@@ -162,40 +109,26 @@ def run_b10(reps: int, budget_s: float, notes: list[str], log: Callable[[str], N
     :param notes: where a cut round is noted.
     :param log: progress lines.
     """
-    from tests.standalone import standalone_cluster
-
-    rounds: list[dict] = []
-    started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="horovod-b10-"))
-    try:
-        with standalone_cluster(workers=2, cores_per_worker=2, work_dir=work / "cluster") as cluster:
-            first_round = time.monotonic()
-            for i in range(reps):
-                per_round = (time.monotonic() - first_round) / len(rounds) if rounds else 0.0
-                if rounds and time.monotonic() - started + per_round > budget_s:
-                    notes.append(f"B10: {i} of {reps} rounds (the next would have passed its {budget_s:.0f} s budget)")
-                    break
-                retry_dir, in_job_dir = work / f"retry-{i}", work / f"in-job-{i}"
-                retry_dir.mkdir()
-                in_job_dir.mkdir()
-                retry = one_round(cluster.master_url, retry_dir, log)
-                (kill,) = in_job_run(cluster.master_url, in_job_dir, [KILL_AT], log)["timeline"]
-                rounds.append(
-                    {
-                        "retry_s": retry["to_retry_step_s"],
-                        "in_job_s": kill["to_first_step_s"],
-                        "ratio": kill["to_first_step_s"] / retry["to_retry_step_s"],
-                        "in_job_lost_intervals": kill["lost_steps"] / INTERVAL,
-                        "retry_lost_intervals": retry["lost_intervals"],
-                        "cause": kill["cause"],
-                    }
-                )
-                log(f"B10 round {i}: {json.dumps(rounds[-1])}")
-            spot_dir = work / "spot"
-            spot_dir.mkdir()
-            spot = in_job_run(cluster.master_url, spot_dir, SPOT_KILLS, log)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with ClusterRounds("B10", reps, budget_s, notes) as run:
+        for cluster, work, i in run:
+            (work / "retry").mkdir()
+            (work / "in-job").mkdir()
+            retry = one_round(cluster.master_url, work / "retry", log)
+            (kill,) = in_job_run(cluster.master_url, work / "in-job", [KILL_AT], log)["timeline"]
+            run.results.append(
+                {
+                    "retry_s": retry["to_retry_step_s"],
+                    "in_job_s": kill["to_first_step_s"],
+                    "ratio": kill["to_first_step_s"] / retry["to_retry_step_s"],
+                    "in_job_lost_intervals": kill["lost_steps"] / INTERVAL,
+                    "retry_lost_intervals": retry["lost_intervals"],
+                    "cause": kill["cause"],
+                }
+            )
+            log(f"B10 round {i}: {json.dumps(run.results[-1])}")
+        (run.work / "spot").mkdir()  # the spot simulation always runs, after the budgeted rounds
+        spot = in_job_run(run.cluster.master_url, run.work / "spot", SPOT_KILLS, log)
+    rounds = run.results
     return {
         "rounds": rounds,
         "spot": spot,

@@ -18,13 +18,16 @@ the retry's first step (the retry is started as soon as the first try has failed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -40,14 +43,14 @@ SCRIPT = r"""
 import json, os, sys, time
 from pyspark.sql import SparkSession
 
-master, ckpt, record, try_no, steps, interval, step_s = sys.argv[1:8]
-spark = (SparkSession.builder.master(master).appName(f"b9-try-{try_no}")
+master, ckpt, record, try_no, steps, interval, step_s, max_restarts = sys.argv[1:9]
+spark = (SparkSession.builder.master(master).appName(f"lost-executor-try-{try_no}")
          .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
          .config("spark.ui.showConsoleProgress", "false").config("spark.cores.max", "2")
          .config("spark.executor.cores", "1").config("spark.executor.memory", "512m")
          .config("spark.executorEnv.PYTHONUNBUFFERED", "1").getOrCreate())
 spark.sparkContext.setLogLevel("WARN")
-print("B9 APP", spark.sparkContext.applicationId, flush=True)
+print("TRY APP", spark.sparkContext.applicationId, flush=True)
 from airflow_provider_horovod.runtime import HorovodRunner
 
 
@@ -55,7 +58,7 @@ def train(record, steps, interval, step_s):
     import json, time
     import horovod.torch as hvd
     import torch
-    from airflow_provider_horovod.runtime import load_checkpoint, save_checkpoint, try_number
+    from airflow_provider_horovod.runtime import load_checkpoint, restart_count, save_checkpoint, try_number
 
     hvd.init()
     resumed = load_checkpoint()
@@ -66,19 +69,21 @@ def train(record, steps, interval, step_s):
         time.sleep(step_s)
         if hvd.rank() == 0:
             with open(record, "a") as f:
-                f.write(json.dumps({"try": try_number(), "step": step, "t": time.time()}) + "\n")
+                record_ = {"try": try_number(), "attempt": restart_count(), "step": step, "t": time.time()}
+                f.write(json.dumps(record_) + "\n")
             if step % interval == 0:
                 save_checkpoint({"weight": weight}, step=step)
     return {"try": try_number(), "resumed_from": start, "weight": float(weight)} if hvd.rank() == 0 else None
 
 
+runner = HorovodRunner(np=2, checkpoint_dir=ckpt, try_number=int(try_no), max_restarts=int(max_restarts))
 try:
-    value = HorovodRunner(np=2, checkpoint_dir=ckpt, try_number=int(try_no)).run(
-        train, record=record, steps=int(steps), interval=int(interval), step_s=float(step_s))
+    value = runner.run(train, record=record, steps=int(steps), interval=int(interval), step_s=float(step_s))
 except Exception as err:
-    print("B9 FAILED", time.time(), json.dumps(str(err)), flush=True)
+    print("TRY FAILED", time.time(), json.dumps(str(err)), flush=True)
 else:
-    print("B9 RESULT", time.time(), json.dumps(value), flush=True)
+    print("TRY RESULT", time.time(), json.dumps({**value, "restarts": [r.to_dict() for r in runner.restarts]}),
+          flush=True)
 spark.stop()
 """
 
@@ -116,16 +121,16 @@ def _records(path: Path) -> list[dict]:
 
 def one_round(master: str, work: Path, log) -> dict:
     """One kill and retry; the measurements of :mod:`benchmarks.lost_executor`'s docstring."""
-    ckpt, record = work / "checkpoints", work / "steps.jsonl"
-    script = work / "b9.py"
+    record = work / "steps.jsonl"
+    script = work / "try.py"
     script.write_text(SCRIPT)
     env = bench_environ()
 
     def start(try_no: int) -> Job:
-        return Job(script, [master, str(ckpt), str(record), str(try_no), str(STEPS), str(INTERVAL), str(STEP_S)], env)
+        return Job(script, try_arguments(master, work, try_no, max_restarts=0), env)
 
     first = start(1)
-    _, app_line = first.wait_for("B9 APP", timeout_s=TRY_TIMEOUT_S)
+    _, app_line = first.wait_for("TRY APP", timeout_s=TRY_TIMEOUT_S)
     app = app_line.split()[-1]
     deadline = time.monotonic() + TRY_TIMEOUT_S
     victim = None
@@ -144,7 +149,7 @@ def one_round(master: str, work: Path, log) -> dict:
     victim.send_signal(signal.SIGKILL)
     failed_at, failed = _outcome(first)
     first.finish()
-    if not failed.startswith("B9 FAILED"):
+    if not failed.startswith("TRY FAILED"):
         raise RuntimeError(f"the first try did not fail after its executor was killed: {failed}")
     headline = json.loads(failed.split(" ", 3)[3]).splitlines()[0]
     log(f"B9: first try failed {failed_at - killed_at:.1f} s after the kill: {headline}")
@@ -152,7 +157,7 @@ def one_round(master: str, work: Path, log) -> dict:
     retry = start(2)
     _, done = _outcome(retry)
     retry.finish()
-    if not done.startswith("B9 RESULT"):
+    if not done.startswith("TRY RESULT"):
         raise RuntimeError(f"the retry failed: {done}")
     value = json.loads(done.split(" ", 3)[3])
     second = [r for r in _records(record) if r["try"] == 2]
@@ -170,17 +175,71 @@ def one_round(master: str, work: Path, log) -> dict:
     }
 
 
-def _outcome(job: Job) -> tuple[float, str]:
-    """The arrival time and text of the try's ``B9 FAILED`` or ``B9 RESULT`` line."""
-    deadline = time.monotonic() + TRY_TIMEOUT_S
+def try_arguments(master: str, work: Path, try_no: int, max_restarts: int) -> list[str]:
+    """:data:`SCRIPT`'s command line: a try of the training, its checkpoints and step record in ``work``."""
+    ckpt, record = work / "checkpoints", work / "steps.jsonl"
+    return [master, str(ckpt), str(record), str(try_no), str(STEPS), str(INTERVAL), str(STEP_S), str(max_restarts)]
+
+
+def _outcome(job: Job, timeout_s: float = TRY_TIMEOUT_S) -> tuple[float, str]:
+    """The arrival time and text of the try's ``TRY FAILED`` or ``TRY RESULT`` line."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for t, stream, line in list(job.lines):
-            if stream == "out" and line.startswith(("B9 FAILED", "B9 RESULT")):
+            if stream == "out" and line.startswith(("TRY FAILED", "TRY RESULT")):
                 return t, line
         if job.proc.poll() is not None and not any(r.is_alive() for r in job._readers):
             raise RuntimeError(f"the try ended without an outcome: {job.tail()}")
         time.sleep(0.05)  # polls the lines a reader thread collects, bounded by the deadline
-    raise TimeoutError(f"no outcome within {TRY_TIMEOUT_S:.0f} s: {job.tail()}")
+    raise TimeoutError(f"no outcome within {timeout_s:.0f} s: {job.tail()}")
+
+
+class ClusterRounds:
+    """
+    Rounds of a fault benchmark on one standalone cluster of 2 workers x 2 cores (127.0.0.1), within a time budget:
+    ``with ClusterRounds("B9", reps, budget_s, notes) as run: for cluster, work, i in run: ...`` gives each
+    round the cluster, a fresh folder and its index, and stops starting rounds once the next would end past
+    ``budget_s`` (at least one runs; the cut is noted); each round appends its measurements to ``run.results``.
+    Everything (cluster, folders) is removed on exit; :attr:`cluster` and :attr:`work` stay usable inside it.
+
+    :param name: the benchmark, for the note (``"B9"``).
+    :param reps: rounds to run.
+    :param budget_s: seconds, from the start (the cluster's start included), after which no further round starts.
+    :param notes: where a cut is noted.
+    """
+
+    def __init__(self, name: str, reps: int, budget_s: float, notes: list[str]) -> None:
+        self.name, self.reps, self.budget_s, self.notes = name, reps, budget_s, notes
+        self.results: list[dict] = []
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> ClusterRounds:
+        from tests.standalone import standalone_cluster
+
+        self.started = time.monotonic()
+        self.work = Path(tempfile.mkdtemp(prefix=f"horovod-{self.name.lower()}-"))
+        self._stack.callback(shutil.rmtree, self.work, ignore_errors=True)
+        self.cluster = self._stack.enter_context(
+            standalone_cluster(workers=2, cores_per_worker=2, work_dir=self.work / "cluster")
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def __iter__(self) -> Iterator[tuple[Any, Path, int]]:
+        first_round = time.monotonic()  # the budget's rounds: the cluster's start is not one
+        for i in range(self.reps):
+            per_round = (time.monotonic() - first_round) / len(self.results) if self.results else 0.0
+            if self.results and time.monotonic() - self.started + per_round > self.budget_s:
+                self.notes.append(
+                    f"{self.name}: {i} of {self.reps} rounds (the next would have passed its {self.budget_s:.0f} s "
+                    "budget)"
+                )
+                return
+            round_dir = self.work / f"round-{i}"
+            round_dir.mkdir()
+            yield self.cluster, round_dir, i
 
 
 def run_b9(reps: int, budget_s: float, notes: list[str], log) -> dict:
@@ -192,25 +251,11 @@ def run_b9(reps: int, budget_s: float, notes: list[str], log) -> dict:
     :param notes: where a cut round is noted.
     :param log: progress lines.
     """
-    from tests.standalone import standalone_cluster
-
-    rounds: list[dict] = []
-    started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="horovod-b9-"))
-    try:
-        with standalone_cluster(workers=2, cores_per_worker=2, work_dir=work / "cluster") as cluster:
-            first_round = time.monotonic()  # the budget's rounds: the cluster's start is not one
-            for i in range(reps):
-                per_round = (time.monotonic() - first_round) / len(rounds) if rounds else 0.0
-                if rounds and time.monotonic() - started + per_round > budget_s:
-                    notes.append(f"B9: {i} of {reps} rounds (the next would have passed its {budget_s:.0f} s budget)")
-                    break
-                round_dir = work / f"round-{i}"
-                round_dir.mkdir()
-                rounds.append(one_round(cluster.master_url, round_dir, log))
-                log(f"B9 round {i}: {json.dumps(rounds[-1])}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with ClusterRounds("B9", reps, budget_s, notes) as run:
+        for cluster, work, i in run:
+            run.results.append(one_round(cluster.master_url, work, log))
+            log(f"B9 round {i}: {json.dumps(run.results[-1])}")
+    rounds = run.results
     return {
         "rounds": rounds,
         "steps": STEPS,

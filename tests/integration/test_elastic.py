@@ -7,13 +7,12 @@ once a new worker has joined, a later restart grows back to ``np=2``. The functi
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.client_script import run_client_script
+from tests.client_script import BackgroundScript
 from tests.standalone import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -50,7 +49,8 @@ def main(out, steps):
                 f.write(str(os.getpid()))
             time.sleep(300)
         if attempt == 1 and step == 8:  # one rank now; the test starts a new worker, then this rank ends
-            open(os.path.join(out, "shrunk"), "w").close()
+            with open(os.path.join(out, "shrunk"), "w") as f:
+                f.write("1")
             deadline = time.monotonic() + 240
             while not os.path.exists(os.path.join(out, "grown")) and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -65,13 +65,6 @@ spark.stop()
 """
 
 
-def _wait_for(path: Path, thread: threading.Thread, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert thread.is_alive() and time.monotonic() < deadline, f"{path.name} never came"
-        time.sleep(0.2)  # polls a file the job's rank writes, bounded by the deadline
-
-
 def test_a_worker_lost_for_good_shrinks_the_job_to_min_np_and_a_new_worker_grows_it_back(tmp_path: Path):
     # the master drops a dead worker after 6 s without its heartbeat (Spark's default: 60 s), so that the core it
     # offered stops counting and the new worker gets this application's second executor; the workers read the same
@@ -81,30 +74,21 @@ def test_a_worker_lost_for_good_shrinks_the_job_to_min_np_and_a_new_worker_grows
         workers=2, cores_per_worker=1, work_dir=tmp_path / "spark", master_conf=timeout, worker_conf=timeout
     ) as cluster:
         ui_port = cluster.web_ui_url.rsplit(":", 1)[1]
-        outcome: dict = {}
-
-        def client() -> None:
-            outcome["result"], outcome["stdout"] = run_client_script(
-                APP, tmp_path / "app.py", [cluster.master_url, str(tmp_path), ui_port], env=cluster.env,
-                timeout_s=480, context=cluster.log_tail,
-            )  # fmt: skip
-
-        thread = threading.Thread(target=client)
-        thread.start()
-        try:
-            _wait_for(tmp_path / "lost.pid", thread, 240)
+        with BackgroundScript(
+            APP, tmp_path / "app.py", [cluster.master_url, str(tmp_path), ui_port], env=cluster.env,
+            timeout_s=480, context=cluster.log_tail,
+        ) as script:  # fmt: skip
+            script.wait_for_file(tmp_path / "lost.pid", timeout_s=240)
             lost = cluster.worker_running(int((tmp_path / "lost.pid").read_text()))
             cluster.kill_worker(lost)  # the host is gone: its executor, its rank
-            _wait_for(tmp_path / "shrunk", thread, 240)
+            script.wait_for_file(tmp_path / "shrunk", timeout_s=240)
             cluster.restart_worker(lost, timeout_s=120)  # a new machine joins
             deadline = time.monotonic() + 120
             while not any(app["cores"] == 2 for app in cluster.master_json()["activeapps"]):
                 assert time.monotonic() < deadline, cluster.master_json()["activeapps"]
                 time.sleep(0.5)  # until the master has given the application an executor on the new worker
-            (tmp_path / "grown").touch()
-        finally:
-            thread.join(timeout=480)
-    result = outcome["result"]
+            (tmp_path / "grown").write_text("go")
+            result, stdout = script.join(timeout_s=480)
     attempts = [json.loads(line) for line in (tmp_path / "attempts.jsonl").read_text().splitlines()]
     assert attempts == [
         {"attempt": 0, "size": 2, "resumed_at": 0},
@@ -115,7 +99,6 @@ def test_a_worker_lost_for_good_shrinks_the_job_to_min_np_and_a_new_worker_grows
     first, second = result["causes"]
     assert first.startswith("executor ") and " lost" in first, first
     assert second == "rank 0 killed by SIGKILL", second
-    assert (
-        "restart 1: 1 of np=2 ranks (min_np=1): all 2 slots did not come back within elastic_wait_s=6 s"
-        in (outcome["stdout"])
-    ), outcome["stdout"][-3000:]
+    assert "restart 1: 1 of np=2 ranks (min_np=1): all 2 slots did not come back within elastic_wait_s=6 s" in stdout, (
+        stdout[-3000:]
+    )

@@ -4,13 +4,12 @@ executors, a job that can never have its slots, and a frozen executor found by i
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 
 import psutil
 import pytest
 
-from tests.client_script import run_client_script
+from tests.client_script import BackgroundScript, run_client_script
 from tests.standalone import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
@@ -139,34 +138,22 @@ def test_a_frozen_executor_is_found_by_its_heartbeat_replaced_and_the_job_restar
     ui_port = cluster.web_ui_url.rsplit(":", 1)[1]
     pid_file = tmp_path / "frozen.pid"
     frozen: list[psutil.Process] = []
-    outcome: dict = {}
-
-    def client() -> None:
-        outcome["result"], _ = run_client_script(
+    try:
+        with BackgroundScript(
             FROZEN_APP, tmp_path / "app.py", [cluster.master_url, str(tmp_path), ui_port], env=cluster.env,
             timeout_s=300, context=cluster.log_tail,
-        )  # fmt: skip
-
-    thread = threading.Thread(target=client)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 240
-        while not pid_file.exists() or not pid_file.read_text():
-            assert thread.is_alive() and time.monotonic() < deadline, f"rank 1 never reached the step: {outcome}"
-            time.sleep(0.2)
-        frozen = _executor_tree(int(pid_file.read_text()))
-        for proc in frozen:
-            proc.suspend()
-        frozen_at = time.time()
-        thread.join(timeout=280)
-        assert not thread.is_alive(), "the job did not end"
-        jvm_state = "gone" if not frozen[0].is_running() else frozen[0].status()
+        ) as script:  # fmt: skip
+            script.wait_for_file(pid_file, timeout_s=240)
+            frozen = _executor_tree(int(pid_file.read_text()))
+            for proc in frozen:
+                proc.suspend()
+            frozen_at = time.time()
+            result, _ = script.join(timeout_s=280)
+            jvm_state = "gone" if not frozen[0].is_running() else frozen[0].status()
     finally:
         for proc in frozen:  # what the frozen host left: its Python processes, still stopped
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        thread.join(timeout=60)
-    result = outcome["result"]
     assert result["value"] == {"restart_count": 1, "resumed_at": 10, "size": 2}, result
     (restart,) = result["restarts"]
     assert restart["cause"].startswith("executor ") and "lost (no heartbeat for " in restart["cause"], restart
