@@ -23,11 +23,10 @@ from pathlib import Path
 
 from benchmarks.env import bench_environ
 from benchmarks.lost_executor import (
+    HARNESS,
     INTERVAL,
     KILL_AT,
     SCRIPT,
-    STEP_S,
-    STEPS,
     TRY_TIMEOUT_S,
     ClusterRounds,
     _outcome,
@@ -132,10 +131,7 @@ def run_b10(reps: int, budget_s: float, notes: list[str], log: Callable[[str], N
     return {
         "rounds": rounds,
         "spot": spot,
-        "steps": STEPS,
-        "interval": INTERVAL,
-        "step_s": STEP_S,
-        "kill_at": KILL_AT,
+        **HARNESS,
         "ratio_goal": RATIO_GOAL,
         "lost_goal": LOST_GOAL,
         "median_ratio": statistics.median(r["ratio"] for r in rounds),

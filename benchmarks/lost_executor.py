@@ -35,6 +35,8 @@ from benchmarks.env import bench_environ
 from benchmarks.queueing import Job
 
 STEPS, INTERVAL, STEP_S, KILL_AT = 60, 5, 0.2, 13
+HARNESS = {"steps": STEPS, "interval": INTERVAL, "step_s": STEP_S, "kill_at": KILL_AT}
+"""The training and kill every fault benchmark's results carry (B9's, B10's), for its page's method line."""
 GOAL = 1.0
 """Issue #26's goal for work lost per fault, in checkpoint intervals."""
 TRY_TIMEOUT_S = 240.0
@@ -258,10 +260,7 @@ def run_b9(reps: int, budget_s: float, notes: list[str], log) -> dict:
     rounds = run.results
     return {
         "rounds": rounds,
-        "steps": STEPS,
-        "interval": INTERVAL,
-        "step_s": STEP_S,
-        "kill_at": KILL_AT,
+        **HARNESS,
         "goal": GOAL,
         "median_lost_intervals": statistics.median(r["lost_intervals"] for r in rounds),
         "max_lost_intervals": max(r["lost_intervals"] for r in rounds),
