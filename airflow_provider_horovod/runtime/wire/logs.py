@@ -21,7 +21,7 @@ import struct
 import sys
 import threading
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS
 
@@ -129,11 +129,10 @@ class LogServer:
         class _Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
                 sock: socket.socket = self.request
-                first = _read_frame(sock)
-                if first is None or not hmac.compare_digest(first, token):
-                    return  # not one of this job's tasks
-                owner._opened(sock, reported=False)
                 try:
+                    first = _read_frame(sock)
+                    if first is None or not hmac.compare_digest(first, token):
+                        return  # not one of this job's tasks
                     self._receive(sock)
                 finally:
                     owner._opened(sock, reported=None)
@@ -173,6 +172,13 @@ class LogServer:
             allow_reuse_address = True
             daemon_threads = False
             block_on_close = True
+
+            def process_request(self, request: socket.socket | tuple[bytes, socket.socket], addr: Any) -> None:
+                # Registered here, in the thread that accepted it, before its handler thread starts: closing then
+                # knows every connection it must drain, including one whose handler has not read its token yet.
+                assert isinstance(request, socket.socket)  # a TCP server's requests are sockets
+                owner._opened(request, reported=False)
+                super().process_request(request, addr)
 
         self._server = _Server((self._host, 0), _Handler)
         # shutdown() waits for the serve loop to notice: poll often so closing costs milliseconds, not 0.5 s
