@@ -1,8 +1,8 @@
 """
 ``python -m benchmarks [--quick]``: run B1-B13 interleaved, print the table, write ``docs/benchmarks.md`` + PNG.
 
-``--only b5`` (``--only b9``, ``--only b10``) rewrites only the B5 (B9, B10) section of an existing page (each has a
-table of its own).
+``--only b5`` (``b9``, ``b10``, ``b11``, ``b12``) rewrites only the B5 (B9, B10, B11, B12) section of an
+existing page (each has a table of its own); ``--b11-sizes 2,4`` measures B11 at those numbers of ranks only.
 
 Contenders of one benchmark run in turns (A B C A B C ...) after one untimed warm-up round, so a slow spell
 of the shared machine hits all of them alike; the report uses medians.
@@ -39,11 +39,25 @@ FULL = {
     "min_reps": 2,
     "b9_reps": 3,
     "b10_reps": 3,
+    "b11_reps": 3,
+    "b12_seconds": 20.0,
     "b13_reps": 5,
     "b13_warmup": 20,
     "b13_steps": 800,
     "b13_batch": 8,
-    "budget_s": {"b1": 270, "b3": 150, "b2": 200, "b5": 480, "b7": 150, "b8": 280, "b9": 360, "b10": 480, "b13": 420},
+    "budget_s": {
+        "b1": 270,
+        "b3": 150,
+        "b2": 200,
+        "b5": 480,
+        "b7": 150,
+        "b8": 280,
+        "b9": 360,
+        "b10": 480,
+        "b11": 720,
+        "b12": 240,
+        "b13": 420,
+    },
 }
 QUICK = {
     "b1_reps": 2,
@@ -60,11 +74,25 @@ QUICK = {
     "min_reps": 1,
     "b9_reps": 1,
     "b10_reps": 1,
+    "b11_reps": 1,
+    "b12_seconds": 8.0,
     "b13_reps": 1,
     "b13_warmup": 10,
     "b13_steps": 300,
     "b13_batch": 8,
-    "budget_s": {"b1": 150, "b3": 60, "b2": 90, "b5": 150, "b7": 90, "b8": 90, "b9": 120, "b10": 200, "b13": 90},
+    "budget_s": {
+        "b1": 150,
+        "b3": 60,
+        "b2": 90,
+        "b5": 150,
+        "b7": 90,
+        "b8": 90,
+        "b9": 120,
+        "b10": 200,
+        "b11": 180,
+        "b12": 120,
+        "b13": 90,
+    },
 }
 """Rounds per benchmark, and a time budget per benchmark (seconds, warm-up included): once the next round would
 end past it, no further round starts (at least ``min_reps`` run), so a run stays bounded on a loaded machine."""
@@ -148,7 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the selected benchmarks, print the table and write the page."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter B4 runs (~5-8 min)")
-    parser.add_argument("--only", default="b1,b2,b3,b4,b5,b7,b8,b9,b10,b13", help="comma-separated subset, e.g. b1,b3")
+    parser.add_argument(
+        "--only", default="b1,b2,b3,b4,b5,b7,b8,b9,b10,b11,b12,b13", help="comma-separated subset, e.g. b1,b3"
+    )
+    parser.add_argument(
+        "--b11-sizes",
+        default="2,4,8,16",
+        metavar="N,N,...",
+        help="B11's numbers of ranks (default 2,4,8,16; at most 16 each)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print the table only; write no files")
     parser.add_argument("--from-results", metavar="PICKLE", help="rewrite the page from a saved run; measure nothing")
     parser.add_argument("--out", default=str(REPO / "docs"), help="folder for benchmarks.md/.png (default docs/)")
@@ -312,6 +348,19 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
         from benchmarks import in_job_restart
 
         section(results, "b10", lambda: in_job_restart.run_b10(cfg["b10_reps"], budget["b10"], notes, log))
+    if "b11" in only:
+        from benchmarks import scale_launch
+
+        sizes = [int(n) for n in args.b11_sizes.split(",") if n.strip()]
+        section(results, "b11", lambda: scale_launch.run_b11(cfg["b11_reps"], budget["b11"], notes, log, sizes))
+    if "b12" in only:
+        from benchmarks import scale_sim
+
+        section(
+            results,
+            "b12",
+            lambda: scale_sim.run_b12(scale_sim.SIZES, cfg["b12_seconds"], budget["b12"], notes, log),
+        )
 
     results["meta"]["total_seconds"] = time.time() - started
     results["meta"]["load_end"] = report.load_average()

@@ -6,6 +6,8 @@ from benchmarks.airflow_side import EXIT
 from benchmarks.pages_b5 import b5_section
 from benchmarks.pages_b9 import b9_section
 from benchmarks.pages_b10 import b10_section
+from benchmarks.pages_b11 import b11_section
+from benchmarks.pages_b12 import b12_section
 from benchmarks.profile import PHASES
 from benchmarks.rows import seconds as _s
 
@@ -43,6 +45,10 @@ def page(results: dict, table: str, png: str | None, chart_note: str, rerun: str
         out += [*b9_section(results), ""]
     if results.get("b10") is not None:
         out += [*b10_section(results), ""]
+    if results.get("b11") is not None:
+        out += [*b11_section(results), ""]
+    if results.get("b12") is not None:
+        out += [*b12_section(results), ""]
     out += _method(cfg)
     out += _machine(meta)
     out += [

@@ -21,6 +21,8 @@ RERUN = (
     ".venv/bin/python -m benchmarks --quick    # ~7-10 min, fewer repetitions, shorter B4 runs\n"
     ".venv/bin/python -m benchmarks --only b5  # B5 alone: rewrites its section of this page\n"
     ".venv/bin/python -m benchmarks --only b9  # B9 alone: rewrites its section of this page\n"
+    ".venv/bin/python -m benchmarks --only b11  # B11 alone: rewrites its section, and docs/scale_launch.png\n"
+    ".venv/bin/python -m benchmarks --only b12  # B12 alone (simulated ranks, ~2 min): rewrites its section\n"
     ".venv/bin/python -m benchmarks --only b8  # some of B1-B4/B7/B8/B13: rewrites their rows and sections only"
 )
 
@@ -117,6 +119,14 @@ def console_table(results: dict) -> str:
         from benchmarks.pages_b10 import b10_table
 
         out += ["", "B10 a lost executor, restart within the try against an Airflow retry:", *b10_table(results)]
+    if results.get("b11") is not None:
+        from benchmarks.pages_b11 import b11_table
+
+        out += ["", "B11 launch and run cost against the number of ranks:", *b11_table(results)]
+    if results.get("b12") is not None:
+        from benchmarks.pages_b12 import b12_table
+
+        out += ["", "B12 the driver side at up to 1,024 simulated ranks:", *b12_table(results)]
     return "\n".join(out)
 
 
@@ -127,20 +137,25 @@ def markdown_table(results: dict) -> str:
     return "\n".join(out)
 
 
-_SECTION_ONLY = ("b5", "b9", "b10")
+_SECTION_ONLY = ("b5", "b9", "b10", "b11", "b12")
 """Benchmarks with a section of their own, which a run of them alone (``--only b5,b9``) rewrites in place."""
 
 
 def only_sections(results: dict) -> list[str]:
     """The benchmarks of a run of only :data:`_SECTION_ONLY` ones (then only their sections are rewritten), or []."""
-    ran = [k for k in ("b1", "b2", "b3", "b4", "b5", "b7", "b8", "b9", "b10", "b13") if results.get(k) is not None]
+    ran = [
+        k
+        for k in ("b1", "b2", "b3", "b4", "b5", "b7", "b8", "b9", "b10", "b11", "b12", "b13")
+        if results.get(k) is not None
+    ]
     return ran if ran and set(ran) <= set(_SECTION_ONLY) else []
 
 
 def write_results(results: dict, docs: Path) -> tuple[Path, str]:
     """
     :func:`write`; for a run of B5 and/or B9 alone :func:`write_section` for each, for a run of some of the others
-    :func:`write_partial` (the rest of the page stays as it is).
+    :func:`write_partial` (the rest of the page stays as it is). When B11 ran, its chart goes to
+    ``docs/scale_launch.png`` (:func:`benchmarks.pages_b11.b11_chart`); the note returned says so.
     """
     from benchmarks import pages_partial
 
@@ -148,10 +163,22 @@ def write_results(results: dict, docs: Path) -> tuple[Path, str]:
     if sections:
         for name in sections:
             md = write_section(results, docs, name)
-        return md, f"unchanged ({', '.join(s.upper() for s in sections)} only)"
+        return md, f"unchanged ({', '.join(s.upper() for s in sections)} only)" + _b11_chart(results, docs)
     if pages_partial.is_partial(results) and (docs / "benchmarks.md").exists():
-        return write_partial(results, docs), "unchanged (partial run)"
-    return write(results, docs)
+        return write_partial(results, docs), "unchanged (partial run)" + _b11_chart(results, docs)
+    md, note = write(results, docs)
+    return md, note + _b11_chart(results, docs)
+
+
+def _b11_chart(results: dict, docs: Path) -> str:
+    """B11's chart, ``docs/scale_launch.png``, when B11 ran: a note on it to add to the page chart's; else ``""``."""
+    if results.get("b11") is None:
+        return ""
+    from benchmarks.pages_b11 import b11_chart
+
+    docs.mkdir(exist_ok=True)
+    path = docs / "scale_launch.png"
+    return f"; B11 chart {path}: {b11_chart(results, path)}"
 
 
 def write_partial(results: dict, docs: Path) -> Path:
@@ -171,17 +198,20 @@ def write_b5_section(results: dict, docs: Path) -> Path:
 
 def write_section(results: dict, docs: Path, name: str) -> Path:
     """
-    Replace the section of benchmark ``name`` (``"b5"`` or ``"b9"``) of ``docs/benchmarks.md`` (between its markers)
-    with this run's, or insert it before "## What is measured"; the rest of the page, from an earlier run, is kept.
+    Replace the section of benchmark ``name`` (one of :data:`_SECTION_ONLY`) of ``docs/benchmarks.md`` (between its
+    markers) with this run's, or insert it before "## What is measured"; the rest of the page, from an earlier run, is
+    kept.
 
     :raises FileNotFoundError: there is no page yet (run the full harness once).
     """
-    from benchmarks import pages_b5, pages_b9, pages_b10
+    from benchmarks import pages_b5, pages_b9, pages_b10, pages_b11, pages_b12
 
     start_mark, end_mark, lines = {
         "b5": (pages_b5.B5_START, pages_b5.B5_END, pages_b5.b5_section),
         "b9": (pages_b9.B9_START, pages_b9.B9_END, pages_b9.b9_section),
         "b10": (pages_b10.B10_START, pages_b10.B10_END, pages_b10.b10_section),
+        "b11": (pages_b11.B11_START, pages_b11.B11_END, pages_b11.b11_section),
+        "b12": (pages_b12.B12_START, pages_b12.B12_END, pages_b12.b12_section),
     }[name]
     md = docs / "benchmarks.md"
     text = md.read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from benchmarks.pages_partial import merge
 
 OLD = """| B7 DDP launch | ours | 2.0 s |
@@ -84,3 +86,139 @@ def test_the_b10_section_judges_the_ratio_the_work_lost_and_the_spot_run():
     assert "| missed |" in rows["work lost per fault, in-job (steps trained again / checkpoint interval)"]  # 1.2 > 1
     assert rows["spot simulation: 2 kills in one try, steps trained in all"].endswith("one try | met |")
     assert any(line.startswith("| 2 | 12.5 (") and "| 9.00 s |" in line for line in lines), lines
+
+
+def _b11_results(ours_s: float, rounds: int = 3) -> dict:
+    """A B11 result at np=2 and np=16: bare torchrun 2 s / 8 s, PySpark's 10 s / 40 s, ours ``ours_s`` at np=2 and
+    failed at np=16; bare torchrun never ran at np=16."""
+    from benchmarks.contenders import Series
+    from benchmarks.scale_launch import OURS, PYSPARK, TORCHRUN
+
+    mib = 2**20
+    call = {"python_cpu_s": 0.4, "jvm_cpu_s": 1.5, "python_peak_rss_bytes": 300 * mib, "jvm_peak_rss_bytes": 900 * mib}
+    ours16 = Series(reason="failed at np=16: RankFailedError: rank 7 failed")
+    series = {
+        OURS: {2: Series([ours_s] * rounds), 16: ours16},
+        TORCHRUN: {2: Series([2.0] * rounds), 16: Series(reason="failed at np=16: RuntimeError: torchrun exited 1")},
+        PYSPARK: {2: Series([10.0] * rounds), 16: Series([40.0] * rounds)},
+    }
+    results = _results()
+    results["config"]["min_reps"] = 2
+    results["b11"] = {
+        "sizes": [2, 16],
+        "series": series,
+        "driver": {OURS: {2: [call] * rounds, 16: []}, PYSPARK: {2: [call] * rounds, 16: [call] * rounds}},
+        "ratios": {
+            2: {"vs_torchrun": ours_s / 2.0, "vs_torch_distributor": ours_s / 10.0},
+            16: {"vs_torchrun": None, "vs_torch_distributor": None},
+        },
+        "goals": {"vs_torchrun": 1.1, "vs_torch_distributor": 0.3},
+        "rounds": rounds,
+        "reps": 3,
+        "omp_threads": "1",
+        "master": "local[16]",
+        "sample_s": 0.15,
+        "load_start": [1.5, 1.0, 0.5],
+        "load_end": [3.3, 2.0, 1.0],
+    }
+    return results
+
+
+def test_the_b11_section_judges_both_ratios_at_each_np_and_names_a_failure():
+    from benchmarks.pages_b11 import B11_END, B11_START, b11_section, b11_table
+
+    def row(results: dict, np: int) -> list[str]:
+        (line,) = [ln for ln in b11_table(results) if ln.startswith(f"| {np} | ")]
+        return [cell.strip() for cell in line.strip("|").split(" | ")]
+
+    met = row(_b11_results(2.1), 2)  # 1.05x torchrun, 0.21x PySpark's: both goals met
+    assert met[1:8] == ["2.10 s", "2.00 s", "10.00 s", "1.05x", "met", "0.21x", "met"], met
+    assert met[8:] == ["0.40 s", "300 MiB", "1.50 s", "900 MiB"], met
+    missed = row(_b11_results(3.5), 2)  # 1.75x torchrun, 0.35x PySpark's: both missed
+    assert missed[4:8] == ["1.75x", "missed", "0.35x", "missed"], missed
+    one_round = row(_b11_results(2.1, rounds=1), 2)
+    assert one_round[5] == "met (quick run: indicative)", one_round
+
+    failed = row(_b11_results(2.1), 16)
+    assert failed[1] == "could not run: failed at np=16: RankFailedError: rank 7 failed", failed
+    assert failed[2].startswith("could not run: failed at np=16: RuntimeError: torchrun exited 1"), failed
+    assert failed[3] == "40.00 s" and failed[4:8] == ["-", "not measured", "-", "not measured"], failed
+
+    results = _b11_results(2.1)
+    results["notes"] = ["B11: 2 of 3 rounds (the next would have passed its 480 s budget)", "B10: other"]
+    lines = b11_section(results)
+    assert lines[0] == B11_START and lines[-1] == B11_END
+    assert "Time budget: B11: 2 of 3 rounds (the next would have passed its 480 s budget)." in lines
+    assert not any("B10: other" in line for line in lines)
+    assert "1-minute load average at B11's start / end: 1.5 / 3.3 on 2 cores." in lines, lines
+    raw = [line for line in lines if line.startswith("- np=16: ours ")]
+    assert raw[0] == (
+        "- np=16: ours none (failed at np=16: RankFailedError: rank 7 failed); bare torchrun none "
+        "(failed at np=16: RuntimeError: torchrun exited 1); PySpark TorchDistributor 40.00, 40.00, 40.00"
+    ), raw
+
+
+def test_the_b11_section_of_a_benchmark_that_could_not_run_says_why():
+    from benchmarks.pages_b11 import B11_END, b11_chart, b11_section
+
+    results = _results()
+    results["b11"] = {"error": "RuntimeError: a SparkSession on local[2] is already running"}
+    lines = b11_section(results)
+    assert lines[-1] == B11_END
+    assert any("could not run: RuntimeError: a SparkSession on local[2] is already running" in ln for ln in lines)
+    assert b11_chart(results, Path("unused.png")) == "skipped: B11 did not run"
+
+
+def _b12_result(size: int, cores: float, lags: list[float], lines_received: int | None = None) -> dict:
+    return {
+        "size": size,
+        "seconds": 20.0,
+        "driver_cores": cores,
+        "driver_peak_rss": 40 * 2**20,
+        "driver_threads": size + 4,
+        "lags_s": lags,
+        "ages_s": [lag + 0.3 for lag in lags],
+        "max_lag_s": max(lags),
+        "rank0_records_sent": 40,
+        "rank0_records_kept": 40,
+        "ranks_last_step_right": size,
+        "lines_sent": size * 20,
+        "lines_received": size * 20 if lines_received is None else lines_received,
+        "silent_tasks": [],
+        "files": {"progress.json": 50 * 1024, "metrics.jsonl": 4700},
+    }
+
+
+def test_the_b12_section_judges_cores_lag_and_loss_at_each_size():
+    from benchmarks.pages_b12 import b12_section, b12_table
+
+    results = {
+        "config": {"min_reps": 2},
+        "b12": {
+            "sizes": {
+                64: _b12_result(64, 0.02, [0.2, 0.3]),
+                256: _b12_result(256, 0.1, [0.2, 1.4]),  # a line 1.4 s behind
+                1024: _b12_result(1024, 0.3, [0.3, 0.5], lines_received=1024 * 20 - 3),  # three lines lost
+            },
+            "records_per_s": 2.0,
+            "lines_per_s": 1.0,
+            "processes": 4,
+            "cores_goal": 1.0,
+            "lag_goal_s": 1.0,
+            "load_start": (0.5, 0.4, 0.3),
+            "load_end": (1.5, 0.9, 0.5),
+            "rendezvous": [{"size": 64, "seconds": 5.0, "requests": 4096, "requests_per_s": 819.2}],
+            "rendezvous_extrapolated_s": {"1024": 1281.2},
+        },
+    }
+    table = b12_table(results)
+    rows = {row.split("|")[1].strip(): row for row in table[2:]}
+    assert rows["64"].rstrip(" |").endswith("met")
+    assert "1.40 s" in rows["256"] and rows["256"].rstrip(" |").endswith("missed")
+    assert "lines 20477/20480" in rows["1,024"] and rows["1,024"].rstrip(" |").endswith("missed")
+    results["meta"] = {"date": "2026-12-07", "versions": {}, "load_start": (0.5, 0.4, 0.3), "cores": 2}
+    results["config"]["mode"] = "full"
+    text = "\n".join(b12_section(results, standalone_run=True))
+    assert "--only b12" in text and "4,096 requests" in text and "1,024 ranks 1,281 s" in text
+    results["b12"]["sizes"][64]["driver_cores"] = 1.2  # more than a core
+    assert b12_table(results)[2].rstrip(" |").endswith("missed")

@@ -18,6 +18,12 @@ from airflow_provider_horovod.runtime.task.plan import Slot, to_slot_info
 DONE_SCOPE = "airflow-provider-horovod-done"
 """The rendezvous store scope where each task of a successful job records that its rank has exited."""
 DONE_REPORT_ATTEMPTS = 3
+LISTEN_BACKLOG = socket.SOMAXCONN
+"""The rendezvous store's listen backlog (the kernel caps it at ``net.core.somaxconn``). Horovod's server keeps
+``socketserver``'s 5: with more ranks connecting at once than that, the kernel drops their SYNs and each waits out TCP's
+retransmission timeout (1 s, then 3 s, 7 s, 15 s): measured here (``benchmarks/scale_sim.py``), Gloo's full-mesh
+requests of 16 ranks took 3.1 s against Horovod's store and 0.2 s with this backlog; horovod#3556 reports
+``hvd.init()`` taking 7.1 and 15.8 s at 8 and 16 ranks."""
 
 
 class RanksDone:
@@ -103,7 +109,8 @@ def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = (), bind: str = "
     the job's own hosts; return ``(server, port)``.
 
     Horovod's own ``start()`` listens on every interface; this one binds the chosen address only (loopback for
-    ranks on the driver, task 0's host address in a barrier stage), on a free port found by Horovod's ``find_port``.
+    ranks on the driver, task 0's host address in a barrier stage), on a free port found by Horovod's ``find_port``,
+    with a listen backlog of :data:`LISTEN_BACKLOG` instead of Horovod's 5.
 
     Horovod's store has no authentication (Gloo's C++ client cannot send credentials), so the handler refuses
     (HTTP 403) any request whose source address is not loopback or one of ``peers``, the hosts Spark placed
@@ -164,8 +171,11 @@ def _start_rendezvous(plan: list[Slot], peers: Iterable[str] = (), bind: str = "
                     del self.server.finished_list[scope]
             self.send_status_code(200)
 
+    class _Store(RendezvousHTTPServer):
+        request_queue_size = LISTEN_BACKLOG
+
     server = RendezvousServer()
-    server._httpd, port = find_port(lambda addr: RendezvousHTTPServer((bind, addr[1]), _JobOnlyHandler, False))
+    server._httpd, port = find_port(lambda addr: _Store((bind, addr[1]), _JobOnlyHandler, False))
     server._listen_thread = in_thread(target=server._httpd.serve_forever)
     server.init([to_slot_info(s) for s in plan])
     server.ranks_done = done

@@ -172,6 +172,9 @@ class LogServer:
             allow_reuse_address = True
             daemon_threads = False
             block_on_close = True
+            # every task connects at about the same time: socketserver's backlog of 5 would make the kernel drop
+            # the SYNs of the rest, each then waiting out TCP's retransmission timeout (1 s, 3 s, ...)
+            request_queue_size = socket.SOMAXCONN
 
             def process_request(self, request: socket.socket | tuple[bytes, socket.socket], addr: Any) -> None:
                 # Registered here, in the thread that accepted it, before its handler thread starts: closing then

@@ -147,3 +147,17 @@ def test_the_port_held_for_torch_distributed_is_taken_by_its_store_and_by_nothin
         del store
     finally:
         held.close()
+
+
+def test_ranks_connecting_at_once_are_queued_not_dropped():
+    """Horovod's server listens with socketserver's backlog of 5: the kernel dropped the SYNs of every rank past the
+    sixth that connected while it was busy, and each waited out TCP's retransmission timeout (1 s, 3 s, ...): 3.1 s
+    for Gloo's requests of 16 ranks (B12). The store takes as many as the kernel allows."""
+    from tests.listen_queue import handshakes_while_not_accepting
+
+    server, port = _start_rendezvous(local_plan(2))
+    try:
+        server._httpd.shutdown()  # the serving loop stops; the socket still listens: only its queue takes them
+        assert handshakes_while_not_accepting(("127.0.0.1", port), 64) == 64
+    finally:
+        server._httpd.server_close()

@@ -141,3 +141,15 @@ def test_the_drain_covers_a_connection_whose_handler_has_not_read_its_token_yet(
         assert 0.25 < took < 5, took
     finally:
         early.close()
+
+
+def test_tasks_connecting_at_once_are_queued_not_dropped():
+    """Every barrier task connects at about the same time: with socketserver's backlog of 5, the kernel would drop the
+    SYNs of all but six while the server is busy, and each would wait out TCP's retransmission timeout (1 s, 3 s)."""
+    from tests.listen_queue import handshakes_while_not_accepting
+
+    server = LogServer("127.0.0.1", on_line=lambda line: None)
+    with server:
+        assert server._server is not None
+        server._server.shutdown()  # the serving loop stops; the socket still listens: only its queue takes them
+        assert handshakes_while_not_accepting(server.address, 64) == 64
