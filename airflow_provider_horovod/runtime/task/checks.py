@@ -28,23 +28,47 @@ def _host_of(address: str) -> str:
     return socket.gethostbyname(host.strip("[]"))
 
 
+def installed(module: str) -> bool:
+    """
+    Whether ``module`` (dotted names too) is installed for this interpreter, found on the import path without
+    importing anything. ``importlib.util.find_spec("torch.distributed")`` imports ``torch`` to find its submodule:
+    about 1.2 s of CPU in every barrier task's Python worker, before its rank (which imports torch itself) even
+    started, and 150 MB more per worker: at np=16 on 2 cores the ranks started 11 s after the call instead of at once
+    (``benchmarks/scale_launch.py``, docs/scale.md).
+
+    :param module: e.g. ``"torch.distributed"``.
+    """
+    import importlib.machinery
+    import importlib.util
+
+    parts = module.split(".")
+    try:
+        if module.rpartition(".")[0] in sys.modules:  # its package is imported already: nothing more gets imported
+            return importlib.util.find_spec(module) is not None
+        spec = importlib.util.find_spec(parts[0])  # a top-level name: looked up, not imported
+        for depth in range(2, len(parts) + 1):
+            if spec is None or spec.submodule_search_locations is None:
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(
+                ".".join(parts[:depth]), list(spec.submodule_search_locations)
+            )
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
+
+
 def _preflight(host: str, launcher_name: str = HOROVOD) -> None:
     """
-    Fail fast, naming the interpreter and host, when the executor's Python lacks what the job's ranks need.
+    Fail fast, naming the interpreter and host, when the executor's Python lacks what the job's ranks need (looked
+    up, not imported: :func:`installed`).
 
     :param host: this task's host, for the message; ``"the driver"`` for ranks on the driver (``np < 0``).
     :param launcher_name: the job's launcher (:data:`~airflow_provider_horovod.runtime.launchers.LAUNCHERS`).
-    :raises LaunchError: a module the launcher needs is not importable.
+    :raises LaunchError: a module the launcher needs is not installed.
     """
-    import importlib.util
-
     launcher = get_launcher(launcher_name)
     for module in launcher.required_modules:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ImportError:
-            found = False
-        if not found:
+        if not installed(module):
             hint = "cloudpickle" if module == "cloudpickle" else launcher.install_hint
             if host == "the driver":  # ranks on the driver run with the driver's own interpreter
                 whose, where, other = "the driver's", "", "or run the job from an interpreter that has it"

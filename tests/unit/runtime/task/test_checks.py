@@ -98,3 +98,22 @@ def test_ranks_on_a_driver_without_horovod_are_refused_naming_the_extra():
         f"driver's Python {sys.executable}: install it there (Horovod built with Gloo and "
         "PyTorch: pip install 'airflow-provider-horovod[horovod]'"
     ), proc.stdout
+
+
+def test_the_preflight_finds_a_launchers_modules_without_importing_them():
+    """``find_spec("torch.distributed")`` imports torch: 1.2 s of CPU in every barrier task's Python worker before its
+    rank started (the rank imports it anyway). The task's check looks the modules up on the path instead."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from airflow_provider_horovod.runtime.task.checks import _preflight, installed\n"
+        "_preflight('127.0.0.1', 'torch')\n"
+        "_preflight('127.0.0.1', 'horovod')\n"
+        "print(sorted(m for m in ('torch', 'horovod') if m in sys.modules))\n"
+        "print([installed(m) for m in ('torch.distributed', 'torch.no_such', 'no_such.sub', 'json.decoder')])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "[True, False, False, True]"]
