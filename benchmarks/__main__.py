@@ -54,7 +54,7 @@ FULL = {
         "b8": 280,
         "b9": 360,
         "b10": 480,
-        "b11": 720,
+        "b11": 1000,
         "b12": 240,
         "b13": 420,
     },
@@ -352,7 +352,20 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
         from benchmarks import scale_launch
 
         sizes = [int(n) for n in args.b11_sizes.split(",") if n.strip()]
-        section(results, "b11", lambda: scale_launch.run_b11(cfg["b11_reps"], budget["b11"], notes, log, sizes))
+        section(
+            results,
+            "b11",
+            lambda: scale_launch.run_b11(
+                cfg["b11_reps"],
+                budget["b11"],
+                notes,
+                log,
+                data_path=data_path,
+                build_model=build_model,
+                sizes=sizes,
+                batch_size=BATCH_SIZE,
+            ),
+        )
     if "b12" in only:
         from benchmarks import scale_sim
 

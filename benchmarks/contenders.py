@@ -225,7 +225,7 @@ def b3_contenders(data_path: str, build_model, batch_size: int, warmup: int, ste
     }
 
 
-# --- bare launchers (B3, B8) -----------------------------------------------------------------------------------
+# --- bare launchers (B3, B8, B11) ------------------------------------------------------------------------------
 
 BARE_MODULE = "benchmarks.bare_throughput"
 """Run as a module (``-m``): as a script, its folder would come first on ``sys.path``, and ``benchmarks/profile.py``
@@ -233,18 +233,23 @@ would shadow the standard library's ``profile`` (which torch imports)."""
 BARE_TIMEOUT_S = 300
 
 
-def bare_command(job: str) -> list[str]:
-    """The launcher's command line before the script: ``torchrun`` (``ddp``) or ``horovodrun`` (``hvd``), np=2."""
+def bare_command(job: str, np: int = 2) -> list[str]:
+    """
+    The launcher's command line before the script: ``torchrun`` (``ddp``) or ``horovodrun`` (``hvd``).
+
+    :param job: ``"ddp"`` or ``"hvd"``.
+    :param np: the number of ranks (``--nproc_per_node``, ``-np``); B3 and B8 use 2, B11 its sizes.
+    """
     bin_dir = os.path.dirname(PYTHON)
     if job == "ddp":
-        return [os.path.join(bin_dir, "torchrun"), "--standalone", "--nproc_per_node=2", "-m", BARE_MODULE]
+        return [os.path.join(bin_dir, "torchrun"), "--standalone", f"--nproc_per_node={np}", "-m", BARE_MODULE]
     return [
         os.path.join(bin_dir, "horovodrun"),
         "-np",
-        "2",
+        str(np),
         "--gloo",
         "-H",
-        "localhost:2",
+        f"localhost:{np}",
         "--network-interfaces",
         "lo",
         PYTHON,
@@ -253,15 +258,31 @@ def bare_command(job: str) -> list[str]:
     ]
 
 
-def run_bare(job: str, *, data_path: str, build_model=None, batch_size: int, warmup_steps: int, steps: int) -> dict:
+def run_bare(
+    job: str,
+    *,
+    data_path: str,
+    build_model=None,
+    batch_size: int,
+    warmup_steps: int,
+    steps: int,
+    np: int = 2,
+) -> dict:
     """
     The throughput job under a bare launcher (:data:`BARE_MODULE`, same function and model as in Spark); rank 0's
     result. ``build_model`` is unused (the script imports the example's own).
 
+    :param job: ``"ddp"`` (``torchrun``) or ``"hvd"`` (``horovodrun``).
+    :param data_path: the digits ``.npz``.
+    :param build_model: unused.
+    :param batch_size: each rank's batch.
+    :param warmup_steps: untimed steps per rank.
+    :param steps: timed steps per rank.
+    :param np: the number of ranks (B3 and B8: 2).
     :raises Unavailable: the launcher's executable is missing.
     :raises RuntimeError: the launcher failed (its output's tail in the message).
     """
-    cmd = bare_command(job)
+    cmd = bare_command(job, np)
     if not os.path.exists(cmd[0]):
         raise Unavailable(f"{cmd[0]} not found")
     with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp:

@@ -80,8 +80,50 @@ def b11_table(results: dict) -> list[str]:
     return lines
 
 
+def model_heading(model: dict) -> str:
+    """
+    The example model's leg in words: ``"the example model, DDP, W + N steps per rank"``.
+
+    :param model: ``results["b11"]["model"]``.
+    """
+    return f"the example model, DDP, {model['warmup_steps']} + {model['steps']} steps per rank"
+
+
+def b11_model_table(results: dict) -> list[str]:
+    """
+    B11's second Markdown table, the example model's leg (informational: the issue's goals are on the trivial
+    job): one row per np with ours' and bare torchrun's median seconds from the call to rank 0's result, ours /
+    bare torchrun, and the median samples/s each reported; ``[]`` where the leg did not run (an older result, or
+    B11 could not run at all).
+
+    :param results: the run's results dict.
+    """
+    b11 = results["b11"]
+    model = b11.get("model") if "error" not in b11 else None
+    if not model:
+        return []
+    quick = " (quick run)" if _few(results) else ""
+    lines = [
+        f"| np | ours | bare torchrun | ours / torchrun (informational, no goal){quick} | ours: samples/s | "
+        "bare torchrun: samples/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for np in b11["sizes"]:
+        ratio = model["ratios"][np]
+        rates = [model["samples_per_s"][name][np].median for name in (OURS, TORCHRUN)]
+        cells = [
+            str(np),
+            *(_median_cell(model["series"][name][np]) for name in (OURS, TORCHRUN)),
+            "-" if ratio is None else f"{ratio:.2f}x",
+            *("-" if rate is None else f"{rate:,.0f}" for rate in rates),
+        ]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return lines
+
+
 def _raw_lines(b11: dict) -> list[str]:
-    """Every sample, per np and launcher, in round order; and the driver side's numbers of both Spark launchers."""
+    """Every sample, per np and launcher, in round order; the driver side's numbers of both Spark launchers; and the
+    example model's samples (seconds and samples/s) where its leg ran."""
     out = ["Raw samples (seconds, in round order):", ""]
     for np in b11["sizes"]:
         parts = []
@@ -102,6 +144,21 @@ def _raw_lines(b11: dict) -> list[str]:
             )
             parts.append(f"{LABELS[name]} {values or 'none'}")
         out.append(f"- np={np}: " + "; ".join(parts))
+    model = b11.get("model")
+    if model:
+        out += ["", f"Raw samples of {model_heading(model)} (seconds, then samples/s, in round order):", ""]
+        for np in b11["sizes"]:
+            parts = []
+            for name in (OURS, TORCHRUN):
+                s = model["series"][name][np]
+                values = ", ".join(f"{v:.2f}" for v in s.samples) or "none"
+                rates = ", ".join(f"{v:,.0f}" for v in model["samples_per_s"][name][np].samples)
+                parts.append(
+                    f"{LABELS[name]} {values}"
+                    + (f" ({rates} samples/s)" if rates else "")
+                    + (f" ({s.reason})" if s.reason else "")
+                )
+            out.append(f"- np={np}: " + "; ".join(parts))
     return out
 
 
@@ -111,8 +168,8 @@ def _num(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
 
 def b11_section(results: dict, standalone_run: bool = False) -> list[str]:
     """
-    The B11 section, between :data:`B11_START` and :data:`B11_END`: what was measured and how, the table, every raw
-    sample, the load.
+    The B11 section, between :data:`B11_START` and :data:`B11_END`: what was measured and how, the table, the
+    example model's table (informational), every raw sample, the load.
 
     :param results: the run's results dict.
     :param standalone_run: the section is written into a page from an earlier full run (``--only b11``).
@@ -142,6 +199,24 @@ def b11_section(results: dict, standalone_run: bool = False) -> list[str]:
         *b11_table(results),
         "",
     ]
+    model = b11.get("model")
+    if model:
+        out += [
+            f"### B11, {model_heading(model)} (informational)",
+            "",
+            "Issue #38 asks for the curve of the example model too; its goals are judged on the trivial job above, "
+            "this table is informational (no verdict). At each np of each round, after the trivial job's three "
+            "launchers, ours and bare `torchrun --standalone --nproc_per_node=np -m benchmarks.bare_throughput` "
+            "(PySpark's `TorchDistributor` is left out: B8 compares it) run B8's job, `benchmarks.jobs."
+            f"ddp_train_throughput`: the example DAG's model with DDP (gloo), batch {model['batch_size']} per rank, "
+            f"{model['warmup_steps']} untimed then {model['steps']} timed steps per rank, one untimed warm-up of each "
+            f"at np={b11['sizes'][0]}. Seconds from the call to rank 0's result (launch, data load, training, "
+            "exit; medians), their ratio, and the global samples/s the job reports over its timed steps "
+            "(medians); rank 0's result must report samples/s above 0 and world size np.",
+            "",
+            *b11_model_table(results),
+            "",
+        ]
     for note in results.get("notes", []):
         if note.startswith("B11"):
             out += [f"Time budget: {note}.", ""]
@@ -155,7 +230,8 @@ def b11_section(results: dict, standalone_run: bool = False) -> list[str]:
 def b11_chart(results: dict, path: Path) -> str:
     """
     Draw B11's launch seconds against np for the three launchers (medians as lines, every sample as a dot; log2 x
-    axis) and the two ratios with their goals, to ``path`` (PNG).
+    axis) and the two ratios with their goals, to ``path`` (PNG); where the example model's leg ran, its seconds
+    for ours and bare torchrun and their ratio as dashed lines (samples as crosses).
 
     :param results: the run's results dict.
     :param path: where to write the PNG.
@@ -181,7 +257,32 @@ def b11_chart(results: dict, path: Path) -> str:
             left.plot(*zip(*measured, strict=True), marker="o", color=colors[name], label=LABELS[name])
         for np, s in points:
             left.scatter([np] * len(s.samples), s.samples, color="black", s=8, zorder=3)
-    left.set_title("B11: trivial np=N job, call -> rank-0 value (s, lower is better)", fontsize=9)
+    model = b11.get("model")
+    if model:
+        for name in (OURS, TORCHRUN):
+            points = [(np, model["series"][name][np]) for np in sizes]
+            measured = [(np, s.median) for np, s in points if s.median is not None]
+            if measured:
+                left.plot(
+                    *zip(*measured, strict=True),
+                    marker="s",
+                    linestyle="--",
+                    color=colors[name],
+                    label=f"{LABELS[name]}, example model",
+                )
+            for np, s in points:
+                left.scatter([np] * len(s.samples), s.samples, color="black", s=8, marker="x", zorder=3)
+        measured = [(np, model["ratios"][np]) for np in sizes if model["ratios"][np] is not None]
+        if measured:
+            right.plot(
+                *zip(*measured, strict=True),
+                marker="s",
+                linestyle="--",
+                color="#8172b2",
+                label="ours / bare torchrun, example model (no goal)",
+            )
+    title = "trivial np=N job (solid)" + (", example model (dashed)" if model else "")
+    left.set_title(f"B11: {title}, call -> rank-0 value (s, lower is better)", fontsize=9)
     left.set_ylabel("seconds")
     right.set_title("B11: ratios of medians (lower is better)", fontsize=9)
     for key, label, color in (

@@ -71,12 +71,28 @@ def rendezvous_lines(b12: dict) -> list[str]:
     )
     out = [
         f"Horovod's rendezvous store (task 0's, Horovod's Python HTTP server with this project's listen backlog) under "
-        f"Gloo's full-mesh requests, measured: {parts}."
+        f"Gloo's full-mesh requests (each rank: a PUT of its addresses, then for every peer a GET to wait for its key "
+        f"and a GET to read it; a new connection each), measured: {parts}."
     ]
+    slow = b12.get("rendezvous_backlog_5") or []
+    if slow:
+        ours = {m["size"]: m["seconds"] for m in measured}
+        out.append(
+            "The same requests against a store with Horovod's own listen backlog of 5 (before this project's): "
+            + ", ".join(
+                f"{m['size']} ranks {m['seconds']:.2f} s (against {ours[m['size']]:.2f} s"
+                + (f"; {m['resets']:,} connections reset and tried again" if m.get("resets") else "")
+                + ")"
+                for m in slow
+                if m["size"] in ours
+            )
+            + "."
+        )
     extrapolated = b12.get("rendezvous_extrapolated_s") or {}
     if extrapolated:
         out.append(
-            "Extrapolated at the largest size's rate (N^2 requests; the bytes, N^3, not counted, so a floor): "
+            "Extrapolated at the largest size's rate (N (1 + 2 (N - 1)) requests; the bytes, N^3, and the local and "
+            "cross meshes not counted, so a floor): "
             + ", ".join(
                 f"{int(n):,} ranks {s:,.0f} s" for n, s in sorted(extrapolated.items(), key=lambda kv: int(kv[0]))
             )
@@ -93,7 +109,7 @@ def b12_section(results: dict, standalone_run: bool = False) -> list[str]:
     :param standalone_run: the run measured B12 alone (``--only b12``): say when and where.
     """
     b12 = results["b12"]
-    out = [B12_START, "### B12: the driver side at up to 1,024 ranks, simulated", ""]
+    out = [B12_START, "## B12 the driver side at up to 1,024 ranks, simulated", ""]
     if standalone_run:
         out += [standalone_run_line(results, "b12"), ""]
     if "error" in b12:

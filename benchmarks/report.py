@@ -120,9 +120,13 @@ def console_table(results: dict) -> str:
 
         out += ["", "B10 a lost executor, restart within the try against an Airflow retry:", *b10_table(results)]
     if results.get("b11") is not None:
-        from benchmarks.pages_b11 import b11_table
+        from benchmarks.pages_b11 import b11_model_table, b11_table, model_heading
 
         out += ["", "B11 launch and run cost against the number of ranks:", *b11_table(results)]
+        model = b11_model_table(results)
+        if model:
+            heading = model_heading(results["b11"]["model"])
+            out += ["", f"B11 {heading} (informational, no goal):", *model]
     if results.get("b12") is not None:
         from benchmarks.pages_b12 import b12_table
 

@@ -9,6 +9,12 @@ job (gloo, one ``all_reduce`` of ones: rank 0 returns np) for three launchers si
 gives them). One untimed warm-up of each at the smallest np, then interleaved rounds (np ascending; the contenders'
 order rotating); medians of the rounds.
 
+The example model (issue #38: "the trivial allreduce job AND the example model"), informational: at each np of each
+round, after the trivial job's three launchers, ours and bare ``torchrun --standalone --nproc_per_node=np -m
+benchmarks.bare_throughput`` (not PySpark's: B8 compares it, and it takes over a minute at np=16) run B8's DDP
+training of the example model, :func:`benchmarks.jobs.ddp_train_throughput`, for :data:`MODEL_WARMUP_STEPS` +
+:data:`MODEL_STEPS` steps per rank: seconds from the call to rank 0's result, and the samples/s it reports.
+
 For the two Spark launchers the driver side's cost of each call is sampled too: this Python process (where an
 Airflow task would run the call) and the Spark driver JVM (in ``local[16]`` it hosts the executor's task threads as
 well): CPU seconds over the call, and peak RSS sampled every :data:`SAMPLE_S` by a small thread.
@@ -29,7 +35,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks import jobs
-from benchmarks.contenders import Series, Unavailable, _torch_distributor, run_ours_torch, run_torch_distributor, timed
+from benchmarks.contenders import (
+    Series,
+    Unavailable,
+    _torch_distributor,
+    run_bare,
+    run_ours_torch,
+    run_torch_distributor,
+    timed,
+)
 from benchmarks.env import PYTHON, bench_environ, spark_session
 
 SIZES = (2, 4, 8, 16)
@@ -47,6 +61,14 @@ SAMPLE_S = 0.15
 """The driver-side sampler's interval (seconds)."""
 CALL_TIMEOUT_S = 300
 """A call still running after this is cancelled (Spark: every job of the context; torchrun: killed) and fails."""
+MODEL_CONTENDERS = (OURS, TORCHRUN)
+"""The launchers of the example model's leg, in the order of the first round (each round starts one later)."""
+MODEL_BATCH_SIZE = 32
+"""Each rank's batch in the example model's leg: the example DAG's default, B8's."""
+MODEL_WARMUP_STEPS = 5
+"""The example model's untimed steps per rank (the first steps build DDP's buckets)."""
+MODEL_STEPS = 20
+"""The example model's timed steps per rank: at np=16 on 2 cores one call of each launcher stays under ~30 s."""
 
 TRIVIAL_SCRIPT = """\
 import json
@@ -209,6 +231,27 @@ def settle(max_s: float = SETTLE_MAX_S) -> float:
     return time.monotonic() - start
 
 
+def check_model_result(value: Any, np: int) -> float:
+    """
+    Rank 0's result of :func:`benchmarks.jobs.ddp_train_throughput` if sane: a dict with ``samples_per_s`` above 0,
+    and where it reports them, a world size of ``np`` and rank 0.
+
+    :param value: what the launcher returned.
+    :param np: the ranks asked for.
+    :return: its ``samples_per_s``.
+    :raises RuntimeError: anything else.
+    """
+    if not isinstance(value, dict) or not isinstance(value.get("samples_per_s"), int | float):
+        raise RuntimeError(f"rank 0 returned {value!r}, expected a dict with samples_per_s")
+    if not value["samples_per_s"] > 0:
+        raise RuntimeError(f"rank 0 reported samples_per_s={value['samples_per_s']!r}")
+    if value.get("size", np) != np:
+        raise RuntimeError(f"rank 0 reported world size {value['size']!r}, expected {np}")
+    if value.get("rank", 0) != 0:
+        raise RuntimeError(f"the result came from rank {value['rank']!r}, not rank 0")
+    return float(value["samples_per_s"])
+
+
 def _medians(series: dict[int, Series]) -> dict[int, float | None]:
     return {np: s.median for np, s in series.items()}
 
@@ -222,19 +265,28 @@ def run_b11(
     budget_s: float,
     notes: list[str],
     log: Callable[[str], None],
+    data_path: str,
+    build_model: Callable[[], Any],
     sizes: Sequence[int] = SIZES,
+    batch_size: int = MODEL_BATCH_SIZE,
 ) -> dict:
     """
-    B11: start a ``local[16]`` SparkSession, run one untimed warm-up of each launcher at the smallest np, then up to
-    ``reps`` rounds over ``sizes`` (np ascending, the launchers' order rotating), stop the session; return every raw
-    sample, the driver side's cost per call, the medians' ratios per np, the goals and the load.
+    B11: start a ``local[16]`` SparkSession, run one untimed warm-up of each launcher at the smallest np (the trivial
+    job's three, then the example model's two), then up to ``reps`` rounds over ``sizes`` (np ascending; at each np
+    the trivial job's launchers, then the example model's, each group's order rotating), stop the session; return
+    every raw sample, the driver side's cost per call, the medians' ratios per np, the goals and the load, and under
+    ``"model"`` the example model's leg (seconds and samples/s per call, the ratio of the medians' seconds).
 
     :param reps: rounds to run (at least one runs).
     :param budget_s: seconds (warm-up included) after which no further round starts: one starts only if it should
         end within the budget, judged by the previous round's duration.
     :param notes: where a cut round is noted (``"B11: ..."``).
     :param log: progress lines.
+    :param data_path: the digits ``.npz`` (:func:`benchmarks.env.prepare_digits`) the example model trains on.
+    :param build_model: the example model's ``build_model`` (:func:`benchmarks.env.load_example_model`); bare
+        torchrun's script imports the same one itself.
     :param sizes: the numbers of ranks, at most :data:`CORES`.
+    :param batch_size: each rank's batch in the example model's leg.
     :raises ValueError: a size above :data:`CORES` or below 1.
     :raises RuntimeError: a SparkSession of another master is already running.
     """
@@ -253,6 +305,9 @@ def run_b11(
         threads = conf.get("spark.executorEnv.OMP_NUM_THREADS") or conf.get("spark.task.cpus", "1")
         jvm = driver_jvm()
         series = {name: {np: Series() for np in sizes} for name in CONTENDERS}
+        model_series = {name: {np: Series() for np in sizes} for name in MODEL_CONTENDERS}
+        model_rates = {name: {np: Series() for np in sizes} for name in MODEL_CONTENDERS}
+        model_args = (data_path, build_model, batch_size, MODEL_WARMUP_STEPS, MODEL_STEPS)
         driver: dict[str, dict[int, list[dict]]] = {name: {np: [] for np in sizes} for name in (OURS, PYSPARK)}
 
         def call(name: str, np: int) -> tuple[float, Any, dict | None]:
@@ -271,38 +326,64 @@ def run_b11(
                 seconds, value = timed(lambda: run(jobs.torch_dist_trivial, np=np))
             return seconds, value, sampler.record()
 
-        def attempt(name: str, np: int, counted: bool) -> None:
-            s = series[name][np]
+        def call_model(name: str, np: int) -> tuple[float, Any]:
+            if name == TORCHRUN:
+                return timed(
+                    lambda: run_bare(
+                        "ddp",
+                        data_path=data_path,
+                        batch_size=batch_size,
+                        warmup_steps=MODEL_WARMUP_STEPS,
+                        steps=MODEL_STEPS,
+                        np=np,
+                    )
+                )
+            with _cancel_after(sc, CALL_TIMEOUT_S), contextlib.redirect_stdout(sys.stderr):
+                return timed(lambda: run_ours_torch(jobs.ddp_train_throughput, *model_args, np=np))
+
+        def attempt(name: str, np: int, counted: bool, model: bool = False) -> None:
+            leg = model_series if model else series
+            s = leg[name][np]
             if s.reason is not None:
                 return
+            label = f"B11 {name}{' example model' if model else ''} np={np}"
             settle()
+            rate, cost = None, None
             try:
-                seconds, value, cost = call(name, np)
-                if value != float(np):
-                    raise RuntimeError(f"rank 0 returned {value!r}, expected {float(np)!r}")
+                if model:
+                    seconds, value = call_model(name, np)
+                    rate = check_model_result(value, np)
+                else:
+                    seconds, value, cost = call(name, np)
+                    if value != float(np):
+                        raise RuntimeError(f"rank 0 returned {value!r}, expected {float(np)!r}")
             except Unavailable as err:  # the launcher cannot run at all: at no np
-                for other in series[name].values():
+                for other in leg[name].values():
                     other.reason = other.reason or str(err)
                 return
             except Exception as err:
                 s.reason = f"failed at np={np}: {type(err).__name__}: {_first_line(str(err))}"
-                log(f"B11 {name} np={np}: {s.reason}")
+                log(f"{label}: {s.reason}")
                 return
             if counted:
                 s.samples.append(seconds)
+                if rate is not None:
+                    model_rates[name][np].samples.append(rate)
                 if cost is not None:
                     driver[name][np].append(cost)
-            extra = ""
+            extra = "" if rate is None else f" ({rate:,.0f} samples/s)"
             if cost is not None:
                 extra = (
                     f" (python {cost['python_cpu_s']:.2f} CPU s, {cost['python_peak_rss_bytes'] / 2**20:.0f} MiB; "
                     f"JVM {_fmt(cost['jvm_cpu_s'])} CPU s, {_mib(cost['jvm_peak_rss_bytes'])} MiB)"
                 )
-            log(f"B11 {name} np={np}: {seconds:.2f} s{extra}{'' if counted else ' (warm-up, not counted)'}")
+            log(f"{label}: {seconds:.2f} s{extra}{'' if counted else ' (warm-up, not counted)'}")
 
         start = time.monotonic()
         for name in CONTENDERS:
             attempt(name, sizes[0], counted=False)
+        for name in MODEL_CONTENDERS:
+            attempt(name, sizes[0], counted=False, model=True)
         rounds, last_round = 0, 0.0
         for round_no in range(reps):
             if round_no >= 1 and time.monotonic() - start + last_round > budget_s:
@@ -316,12 +397,16 @@ def run_b11(
                 turn = (round_no + i) % len(CONTENDERS)
                 for name in CONTENDERS[turn:] + CONTENDERS[:turn]:
                     attempt(name, np, counted=True)
+                turn = (round_no + i) % len(MODEL_CONTENDERS)
+                for name in MODEL_CONTENDERS[turn:] + MODEL_CONTENDERS[:turn]:
+                    attempt(name, np, counted=True, model=True)
             rounds += 1
             last_round = time.monotonic() - round_start
             log(f"B11 round {round_no + 1} of {reps}: {last_round:.0f} s")
     finally:
         spark.stop()
     medians = {name: _medians(series[name]) for name in CONTENDERS}
+    model_medians = {name: _medians(model_series[name]) for name in MODEL_CONTENDERS}
     return {
         "sizes": list(sizes),
         "contenders": list(CONTENDERS),
@@ -343,6 +428,17 @@ def run_b11(
         "sample_s": SAMPLE_S,
         "load_start": load_start,
         "load_end": load_average(),
+        "model": {
+            "contenders": list(MODEL_CONTENDERS),
+            "series": model_series,
+            "samples_per_s": model_rates,
+            "medians": model_medians,
+            "samples_per_s_medians": {name: _medians(model_rates[name]) for name in MODEL_CONTENDERS},
+            "ratios": {np: _ratio(model_medians[OURS][np], model_medians[TORCHRUN][np]) for np in sizes},
+            "batch_size": batch_size,
+            "warmup_steps": MODEL_WARMUP_STEPS,
+            "steps": MODEL_STEPS,
+        },
     }
 
 

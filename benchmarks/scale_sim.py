@@ -54,6 +54,8 @@ STAND_IN_PROCESSES = 4
 RECORDS_PER_S = 2.0
 LINES_PER_S = 1.0
 RENDEZVOUS_SIZES = (16, 32, 64, 128)
+BACKLOG_SIZES = (16, 32)
+"""Sizes also run against a store with Horovod's own listen backlog (5), for the difference the backlog makes."""
 """Ranks for which Gloo's full-mesh requests are run against Horovod's store; larger sizes are extrapolated."""
 ADDRESS_BYTES = 48
 """Bytes per peer address in a rank's Gloo value (a ``sockaddr_storage``-sized entry and its sequence number)."""
@@ -313,10 +315,12 @@ def simulate(size: int, seconds: float, workdir: str, verbosity_all: bool = True
 
 def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> None:
     """
-    Gloo's full-mesh requests of ``ranks`` (of ``size``) against the store on ``port``, one thread per rank: PUT its
-    value (``size - 1`` addresses of :data:`ADDRESS_BYTES`) under ``global/<rank>``, then GET every other rank's,
-    a 404 (not put yet) retried after 10 ms, as Gloo's wait polls; a new connection per request, as Gloo's
-    ``HTTPStore`` makes. Writes ``out`` (JSON): requests, retries, bytes received.
+    Gloo's full-mesh requests of ``ranks`` (of ``size``) against the store on ``port``, one thread per rank, as
+    ``connectFullMesh`` makes them through Horovod's ``HTTPStore``: PUT its value (``size - 1`` addresses of
+    :data:`ADDRESS_BYTES`) under ``global/<rank>``, then for every other rank ``store.wait`` (a GET of the key, a 404
+    retried after 10 ms) and ``store.get`` (a GET); a new connection per request. The job's ``local_<host>`` and
+    ``cross_<n>`` meshes (on one host: another mesh of every rank, and single-rank ones) are not made: the global
+    mesh is the floor. Writes ``out`` (JSON): requests, retries, bytes received.
 
     :param port: the store's port on 127.0.0.1.
     :param size: the job's ranks.
@@ -329,14 +333,23 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
     counts = {"requests": 0, "bytes": 0, "retries": 0}
     lock = threading.Lock()
 
+    resets = 0
+
     def call(method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        try:
-            conn.request(method, path, body=body, headers={"Content-Length": str(len(body or b""))})
-            response = conn.getresponse()
-            return response.status, response.read()
-        finally:
-            conn.close()
+        nonlocal resets
+        for _ in range(20):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            try:
+                conn.request(method, path, body=body, headers={"Content-Length": str(len(body or b""))})
+                response = conn.getresponse()
+                return response.status, response.read()
+            except ConnectionError:  # a full listen queue (Horovod's backlog of 5) resets some connections
+                with lock:
+                    resets += 1
+                time.sleep(0.1)
+            finally:
+                conn.close()
+        raise ConnectionError(f"{method} {path}: reset 20 times")
 
     def rank_requests(rank: int) -> None:
         requests, got, retries = 1, 0, 0
@@ -344,7 +357,7 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
         for peer in range(size):
             if peer == rank:
                 continue
-            while True:
+            while True:  # store.wait({key}): Horovod's HTTPStore checks the key with a GET of it
                 status, data = call("GET", f"/global/{peer}")
                 requests += 1
                 if status == 200:
@@ -352,6 +365,9 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
                     break
                 retries += 1
                 time.sleep(0.01)  # Gloo's wait polls the store: the key is not there yet
+            status, data = call("GET", f"/global/{peer}")  # then store.get(key)
+            requests += 1
+            got += len(data)
         with lock:
             counts["requests"] += requests
             counts["bytes"] += got
@@ -362,10 +378,10 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
         w.start()
     for w in workers:
         w.join()
-    Path(out).write_text(json.dumps(counts))
+    Path(out).write_text(json.dumps({**counts, "resets": resets}))
 
 
-def rendezvous_full_mesh(size: int, workdir: str) -> dict[str, Any]:
+def rendezvous_full_mesh(size: int, workdir: str, backlog: int | None = None) -> dict[str, Any]:
     """
     Gloo's full-mesh connect of ``size`` ranks (:func:`rendezvous_clients`, in :data:`STAND_IN_PROCESSES` processes)
     against Horovod's store as task 0 runs it (:func:`~airflow_provider_horovod.runtime.task.rendezvous.
@@ -374,11 +390,18 @@ def rendezvous_full_mesh(size: int, workdir: str) -> dict[str, Any]:
 
     :param size: the ranks.
     :param workdir: where the clients' counts go.
+    :param backlog: the store's listen backlog for this run (``5``: Horovod's own, before this project set
+        :data:`~airflow_provider_horovod.runtime.task.rendezvous.LISTEN_BACKLOG`); ``None``: the project's.
     """
+    from airflow_provider_horovod.runtime.task import rendezvous
     from airflow_provider_horovod.runtime.task.plan import local_plan
-    from airflow_provider_horovod.runtime.task.rendezvous import _start_rendezvous, _stop_rendezvous
 
-    server, port = _start_rendezvous(local_plan(size))
+    ours = rendezvous.LISTEN_BACKLOG
+    rendezvous.LISTEN_BACKLOG = ours if backlog is None else backlog
+    try:
+        server, port = rendezvous._start_rendezvous(local_plan(size))
+    finally:
+        rendezvous.LISTEN_BACKLOG = ours  # read once, when the store's class is made
     groups = [list(range(size))[i::STAND_IN_PROCESSES] for i in range(min(STAND_IN_PROCESSES, size))]
     outs = [str(Path(workdir) / f"rendezvous-{size}-{n}.json") for n in range(len(groups))]
     try:
@@ -390,12 +413,18 @@ def rendezvous_full_mesh(size: int, workdir: str) -> dict[str, Any]:
         codes = [p.wait(timeout=600) for p in procs]
         seconds = time.perf_counter() - start
     finally:
-        _stop_rendezvous(server)
+        rendezvous._stop_rendezvous(server)
     if any(codes):
         raise RuntimeError(f"rendezvous client processes exited with {codes}")
     counts = [json.loads(Path(o).read_text()) for o in outs]
-    total = {k: sum(c[k] for c in counts) for k in ("requests", "bytes", "retries")}
-    return {"size": size, "seconds": seconds, **total, "requests_per_s": total["requests"] / seconds}
+    total = {k: sum(c[k] for c in counts) for k in ("requests", "bytes", "retries", "resets")}
+    return {
+        "size": size,
+        "seconds": seconds,
+        **total,
+        "requests_per_s": total["requests"] / seconds,
+        "backlog": backlog,
+    }
 
 
 def _stand_in_process(spec: dict[str, Any]) -> subprocess.Popen:
@@ -415,14 +444,15 @@ def _stand_in_process(spec: dict[str, Any]) -> subprocess.Popen:
 def extrapolate_rendezvous(measured: list[dict[str, Any]], sizes: Sequence[int]) -> dict[int, float]:
     """
     Seconds of Gloo's full-mesh requests at ``sizes``, from the measured rate at the largest measured size:
-    ``N^2`` requests at that rate (the bytes grow as ``N^3``; not counted, so this is a floor).
+    ``N (1 + 2 (N - 1))`` requests (a PUT, then a wait and a get per peer) at that rate (the bytes grow as ``N^3``;
+    not counted, so this is a floor).
 
     :param measured: :func:`rendezvous_full_mesh` results.
     :param sizes: ranks to extrapolate to.
     """
     largest = max(measured, key=lambda m: m["size"])
     rate = largest["requests_per_s"]
-    return {n: (n + n * (n - 1)) / rate for n in sizes}
+    return {n: n * (1 + 2 * (n - 1)) / rate for n in sizes}
 
 
 def plan_seconds(size: int) -> float:
@@ -481,6 +511,10 @@ def run_b12(
             log(
                 f"B12 rendezvous {size} ranks: {measured['seconds']:.2f} s, {measured['requests_per_s']:.0f} requests/s"
             )
+        # the listen backlog's part: the same requests against a store with Horovod's own backlog of 5
+        out["rendezvous_backlog_5"] = [rendezvous_full_mesh(size, workdir, backlog=5) for size in BACKLOG_SIZES]
+        for m in out["rendezvous_backlog_5"]:
+            log(f"B12 rendezvous {m['size']} ranks, backlog 5: {m['seconds']:.2f} s")
     if out["rendezvous"]:
         out["rendezvous_extrapolated_s"] = extrapolate_rendezvous(out["rendezvous"], (256, 512, 1024))
     out["load_end"] = os.getloadavg()

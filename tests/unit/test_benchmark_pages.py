@@ -90,7 +90,8 @@ def test_the_b10_section_judges_the_ratio_the_work_lost_and_the_spot_run():
 
 def _b11_results(ours_s: float, rounds: int = 3) -> dict:
     """A B11 result at np=2 and np=16: bare torchrun 2 s / 8 s, PySpark's 10 s / 40 s, ours ``ours_s`` at np=2 and
-    failed at np=16; bare torchrun never ran at np=16."""
+    failed at np=16; bare torchrun never ran at np=16. The example model: ours 6 s (3,000 samples/s) and 24 s
+    (2,500 samples/s), bare torchrun 4 s (3,200 samples/s) at np=2 and failed at np=16."""
     from benchmarks.contenders import Series
     from benchmarks.scale_launch import OURS, PYSPARK, TORCHRUN
 
@@ -120,6 +121,21 @@ def _b11_results(ours_s: float, rounds: int = 3) -> dict:
         "sample_s": 0.15,
         "load_start": [1.5, 1.0, 0.5],
         "load_end": [3.3, 2.0, 1.0],
+        "model": {
+            "contenders": [OURS, TORCHRUN],
+            "series": {
+                OURS: {2: Series([6.0] * rounds), 16: Series([24.0] * rounds)},
+                TORCHRUN: {2: Series([4.0] * rounds), 16: Series(reason="failed at np=16: RuntimeError: torchrun x|y")},
+            },
+            "samples_per_s": {
+                OURS: {2: Series([3000.0] * rounds), 16: Series([2500.0] * rounds)},
+                TORCHRUN: {2: Series([3200.0] * rounds), 16: Series()},
+            },
+            "ratios": {2: 1.5, 16: None},
+            "batch_size": 32,
+            "warmup_steps": 5,
+            "steps": 20,
+        },
     }
     return results
 
@@ -209,6 +225,7 @@ def test_the_b12_section_judges_cores_lag_and_loss_at_each_size():
             "load_end": (1.5, 0.9, 0.5),
             "rendezvous": [{"size": 64, "seconds": 5.0, "requests": 4096, "requests_per_s": 819.2}],
             "rendezvous_extrapolated_s": {"1024": 1281.2},
+            "rendezvous_backlog_5": [{"size": 64, "seconds": 9.5}],
         },
     }
     table = b12_table(results)
@@ -219,6 +236,62 @@ def test_the_b12_section_judges_cores_lag_and_loss_at_each_size():
     results["meta"] = {"date": "2026-12-07", "versions": {}, "load_start": (0.5, 0.4, 0.3), "cores": 2}
     results["config"]["mode"] = "full"
     text = "\n".join(b12_section(results, standalone_run=True))
-    assert "--only b12" in text and "4,096 requests" in text and "1,024 ranks 1,281 s" in text
+    assert "--only b12" in text and "4,096 requests" in text
+    assert "64 ranks 9.50 s (against 5.00 s)" in text and "1,024 ranks 1,281 s" in text
     results["b12"]["sizes"][64]["driver_cores"] = 1.2  # more than a core
     assert b12_table(results)[2].rstrip(" |").endswith("missed")
+
+
+def test_the_b11_section_shows_the_example_models_leg_without_a_verdict():
+    from benchmarks.pages_b11 import b11_model_table, b11_section
+    from benchmarks.report import console_table
+
+    results = _b11_results(2.1)
+    table = b11_model_table(results)
+    assert "informational, no goal" in table[0], table[0]
+    rows = {ln.split(" | ")[0].lstrip("| "): [c.strip() for c in ln.strip("|").split(" | ")] for ln in table[2:]}
+    assert rows["2"] == ["2", "6.00 s", "4.00 s", "1.50x", "3,000", "3,200"], rows
+    assert rows["16"] == [
+        "16",
+        "24.00 s",
+        "could not run: failed at np=16: RuntimeError: torchrun x\\|y",  # a "|" in the reason is escaped
+        "-",
+        "2,500",
+        "-",
+    ], rows
+    assert not any("met" in ln or "missed" in ln for ln in table), table
+
+    lines = b11_section(results)
+    assert "### B11, the example model, DDP, 5 + 20 steps per rank (informational)" in lines, lines
+    assert lines.index(table[0]) > lines.index(next(ln for ln in lines if ln.startswith("| np | ours | bare")))
+    assert (
+        "- np=2: ours 6.00, 6.00, 6.00 (3,000, 3,000, 3,000 samples/s); "
+        "bare torchrun 4.00, 4.00, 4.00 (3,200, 3,200, 3,200 samples/s)"
+    ) in lines, lines
+    assert "- np=16: ours 24.00, 24.00, 24.00 (2,500, 2,500, 2,500 samples/s); bare torchrun none " in "\n".join(lines)
+
+    printed = console_table(results)
+    assert "B11 the example model, DDP, 5 + 20 steps per rank (informational, no goal):" in printed
+    assert "| 2 | 6.00 s | 4.00 s | 1.50x | 3,000 | 3,200 |" in printed
+
+    del results["b11"]["model"]  # a result from before the leg existed: no second table
+    assert b11_model_table(results) == []
+    assert not any(ln.startswith("### B11") for ln in b11_section(results))
+
+
+def test_b11_accepts_only_a_sane_example_model_result():
+    import pytest
+
+    from benchmarks.scale_launch import check_model_result
+
+    assert check_model_result({"samples_per_s": 1234.5, "size": 4, "rank": 0}, 4) == 1234.5
+    assert check_model_result({"samples_per_s": 10}, 16) == 10.0  # no size reported: not checked
+    for bad, match in (
+        ({"samples_per_s": 0.0, "size": 4}, "samples_per_s=0.0"),
+        ({"samples_per_s": 100.0, "size": 2}, "world size 2, expected 4"),
+        ({"samples_per_s": 100.0, "size": 4, "rank": 3}, "rank 3"),
+        (4.0, "expected a dict"),
+        ({"size": 4}, "expected a dict"),
+    ):
+        with pytest.raises(RuntimeError, match=match):
+            check_model_result(bad, 4)

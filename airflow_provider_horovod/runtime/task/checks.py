@@ -33,8 +33,8 @@ def installed(module: str) -> bool:
     Whether ``module`` (dotted names too) is installed for this interpreter, found on the import path without
     importing anything. ``importlib.util.find_spec("torch.distributed")`` imports ``torch`` to find its submodule:
     about 1.2 s of CPU in every barrier task's Python worker, before its rank (which imports torch itself) even
-    started, and 150 MB more per worker: at np=16 on 2 cores the ranks started 11 s after the call instead of at once
-    (``benchmarks/scale_launch.py``, docs/scale.md).
+    started, and 200 MB more per worker (250 MB against 54): at np=16 on 2 cores the ranks of a job on fresh workers
+    started 11 s after the call instead of 2 s (docs/scale.md).
 
     :param module: e.g. ``"torch.distributed"``.
     """
