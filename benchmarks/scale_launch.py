@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 from benchmarks import jobs
 from benchmarks.contenders import (
@@ -45,6 +45,7 @@ from benchmarks.contenders import (
     timed,
 )
 from benchmarks.env import PYTHON, bench_environ, spark_session
+from benchmarks.sampling import Sampler
 
 SIZES = (2, 4, 8, 16)
 """The numbers of ranks measured."""
@@ -90,7 +91,7 @@ if rank == 0:
 ``argv[1]``."""
 
 
-class DriverSampler:
+class DriverSampler(Sampler):
     """
     The driver side's cost of one call: CPU seconds (user + system, all threads) of this process and of the Spark
     driver JVM over the call, and their peak RSS sampled every :data:`SAMPLE_S` s by a thread.
@@ -101,10 +102,9 @@ class DriverSampler:
     def __init__(self, jvm) -> None:
         import psutil
 
+        super().__init__(SAMPLE_S, name="b11-driver-sampler")
         self._me = psutil.Process(os.getpid())
         self._jvm = jvm
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="b11-driver-sampler", daemon=True)
         self.peak_rss = {"python": 0, "jvm": 0}
         self.samples = 0
 
@@ -128,20 +128,12 @@ class DriverSampler:
                 pass
         self.samples += 1
 
-    def _loop(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            self._sample()
-
-    def __enter__(self) -> DriverSampler:
+    def __enter__(self) -> Self:
         self._cpu0 = (self._cpu_s(self._me), self._cpu_s(self._jvm))
-        self._sample()
-        self._thread.start()
-        return self
+        return super().__enter__()
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
+        super().__exit__(*exc)
         self._cpu1 = (self._cpu_s(self._me), self._cpu_s(self._jvm))
 
     def record(self) -> dict:

@@ -47,6 +47,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sampling import Sampler
+
 SIZES = (64, 256, 1024)
 """The simulated jobs' numbers of ranks."""
 STAND_IN_PROCESSES = 4
@@ -157,37 +159,21 @@ def stand_ins(
 # --- the driver side ------------------------------------------------------------------------------------------
 
 
-class _Sampler:
+class _Sampler(Sampler):
     """This process's CPU seconds, RSS and threads every ``interval_s`` (psutil), from a thread."""
 
     def __init__(self, interval_s: float = 0.2) -> None:
         import psutil
 
+        super().__init__(interval_s, name="b12-driver-sampler")
         self._proc = psutil.Process()
-        self._interval_s = interval_s
-        self._stop = threading.Event()
         self.samples: list[tuple[float, float, int, int]] = []  # (monotonic, cpu seconds, rss bytes, threads)
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
         cpu = self._proc.cpu_times()
         self.samples.append(
             (time.monotonic(), cpu.user + cpu.system, self._proc.memory_info().rss, self._proc.num_threads())
         )
-
-    def _run(self) -> None:
-        self._sample()
-        while not self._stop.wait(self._interval_s):
-            self._sample()
-
-    def __enter__(self) -> _Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
 
     def cores(self, start: float, end: float) -> float | None:
         """CPU seconds per second between two monotonic times (the samples nearest inside them)."""
