@@ -72,7 +72,8 @@ def rendezvous_lines(b12: dict) -> list[str]:
     out = [
         f"Horovod's rendezvous store (task 0's, Horovod's Python HTTP server with this project's listen backlog) under "
         f"Gloo's full-mesh requests (each rank: a PUT of its addresses, then for every peer a GET to wait for its key "
-        f"and a GET to read it; a new connection each), measured: {parts}."
+        f'and a GET to read it; a new connection each; then its "done" report), measured: {parts}.'
+        + ("" if all(m.get("all_done", True) for m in measured) else " Task 0 did NOT learn of every rank's exit.")
     ]
     slow = b12.get("rendezvous_backlog_5") or []
     if slow:

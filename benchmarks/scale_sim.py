@@ -306,7 +306,8 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
     :data:`ADDRESS_BYTES`) under ``global/<rank>``, then for every other rank ``store.wait`` (a GET of the key, a 404
     retried after 10 ms) and ``store.get`` (a GET); a new connection per request. The job's ``local_<host>`` and
     ``cross_<n>`` meshes (on one host: another mesh of every rank, and single-rank ones) are not made: the global
-    mesh is the floor. Writes ``out`` (JSON): requests, retries, bytes received.
+    mesh is the floor. Then each rank's "done" report (the real ``_report_done``), as a rank's task makes it when the
+    rank exited. Writes ``out`` (JSON): requests, retries, bytes received.
 
     :param port: the store's port on 127.0.0.1.
     :param size: the job's ranks.
@@ -314,6 +315,8 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
     :param out: where the counts go.
     """
     import http.client
+
+    from airflow_provider_horovod.runtime.task.rendezvous import _report_done
 
     value = b"a" * (ADDRESS_BYTES * (size - 1))
     counts = {"requests": 0, "bytes": 0, "retries": 0}
@@ -354,8 +357,9 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
             status, data = call("GET", f"/global/{peer}")  # then store.get(key)
             requests += 1
             got += len(data)
+        _report_done("127.0.0.1", port, rank)  # the rank exited: the real "done" report task 0 waits for
         with lock:
-            counts["requests"] += requests
+            counts["requests"] += requests + 1
             counts["bytes"] += got
             counts["retries"] += retries
 
@@ -398,6 +402,7 @@ def rendezvous_full_mesh(size: int, workdir: str, backlog: int | None = None) ->
         ]
         codes = [p.wait(timeout=600) for p in procs]
         seconds = time.perf_counter() - start
+        all_done = server.ranks_done.wait_for(range(size), timeout_s=10)  # task 0 learnt of every rank's exit
     finally:
         rendezvous._stop_rendezvous(server)
     if any(codes):
@@ -410,6 +415,7 @@ def rendezvous_full_mesh(size: int, workdir: str, backlog: int | None = None) ->
         **total,
         "requests_per_s": total["requests"] / seconds,
         "backlog": backlog,
+        "all_done": all_done,
     }
 
 
