@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.contenders import Series, Unavailable
+from benchmarks.contenders import Series, Unavailable, first_line
 from benchmarks.env import REPO, setup_environ
 
 FULL = {
@@ -146,7 +146,7 @@ def interleave(
             except Unavailable as err:
                 series.reason = str(err)
             except Exception as err:
-                series.reason = f"failed: {type(err).__name__}: {_first_line(str(err))}"
+                series.reason = f"failed: {type(err).__name__}: {first_line(str(err))}"
                 traceback.print_exc()
             else:
                 if round_no >= 0:
@@ -156,11 +156,6 @@ def interleave(
     return out
 
 
-def _first_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[0][:300] if lines else ""
-
-
 def section(results: dict, key: str, fn: Callable[[], object]) -> None:
     """Run one benchmark; an unexpected failure is recorded as the section's reason instead of ending the run."""
     start = time.perf_counter()
@@ -168,7 +163,7 @@ def section(results: dict, key: str, fn: Callable[[], object]) -> None:
         results[key] = fn()
     except Exception as err:
         traceback.print_exc()
-        results[key] = {"error": f"{type(err).__name__}: {_first_line(str(err))}"}
+        results[key] = {"error": f"{type(err).__name__}: {first_line(str(err))}"}
     log(f"{key} done in {time.perf_counter() - start:.0f} s")
 
 
@@ -250,7 +245,7 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
                     try:
                         out["launchers"][launcher] = profile.probe(launcher)
                     except Exception as err:
-                        out["launchers"][launcher] = {"error": f"{type(err).__name__}: {_first_line(str(err))}"}
+                        out["launchers"][launcher] = {"error": f"{type(err).__name__}: {first_line(str(err))}"}
                 return out
 
             section(results, "b1_profile", breakdown)
@@ -288,7 +283,7 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
                     try:
                         out[launcher] = profile.probe(launcher)
                     except Exception as err:
-                        out[launcher] = {"error": f"{type(err).__name__}: {_first_line(str(err))}"}
+                        out[launcher] = {"error": f"{type(err).__name__}: {first_line(str(err))}"}
                 return {"launchers": out}
 
             section(results, "b7_profile", b7_breakdown)

@@ -59,6 +59,16 @@ def _torch_distributor():
     return TorchDistributor
 
 
+def first_line(text: str) -> str:
+    """
+    The first non-blank line of ``text``, stripped and cut at 300 characters: a failure's reason in a table cell.
+
+    :param text: e.g. an exception's message.
+    """
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     """Wall seconds of ``fn()`` and its value."""
     start = time.perf_counter()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from datetime import datetime
 
-from benchmarks.pages_b5 import standalone_run_line
+from benchmarks.pages_b5 import section_opening
 from benchmarks.rows import seconds as _s
 
 B10_START = "<!-- B10 section: written by benchmarks (python -m benchmarks --only b10 rewrites it alone) -->"
@@ -71,9 +71,8 @@ def b10_section(results: dict, standalone_run: bool = False) -> list[str]:
     :param standalone_run: the section is written into a page from an earlier full run (``--only b10``).
     """
     b10 = results["b10"]
-    out = [B10_START, "## B10 a lost executor: restart within the try against an Airflow retry", ""]
-    if standalone_run:
-        out += [standalone_run_line(results, "b10"), ""]
+    heading = "## B10 a lost executor: restart within the try against an Airflow retry"
+    out = section_opening(B10_START, heading, results, "b10", standalone_run)
     out += [
         "The training, cluster, checkpoint interval and kill of B9, on both paths in each round: the job run again as "
         "soon as the first try failed (an Airflow retry with `retry_delay=0`), and the same try restarting the barrier "

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.pages_b5 import standalone_run_line
+from benchmarks.pages_b5 import section_opening
+from benchmarks.rows import markdown_row, mib, verdict
 from benchmarks.rows import seconds as _s
-from benchmarks.scale_launch import OURS, PYSPARK, TORCHRUN, driver_medians
+from benchmarks.scale_launch import OURS, PYSPARK, TORCHRUN, driver_medians, num
 
 B11_START = "<!-- B11 section: written by benchmarks (python -m benchmarks --only b11 rewrites it alone) -->"
 B11_END = "<!-- end of the B11 section -->"
@@ -29,17 +30,8 @@ def _median_cell(series) -> str:
 
 
 def _verdict(ratio: float | None, goal: float, quick: str) -> str:
-    if ratio is None:
-        return "not measured"
-    return ("met" if ratio <= goal else "missed") + quick
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:,.0f} MiB"
-
-
-def _cpu(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} s"
+    said = verdict(ratio, goal, at_most=True)
+    return said if ratio is None else said + quick
 
 
 def b11_table(results: dict) -> list[str]:
@@ -71,12 +63,12 @@ def b11_table(results: dict) -> list[str]:
             _verdict(ratios["vs_torchrun"], goals["vs_torchrun"], quick),
             "-" if ratios["vs_torch_distributor"] is None else f"{ratios['vs_torch_distributor']:.2f}x",
             _verdict(ratios["vs_torch_distributor"], goals["vs_torch_distributor"], quick),
-            _cpu(cost["python_cpu_s"]),
-            _mib(cost["python_peak_rss_bytes"]),
-            _cpu(cost["jvm_cpu_s"]),
-            _mib(cost["jvm_peak_rss_bytes"]),
+            _s(cost["python_cpu_s"]),
+            mib(cost["python_peak_rss_bytes"]),
+            _s(cost["jvm_cpu_s"]),
+            mib(cost["jvm_peak_rss_bytes"]),
         ]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines.append(markdown_row(cells))
     return lines
 
 
@@ -117,7 +109,7 @@ def b11_model_table(results: dict) -> list[str]:
             "-" if ratio is None else f"{ratio:.2f}x",
             *("-" if rate is None else f"{rate:,.0f}" for rate in rates),
         ]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines.append(markdown_row(cells))
     return lines
 
 
@@ -138,8 +130,8 @@ def _raw_lines(b11: dict) -> list[str]:
         for name in (OURS, PYSPARK):
             calls = b11["driver"][name][np]
             values = ", ".join(
-                f"{_num(c['python_cpu_s'])}/{_num(c['python_peak_rss_bytes'], 2**20, 0)}/"
-                f"{_num(c['jvm_cpu_s'])}/{_num(c['jvm_peak_rss_bytes'], 2**20, 0)}"
+                f"{num(c['python_cpu_s'])}/{num(c['python_peak_rss_bytes'], 2**20, 0)}/"
+                f"{num(c['jvm_cpu_s'])}/{num(c['jvm_peak_rss_bytes'], 2**20, 0)}"
                 for c in calls
             )
             parts.append(f"{LABELS[name]} {values or 'none'}")
@@ -162,10 +154,6 @@ def _raw_lines(b11: dict) -> list[str]:
     return out
 
 
-def _num(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
-    return "-" if value is None else f"{value / scale:.{digits}f}"
-
-
 def b11_section(results: dict, standalone_run: bool = False) -> list[str]:
     """
     The B11 section, between :data:`B11_START` and :data:`B11_END`: what was measured and how, the table, the
@@ -175,9 +163,8 @@ def b11_section(results: dict, standalone_run: bool = False) -> list[str]:
     :param standalone_run: the section is written into a page from an earlier full run (``--only b11``).
     """
     b11 = results["b11"]
-    out = [B11_START, "## B11 launch and run cost against the number of ranks", ""]
-    if standalone_run:
-        out += [standalone_run_line(results, "b11"), ""]
+    heading = "## B11 launch and run cost against the number of ranks"
+    out = section_opening(B11_START, heading, results, "b11", standalone_run)
     if "error" in b11:
         return out + [*b11_table(results), "", B11_END]
     out += [

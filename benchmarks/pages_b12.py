@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import statistics
 
-from benchmarks.pages_b5 import standalone_run_line
+from benchmarks.pages_b5 import section_opening
+from benchmarks.rows import mib
 
 B12_START = "<!-- B12 section: written by benchmarks (python -m benchmarks --only b12 rewrites it alone) -->"
 B12_END = "<!-- end of the B12 section -->"
@@ -53,7 +54,7 @@ def b12_table(results: dict) -> list[str]:
         )
         median_lag = f"{statistics.median(r['lags_s']):.2f} s" if r["lags_s"] else "-"
         lines.append(
-            f"| {size:,} | {'-' if cores is None else f'{cores:.2f}'} | {r['driver_peak_rss'] / 2**20:,.0f} MiB | "
+            f"| {size:,} | {'-' if cores is None else f'{cores:.2f}'} | {mib(r['driver_peak_rss'])} | "
             f"{r['driver_threads']:,} | {median_lag} / {'-' if lag is None else f'{lag:.2f} s'} | {_lost(r)} | "
             f"{r['files'].get('progress.json', 0) / 1024:,.0f} KiB | {'met' if ok else 'missed'} |"
         )
@@ -110,9 +111,8 @@ def b12_section(results: dict, standalone_run: bool = False) -> list[str]:
     :param standalone_run: the run measured B12 alone (``--only b12``): say when and where.
     """
     b12 = results["b12"]
-    out = [B12_START, "## B12 the driver side at up to 1,024 ranks, simulated", ""]
-    if standalone_run:
-        out += [standalone_run_line(results, "b12"), ""]
+    heading = "## B12 the driver side at up to 1,024 ranks, simulated"
+    out = section_opening(B12_START, heading, results, "b12", standalone_run)
     if "error" in b12:
         return out + b12_table(results) + ["", B12_END]
     out += [

@@ -57,6 +57,23 @@ def standalone_run_line(results: dict, name: str) -> str:
     )
 
 
+def section_opening(start_mark: str, heading: str, results: dict, name: str, standalone_run: bool) -> list[str]:
+    """
+    The first lines of a benchmark's own section: its start marker, its heading and, for a section written alone
+    into a page from an earlier run, :func:`standalone_run_line`.
+
+    :param start_mark: the section's start marker.
+    :param heading: its ``## ...`` heading.
+    :param results: the run's results dict.
+    :param name: the benchmark, e.g. ``"b5"``.
+    :param standalone_run: the run measured this benchmark alone (``--only <name>``).
+    """
+    out = [start_mark, heading, ""]
+    if standalone_run:
+        out += [standalone_run_line(results, name), ""]
+    return out
+
+
 def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
     """
     The B5 section, between :data:`B5_START` and :data:`B5_END`: table, where the time goes, reading, method.
@@ -68,9 +85,7 @@ def b5_section(results: dict, standalone_run: bool = False) -> list[str]:
     from benchmarks.queueing import GOAL_S, PHASES, phases
 
     b5 = results["b5"]
-    out = [B5_START, "## B5 queueing on a busy cluster", ""]
-    if standalone_run:
-        out += [standalone_run_line(results, "b5"), ""]
+    out = section_opening(B5_START, "## B5 queueing on a busy cluster", results, "b5", standalone_run)
     out += [
         "Time from one np=4 job freeing its task slots to the next, waiting, np=4 job's ranks starting, on a "
         "Spark standalone cluster of 2 workers x 2 cores (127.0.0.1) whose 4 slots the first job holds. Goal: "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 
-from benchmarks.pages_b5 import standalone_run_line
+from benchmarks.pages_b5 import section_opening
 from benchmarks.rows import seconds as _s
 
 B9_START = "<!-- B9 section: written by benchmarks (python -m benchmarks --only b9 rewrites it alone) -->"
@@ -62,9 +62,7 @@ def b9_section(results: dict, standalone_run: bool = False) -> list[str]:
         states its own date, machine load and versions.
     """
     b9 = results["b9"]
-    out = [B9_START, "## B9 work lost per fault", ""]
-    if standalone_run:
-        out += [standalone_run_line(results, "b9"), ""]
+    out = section_opening(B9_START, "## B9 work lost per fault", results, "b9", standalone_run)
     out += [
         "An executor JVM holding one rank of an np=2 training is SIGKILLed in the last step before a checkpoint "
         "is due (the worst place; when the harness is slow the kill lands just after that checkpoint and the round "

@@ -13,7 +13,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from benchmarks.rows import rows
+from benchmarks.rows import markdown_row, rows
 
 RERUN = (
     ".venv/bin/python -m benchmarks            # full run (< 15 min on 2 cores, plus ~6 min for B7+B8, ~9 for "
@@ -137,7 +137,7 @@ def console_table(results: dict) -> str:
 def markdown_table(results: dict) -> str:
     table = rows(results)
     out = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    out += ["| " + " | ".join(r[k].replace("|", "\\|") for k, _ in COLUMNS) + " |" for r in table]
+    out += [markdown_row([r[k] for k, _ in COLUMNS]) for r in table]
     return "\n".join(out)
 
 
@@ -167,10 +167,11 @@ def write_results(results: dict, docs: Path) -> tuple[Path, str]:
     if sections:
         for name in sections:
             md = write_section(results, docs, name)
-        return md, f"unchanged ({', '.join(s.upper() for s in sections)} only)" + _b11_chart(results, docs)
-    if pages_partial.is_partial(results) and (docs / "benchmarks.md").exists():
-        return write_partial(results, docs), "unchanged (partial run)" + _b11_chart(results, docs)
-    md, note = write(results, docs)
+        note = f"unchanged ({', '.join(s.upper() for s in sections)} only)"
+    elif pages_partial.is_partial(results) and (docs / "benchmarks.md").exists():
+        md, note = write_partial(results, docs), "unchanged (partial run)"
+    else:
+        md, note = write(results, docs)
     return md, note + _b11_chart(results, docs)
 
 

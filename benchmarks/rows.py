@@ -37,15 +37,33 @@ def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
+def mib(value: float | None) -> str:
+    """
+    ``1,234 MiB`` from bytes, or ``-`` when not measured.
+
+    :param value: bytes, or ``None``.
+    """
+    return "-" if value is None else f"{value / 2**20:,.0f} MiB"
+
+
+def markdown_row(cells: list[str]) -> str:
+    """
+    One Markdown table row of ``cells``, a ``|`` inside a cell escaped.
+
+    :param cells: the cells' texts.
+    """
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
     if unit == "s":
-        return f"{value:.2f} s"
+        return seconds(value)
     if unit == "samples/s":
         return f"{value:,.0f} samples/s"
     if unit == "MiB":
-        return f"{value / 2**20:,.0f} MiB"
+        return mib(value)
     return f"{value:.3g} {unit}"
 
 
@@ -55,7 +73,14 @@ def _samples(series, unit: str) -> str:
     return ", ".join(f"{v:.2f}" for v in series.samples)
 
 
-def _verdict(ratio: float | None, target: float, at_most: bool) -> str:
+def verdict(ratio: float | None, target: float, at_most: bool) -> str:
+    """
+    ``met`` or ``missed`` against ``target``, or ``not measured``.
+
+    :param ratio: the measured ratio, or ``None``.
+    :param target: the goal.
+    :param at_most: the goal is a ceiling (``<=``), else a floor (``>=``).
+    """
     if ratio is None:
         return "not measured"
     ok = ratio <= target if at_most else ratio >= target
@@ -118,7 +143,7 @@ def rows(results: dict) -> list[dict]:
                 _samples(s, "s"),
                 f"ours/this = {ratio:.3f}x" if ratio else "",
                 f"<= {B1_TARGET}x",
-                _verdict(ratio, B1_TARGET, True),
+                verdict(ratio, B1_TARGET, True),
             )
         parts = [b1["floor: fresh import"], b1["floor: empty barrier job"]]
         for name, s in zip(("floor: fresh import torch+horovod.torch", "floor: empty barrier job"), parts, strict=True):
@@ -132,7 +157,7 @@ def rows(results: dict) -> list[dict]:
                 "",
                 f"ours/floor = {ours / floor:.2f}x" if ours else "",
                 f"<= {B1_FLOOR_TARGET}x",
-                _verdict(ours / floor if ours else None, B1_FLOOR_TARGET, True),
+                verdict(ours / floor if ours else None, B1_FLOOR_TARGET, True),
             )
 
     if not add_error("B2 operator", "b2"):
@@ -146,7 +171,7 @@ def rows(results: dict) -> list[dict]:
             _samples(op, "s"),
             f"operator/hand = {ratio:.3f}x" if ratio else "",
             f"<= {B2_TARGET}x",
-            _verdict(ratio, B2_TARGET, True),
+            verdict(ratio, B2_TARGET, True),
         )
         add(
             "B2 operator",
@@ -180,7 +205,7 @@ def rows(results: dict) -> list[dict]:
                 _samples(execute, "s"),
                 f"task/hand = {net:.3f}x",
                 f"<= {B2_TARGET}x",
-                _verdict(net, B2_TARGET, True),
+                verdict(net, B2_TARGET, True),
             )
 
     if not add_error("B3 throughput", "b3"):
@@ -195,7 +220,7 @@ def rows(results: dict) -> list[dict]:
             _samples(theirs, "samples/s"),
             f"ours/this = {ratio:.3f}x" if ratio else "",
             f">= {B3_TARGET}x",
-            _verdict(ratio, B3_TARGET, False),
+            verdict(ratio, B3_TARGET, False),
         )
         bare = b3.get("bare horovodrun -np 2 --gloo")
         if bare is not None:
@@ -207,7 +232,7 @@ def rows(results: dict) -> list[dict]:
                 _samples(bare, "samples/s"),
                 f"ours/this = {ratio:.3f}x" if ratio else "",
                 f">= {B3_BARE_TARGET}x",
-                _verdict(ratio, B3_BARE_TARGET, False),
+                verdict(ratio, B3_BARE_TARGET, False),
             )
         reporting = b3.get("ours np=2, report() every step")
         if reporting is not None:
@@ -219,7 +244,7 @@ def rows(results: dict) -> list[dict]:
                 _samples(reporting, "samples/s"),
                 f"with/without = {ratio:.3f}x" if ratio else "",
                 f">= {B3_REPORT_TARGET:.3f}x",
-                _verdict(ratio, B3_REPORT_TARGET, False),
+                verdict(ratio, B3_REPORT_TARGET, False),
             )
         scale = ours.median / one.median if ours.median and one.median else None
         add(
@@ -248,7 +273,7 @@ def rows(results: dict) -> list[dict]:
             _samples(s, "s"),
             f"ours/this = {ratio:.3f}x" if ratio else "",
             f"<= {B7_TARGET}x",
-            _verdict(ratio, B7_TARGET, True),
+            verdict(ratio, B7_TARGET, True),
         )
         parts = [b7["floor: fresh import"], b7["floor: empty barrier job"]]
         for name, s in zip(
@@ -264,7 +289,7 @@ def rows(results: dict) -> list[dict]:
                 "",
                 f"ours/floor = {ours / floor:.2f}x" if ours else "",
                 f"<= {B7_FLOOR_TARGET}x",
-                _verdict(ours / floor if ours else None, B7_FLOOR_TARGET, True),
+                verdict(ours / floor if ours else None, B7_FLOOR_TARGET, True),
             )
 
     if results.get("b8") is not None and not add_error("B8 DDP throughput", "b8"):
@@ -289,7 +314,7 @@ def rows(results: dict) -> list[dict]:
                 _samples(s, "samples/s"),
                 f"ours/this = {ratio:.3f}x" if ratio else "",
                 f">= {target}x",
-                _verdict(ratio, target, False),
+                verdict(ratio, target, False),
             )
         hvd = b8["ours Horovod (HorovodRunner)"]
         ratio = ours.median / hvd.median if ours.median and hvd.median else None
@@ -318,7 +343,7 @@ def rows(results: dict) -> list[dict]:
             _samples(bare, "samples/s"),
             f"ours/this = {ratio:.3f}x" if ratio else "",
             f">= {B13_TARGET}x",
-            _verdict(ratio, B13_TARGET, False),
+            verdict(ratio, B13_TARGET, False),
         )
         ratio = ours.median / off.median if ours.median and off.median else None
         add(
@@ -328,7 +353,7 @@ def rows(results: dict) -> list[dict]:
             _samples(off, "samples/s"),
             f"with/without = {ratio:.3f}x" if ratio else "",
             f">= {B13_PROGRESS_TARGET}x",
-            _verdict(ratio, B13_PROGRESS_TARGET, False),
+            verdict(ratio, B13_PROGRESS_TARGET, False),
         )
 
     if not add_error("B4 memory", "b4"):
@@ -351,7 +376,7 @@ def rows(results: dict) -> list[dict]:
                 f"{b4['noop_samples']} samples",
                 f"operator - no-op = {above:+.0f} MiB",
                 f"<= +{B4_ABOVE_NOOP_MIB} MiB",
-                _verdict(above, B4_ABOVE_NOOP_MIB, True),
+                verdict(above, B4_ABOVE_NOOP_MIB, True),
             )
         add("B4 memory", f"{label}: spark-submit JVM peak RSS", _fmt(peak["jvm"], "MiB"))
         add("B4 memory", f"{label}: Spark Python workers + ranks peak RSS (context)", _fmt(peak["spark_python"], "MiB"))

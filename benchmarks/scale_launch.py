@@ -39,6 +39,7 @@ from benchmarks.contenders import (
     Series,
     Unavailable,
     _torch_distributor,
+    first_line,
     run_bare,
     run_ours_torch,
     run_torch_distributor,
@@ -354,7 +355,7 @@ def run_b11(
                     other.reason = other.reason or str(err)
                 return
             except Exception as err:
-                s.reason = f"failed at np={np}: {type(err).__name__}: {_first_line(str(err))}"
+                s.reason = f"failed at np={np}: {type(err).__name__}: {first_line(str(err))}"
                 log(f"{label}: {s.reason}")
                 return
             if counted:
@@ -367,7 +368,7 @@ def run_b11(
             if cost is not None:
                 extra = (
                     f" (python {cost['python_cpu_s']:.2f} CPU s, {cost['python_peak_rss_bytes'] / 2**20:.0f} MiB; "
-                    f"JVM {_fmt(cost['jvm_cpu_s'])} CPU s, {_mib(cost['jvm_peak_rss_bytes'])} MiB)"
+                    f"JVM {num(cost['jvm_cpu_s'])} CPU s, {num(cost['jvm_peak_rss_bytes'], 2**20, 0)} MiB)"
                 )
             log(f"{label}: {seconds:.2f} s{extra}{'' if counted else ' (warm-up, not counted)'}")
 
@@ -449,14 +450,12 @@ def driver_medians(calls: list[dict]) -> dict[str, float | None]:
     return out
 
 
-def _first_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[0][:300] if lines else ""
+def num(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
+    """
+    ``value / scale`` with ``digits`` decimals, or ``-`` when not measured (``num(rss, 2**20, 0)``: MiB).
 
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.0f}"
+    :param value: the number, or ``None``.
+    :param scale: what to divide it by.
+    :param digits: decimals.
+    """
+    return "-" if value is None else f"{value / scale:.{digits}f}"

@@ -56,11 +56,16 @@ STAND_IN_PROCESSES = 4
 RECORDS_PER_S = 2.0
 LINES_PER_S = 1.0
 RENDEZVOUS_SIZES = (16, 32, 64, 128)
+"""Ranks for which Gloo's full-mesh requests are run against Horovod's store; larger sizes are extrapolated."""
 BACKLOG_SIZES = (16, 32)
 """Sizes also run against a store with Horovod's own listen backlog (5), for the difference the backlog makes."""
-"""Ranks for which Gloo's full-mesh requests are run against Horovod's store; larger sizes are extrapolated."""
 ADDRESS_BYTES = 48
 """Bytes per peer address in a rank's Gloo value (a ``sockaddr_storage``-sized entry and its sequence number)."""
+
+
+def _groups(size: int) -> list[list[int]]:
+    """The ranks of a ``size``-rank job dealt over :data:`STAND_IN_PROCESSES` processes (fewer for a small job)."""
+    return [list(range(size))[i::STAND_IN_PROCESSES] for i in range(min(STAND_IN_PROCESSES, size))]
 
 
 # --- the stand-in ranks (a process of their own: ``python -m benchmarks.scale_sim stand-ins ...``) ---------------
@@ -226,8 +231,7 @@ def simulate(size: int, seconds: float, workdir: str, verbosity_all: bool = True
                 stream.write(line + "\n")
 
             with LogServer("127.0.0.1", on_line=on_line, on_metrics=collector.add, on_heartbeat=watch.record) as logs:
-                groups = [list(range(size))[i::STAND_IN_PROCESSES] for i in range(min(STAND_IN_PROCESSES, size))]
-                for n, ranks in enumerate(groups):
+                for n, ranks in enumerate(_groups(size)):
                     out = str(Path(workdir) / f"stand-ins-{size}-{n}.json")
                     outs.append(out)
                     spec = {
@@ -319,13 +323,10 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
     from airflow_provider_horovod.runtime.task.rendezvous import _report_done
 
     value = b"a" * (ADDRESS_BYTES * (size - 1))
-    counts = {"requests": 0, "bytes": 0, "retries": 0}
+    counts = {"requests": 0, "bytes": 0, "retries": 0, "resets": 0}
     lock = threading.Lock()
 
-    resets = 0
-
     def call(method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        nonlocal resets
         for _ in range(20):
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
             try:
@@ -334,7 +335,7 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
                 return response.status, response.read()
             except ConnectionError:  # a full listen queue (Horovod's backlog of 5) resets some connections
                 with lock:
-                    resets += 1
+                    counts["resets"] += 1
                 time.sleep(0.1)
             finally:
                 conn.close()
@@ -368,7 +369,7 @@ def rendezvous_clients(port: int, size: int, ranks: Sequence[int], out: str) -> 
         w.start()
     for w in workers:
         w.join()
-    Path(out).write_text(json.dumps({**counts, "resets": resets}))
+    Path(out).write_text(json.dumps(counts))
 
 
 def rendezvous_full_mesh(size: int, workdir: str, backlog: int | None = None) -> dict[str, Any]:
@@ -392,7 +393,7 @@ def rendezvous_full_mesh(size: int, workdir: str, backlog: int | None = None) ->
         server, port = rendezvous._start_rendezvous(local_plan(size))
     finally:
         rendezvous.LISTEN_BACKLOG = ours  # read once, when the store's class is made
-    groups = [list(range(size))[i::STAND_IN_PROCESSES] for i in range(min(STAND_IN_PROCESSES, size))]
+    groups = _groups(size)
     outs = [str(Path(workdir) / f"rendezvous-{size}-{n}.json") for n in range(len(groups))]
     try:
         start = time.perf_counter()
