@@ -45,15 +45,18 @@ SPOT_KILLS = (KILL_AT, KILL_AT + 3 * INTERVAL, KILL_AT + 6 * INTERVAL)
 """The spot simulation's kills: after these steps (13, 28, 43 of 60), each in the step before a checkpoint is due."""
 
 
-def in_job_run(master: str, work: Path, kills: Sequence[int], log: Callable[[str], None]) -> dict:
+def in_job_run(master: str, work: Path, kills: Sequence[int], log: Callable[[str], None], cores_max: int = 2) -> dict:
     """
     One try with ``max_restarts=len(kills)``; rank 1's executor SIGKILLed once attempt ``i`` has recorded step
     ``kills[i]``. Returns the kills' timeline and the try's outcome.
+
+    :param cores_max: the application's ``spark.cores.max`` (executors of one core): 2, one per rank, so a restart
+        waits for a replacement executor; 3 keeps a spare one.
     """
     record = work / "steps.jsonl"
     script = work / "try.py"
     script.write_text(SCRIPT)  # B9's training script, with max_restarts
-    job = Job(script, try_arguments(master, work, 1, max_restarts=len(kills)), bench_environ())
+    job = Job(script, try_arguments(master, work, 1, max_restarts=len(kills), cores_max=cores_max), bench_environ())
     try:
         _, app_line = job.wait_for("TRY APP", timeout_s=TRY_TIMEOUT_S)
         app = app_line.split()[-1]
@@ -87,7 +90,10 @@ def in_job_run(master: str, work: Path, kills: Sequence[int], log: Callable[[str
         trained = [r["step"] for r in records if r["attempt"] == i]
         after = [r for r in records if r["attempt"] == i + 1]
         restart = value["restarts"][i]
+        waited = "task slots available after waiting"  # the driver's line once the replacement executor's slot came
+        slots = [t for t, _, line in job.lines if t > kill["killed_at"] and waited in line]
         kill.update(
+            slots_s=slots[0] - kill["killed_at"] if slots else None,
             last_step=max(trained),
             resumed_from=after[0]["step"] - 1,
             lost_steps=max(trained) - (after[0]["step"] - 1),
@@ -118,6 +124,7 @@ def run_b10(reps: int, budget_s: float, notes: list[str], log: Callable[[str], N
                 {
                     "retry_s": retry["to_retry_step_s"],
                     "in_job_s": kill["to_first_step_s"],
+                    "in_job_slots_s": kill["slots_s"],
                     "ratio": kill["to_first_step_s"] / retry["to_retry_step_s"],
                     "in_job_lost_intervals": kill["lost_steps"] / INTERVAL,
                     "retry_lost_intervals": retry["lost_intervals"],
@@ -127,10 +134,13 @@ def run_b10(reps: int, budget_s: float, notes: list[str], log: Callable[[str], N
             log(f"B10 round {i}: {json.dumps(run.results[-1])}")
         (run.work / "spot").mkdir()  # the spot simulation always runs, after the budgeted rounds
         spot = in_job_run(run.cluster.master_url, run.work / "spot", SPOT_KILLS, log)
+        (run.work / "spare").mkdir()  # informational: the same restart when the application keeps a spare executor
+        (spare,) = in_job_run(run.cluster.master_url, run.work / "spare", [KILL_AT], log, cores_max=3)["timeline"]
     rounds = run.results
     return {
         "rounds": rounds,
         "spot": spot,
+        "spare": spare,
         **HARNESS,
         "ratio_goal": RATIO_GOAL,
         "lost_goal": LOST_GOAL,

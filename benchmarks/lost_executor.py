@@ -45,10 +45,10 @@ SCRIPT = r"""
 import json, os, sys, time
 from pyspark.sql import SparkSession
 
-master, ckpt, record, try_no, steps, interval, step_s, max_restarts = sys.argv[1:9]
+master, ckpt, record, try_no, steps, interval, step_s, max_restarts, cores_max = sys.argv[1:10]
 spark = (SparkSession.builder.master(master).appName(f"lost-executor-try-{try_no}")
          .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.ui.showConsoleProgress", "false").config("spark.cores.max", "2")
+         .config("spark.ui.showConsoleProgress", "false").config("spark.cores.max", cores_max)
          .config("spark.executor.cores", "1").config("spark.executor.memory", "512m")
          .config("spark.executorEnv.PYTHONUNBUFFERED", "1").getOrCreate())
 spark.sparkContext.setLogLevel("WARN")
@@ -177,10 +177,16 @@ def one_round(master: str, work: Path, log) -> dict:
     }
 
 
-def try_arguments(master: str, work: Path, try_no: int, max_restarts: int) -> list[str]:
-    """:data:`SCRIPT`'s command line: a try of the training, its checkpoints and step record in ``work``."""
+def try_arguments(master: str, work: Path, try_no: int, max_restarts: int, cores_max: int = 2) -> list[str]:
+    """
+    :data:`SCRIPT`'s command line: a try of the training, its checkpoints and step record in ``work``; the
+    application may hold ``cores_max`` executors of one core (2: one per rank, no spare).
+    """
     ckpt, record = work / "checkpoints", work / "steps.jsonl"
-    return [master, str(ckpt), str(record), str(try_no), str(STEPS), str(INTERVAL), str(STEP_S), str(max_restarts)]
+    return [
+        *(master, str(ckpt), str(record), str(try_no), str(STEPS), str(INTERVAL), str(STEP_S), str(max_restarts)),
+        str(cores_max),
+    ]
 
 
 def _outcome(job: Job, timeout_s: float = TRY_TIMEOUT_S) -> tuple[float, str]:

@@ -238,3 +238,45 @@ def test_a_second_job_resumes_from_the_first_one_s_latest_checkpoint(spark, tmp_
     assert result == {"first_steps": [5, 5], "w": [12.0, 12.0], "try_number": 2}
     out = capfd.readouterr().out
     assert "[rank 0] airflow-provider-horovod: resuming from checkpoint step 4 (try 2), saved by try 1" in out
+
+
+def _connect_and_wait(address, token, rows):
+    import time
+
+    from airflow_provider_horovod.runtime.wire.logs import LogClient
+
+    client = LogClient(address, token)
+    client.send("started")  # what a barrier task's first heartbeat does
+    time.sleep(4)  # the task runs on: the driver must stop asking for offer rounds meanwhile
+    client.close()
+    yield 1
+
+
+def test_offers_are_renewed_only_until_a_task_of_the_stage_has_started(spark):
+    """The driver asks Spark for fresh offer rounds while its barrier stage waits to be launched, and stops as soon as
+    a task of it has connected to the job's log channel (not for the whole job)."""
+    import functools
+
+    from airflow_provider_horovod.runtime.driver.slots import offers_renewed
+    from airflow_provider_horovod.runtime.wire.logs import LogServer
+
+    with LogServer("127.0.0.1", on_line=lambda line: None) as logs:
+        task = functools.partial(_connect_and_wait, logs.address, logs.token)
+        with offers_renewed(spark.sparkContext, lambda: logs.accepted > 0, poll_s=0.1) as rounds:
+            assert spark.sparkContext.parallelize(range(2), 2).barrier().mapPartitions(task).collect() == [1, 1]
+    assert logs.accepted == 2
+    assert rounds.launched
+    assert rounds.asked < 30  # the tasks ran 4 s after connecting: asking all along would be 40 rounds
+
+
+def test_renewing_offers_ends_with_the_body_when_no_stage_comes(spark):
+    from airflow_provider_horovod.runtime.driver.slots import offers_renewed
+
+    with offers_renewed(spark.sparkContext, lambda: False, poll_s=0.05) as rounds:
+        deadline = time.monotonic() + 10  # the body: no stage is ever submitted
+        while rounds.asked < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # polls the count, bounded
+        ended = time.monotonic()
+    assert rounds.asked >= 3  # it keeps asking while no task has started ...
+    assert time.monotonic() - ended < 1  # ... and ends with the body
+    assert not rounds.launched

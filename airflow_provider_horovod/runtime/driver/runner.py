@@ -22,6 +22,7 @@ from airflow_provider_horovod.runtime.driver.slots import (
     LOG_PREFIX,
     local_master_slots,
     not_enough_slots,
+    offers_renewed,
     own_slots,
     wait_for_slots,
 )
@@ -264,7 +265,7 @@ class BarrierRunner:
                     replace=lambda executor: sc._jsc.sc().killAndReplaceExecutor(executor),
                 )
             try:
-                with watchdog or contextlib.nullcontext():
+                with watchdog or contextlib.nullcontext(), offers_renewed(sc, lambda: logs.accepted > 0):
                     results = rdd.collect()
             except KeyboardInterrupt:
                 sc.cancelJobGroup(group)

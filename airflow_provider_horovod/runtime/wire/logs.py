@@ -15,6 +15,7 @@ import contextlib
 import hmac
 import json
 import secrets
+import select
 import socket
 import socketserver
 import struct
@@ -101,6 +102,8 @@ class LogServer:
         self._thread: threading.Thread | None = None
         self.failures: list[dict] = []
         """Failure reports sent by tasks (complete once the server is closed)."""
+        self.accepted = 0
+        """Connections accepted so far (a barrier task connects as it starts)."""
 
     def _opened(self, sock: socket.socket, reported: bool | None) -> None:
         """A task's connection opened (``False``), sent its failure report (``True``), or closed (``None``)."""
@@ -108,6 +111,7 @@ class LogServer:
             if reported is None:
                 self._open.pop(sock, None)
             else:
+                self.accepted += sock not in self._open
                 self._open[sock] = reported
             self._open_changed.notify_all()
 
@@ -290,6 +294,30 @@ class LogClient:
                 self._broken = True
                 return False
             return True
+
+    def wait_closed(self, timeout_s: float) -> bool:
+        """
+        Wait until the driver closes this connection (its :class:`LogServer` does so once the stage has failed and
+        this task has reported: its report is its last word), at most ``timeout_s`` seconds. The server never writes
+        to a task, so the connection becoming readable means it was closed.
+
+        A bystander task uses it to end as soon as the driver knows the stage failed, instead of waiting for Spark to
+        kill it: Spark's executor notices a killed Python task by polling every 2 s and then waits
+        ``spark.python.task.killTimeout`` (2 s) before destroying the worker, while the slot it holds is what a
+        restart of the job waits for.
+
+        :param timeout_s: seconds to wait at most.
+        :return: ``True`` when the driver closed the connection (or it broke), ``False`` when ``timeout_s`` passed
+            first or there is no connection to watch.
+        """
+        sock = self._sock
+        if sock is None or self._broken:
+            return False
+        try:
+            readable, _, _ = select.select([sock], [], [], timeout_s)
+        except (OSError, ValueError):  # closed meanwhile by this client
+            return False
+        return bool(readable)
 
     def close(self) -> None:
         """Flush and close the connection."""

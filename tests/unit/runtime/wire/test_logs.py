@@ -153,3 +153,38 @@ def test_tasks_connecting_at_once_are_queued_not_dropped():
         assert server._server is not None
         server._server.shutdown()  # the serving loop stops; the socket still listens: only its queue takes them
         assert handshakes_while_not_accepting(server.address, 64) == 64
+
+
+def test_a_bystander_that_reported_learns_the_stage_failed_when_the_driver_closes_its_channel():
+    """A task whose rank failed only because another did waits, after its report, until the driver closes its
+    connection (the failed stage's drain), not for Spark to kill it seconds later: it gives the slot a restart waits
+    for back at once. While the stage has not failed (the server still serving), the wait runs out instead."""
+    import threading
+    import time
+
+    server = LogServer("127.0.0.1", on_line=lambda line: None)
+    server.__enter__()
+    bystander = LogClient(server.address, server.token)
+    try:
+        assert bystander.report_failure({"rank": 0, "exc_type": "HorovodInternalError", "exc_message": "shut down"})
+        started = time.monotonic()
+        assert bystander.wait_closed(0.3) is False  # the stage has not failed: nobody closes the channel
+        assert time.monotonic() - started >= 0.25
+        server.drain_timeout_s = 10.0  # the stage failed: closing cuts the connections of tasks that reported
+        closing = threading.Timer(0.2, server.__exit__, args=(None, None, None))
+        closing.start()
+        started = time.monotonic()
+        assert bystander.wait_closed(10.0) is True
+        assert time.monotonic() - started < 5
+        closing.join()
+    finally:
+        bystander.close()
+        if server._thread is not None and server._thread.is_alive():
+            server.__exit__(None, None, None)
+    assert [f["rank"] for f in server.failures] == [0]
+    assert server.accepted == 1  # counted where it was accepted (complete once the server is closed)
+
+
+def test_waiting_for_the_close_without_a_connection_returns_at_once():
+    client = LogClient(("127.0.0.1", 9), "token", connect_timeout_s=0.5)  # never connected: nothing to watch
+    assert client.wait_closed(30.0) is False
