@@ -92,6 +92,10 @@ def main() -> None:
         }
         with open(os.path.join(args.out_dir, RESULT), "w") as f:
             json.dump(result, f)
+    if torch.distributed.is_initialized():
+        # torch's advice for every script: a process exiting with its process group alive may abort at exit
+        # ("terminate called without an active exception"), which failed one bare torchrun run of B13
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
