@@ -15,7 +15,7 @@ import contextlib
 import hmac
 import json
 import secrets
-import select
+import selectors
 import socket
 import socketserver
 import struct
@@ -314,10 +314,11 @@ class LogClient:
         if sock is None or self._broken:
             return False
         try:
-            readable, _, _ = select.select([sock], [], [], timeout_s)
+            with selectors.DefaultSelector() as selector:  # epoll/kqueue: no limit on the descriptor's number
+                selector.register(sock, selectors.EVENT_READ)
+                return bool(selector.select(timeout_s))
         except (OSError, ValueError):  # closed meanwhile by this client
             return False
-        return bool(readable)
 
     def close(self) -> None:
         """Flush and close the connection."""
