@@ -206,8 +206,8 @@ def wait_for_slots(
 
 
 OFFER_RENEWAL_BOUND_S = 30.0
-"""How long :func:`offers_renewed` keeps offering the slots again at most, seconds (Spark's own barrier check, at the
-provider's 5 s x 6, gives up on missing slots within the same time)."""
+"""How long :func:`offers_renewed` asks for offer rounds at most, seconds: a stage not launched by then waits for
+Spark's own periodic rounds."""
 
 
 @dataclasses.dataclass
@@ -236,7 +236,8 @@ def offers_renewed(sc: Any, started: Callable[[], bool], poll_s: float = POLL_IN
     the job's log channel" (with its first heartbeat, as it starts).
 
     :param sc: the ``SparkContext`` (classic, on the driver).
-    :param started: whether a task of the stage has started (called from this context's thread).
+    :param started: whether a task of the stage has started (called from a thread of this context's own). A wrong
+        ``True`` only ends the renewal early (Spark's periodic rounds remain); a late one costs a few cheap rounds.
     :param poll_s: seconds between two offer rounds.
     :return: a context whose value counts the rounds (:class:`OfferRounds`), complete once it has exited.
     """

@@ -255,13 +255,12 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
                 if err.is_secondary:
                     # This rank failed because another one did (Horovod shut it down). That rank's task, or
                     # Spark's own reason for losing it, should abort the stage and be what the user reads;
-                    # this task waits until the driver, knowing the stage failed, closes its channel (a bounded
-                    # grace without one). Spark would kill it only 2-4 s after the abort, holding the slot a
-                    # restart of the job waits for.
-                    if reported and client is not None:
-                        client.wait_closed(FAILURE_GRACE_S)
-                    else:
-                        time.sleep(FAILURE_GRACE_S)
+                    # this task waits until the driver, knowing the stage failed, closes its channel, within a
+                    # bounded grace (all of it without a channel to watch). Spark would kill it only 2-4 s after
+                    # the abort, holding the slot a restart of the job waits for.
+                    grace_ends = time.monotonic() + FAILURE_GRACE_S
+                    if not (reported and client is not None and client.wait_closed(FAILURE_GRACE_S)):
+                        time.sleep(max(0.0, grace_ends - time.monotonic()))
                 if not reported:
                     err.args = (f"{err}\n{err.marker()}",)
                 raise err

@@ -103,7 +103,8 @@ class LogServer:
         self.failures: list[dict] = []
         """Failure reports sent by tasks (complete once the server is closed)."""
         self.accepted = 0
-        """Connections accepted so far (a barrier task connects as it starts)."""
+        """Connections that presented the job's token so far (a barrier task connects with its first heartbeat, as
+        it starts)."""
 
     def _opened(self, sock: socket.socket, reported: bool | None) -> None:
         """A task's connection opened (``False``), sent its failure report (``True``), or closed (``None``)."""
@@ -111,7 +112,6 @@ class LogServer:
             if reported is None:
                 self._open.pop(sock, None)
             else:
-                self.accepted += sock not in self._open
                 self._open[sock] = reported
             self._open_changed.notify_all()
 
@@ -137,6 +137,8 @@ class LogServer:
                     first = _read_frame(sock)
                     if first is None or not hmac.compare_digest(first, token):
                         return  # not one of this job's tasks
+                    with owner._open_changed:
+                        owner.accepted += 1
                     self._receive(sock)
                 finally:
                     owner._opened(sock, reported=None)
@@ -297,9 +299,10 @@ class LogClient:
 
     def wait_closed(self, timeout_s: float) -> bool:
         """
-        Wait until the driver closes this connection (its :class:`LogServer` does so once the stage has failed and
-        this task has reported: its report is its last word), at most ``timeout_s`` seconds. The server never writes
-        to a task, so the connection becoming readable means it was closed.
+        Wait until the driver closes this connection, at most ``timeout_s`` seconds. Once the stage has failed, its
+        :class:`LogServer` closes the connections of tasks that reported (a report is a task's last word) as soon as
+        every connected task has reported, or after its drain timeout. The server never writes to a task, so the
+        connection becoming readable means it was closed (or reset).
 
         A bystander task uses it to end as soon as the driver knows the stage failed, instead of waiting for Spark to
         kill it: Spark's executor notices a killed Python task by polling every 2 s and then waits
@@ -307,8 +310,8 @@ class LogClient:
         restart of the job waits for.
 
         :param timeout_s: seconds to wait at most.
-        :return: ``True`` when the driver closed the connection (or it broke), ``False`` when ``timeout_s`` passed
-            first or there is no connection to watch.
+        :return: ``True`` when the driver closed (or reset) the connection; ``False`` when ``timeout_s`` passed
+            first, and at once when there is no open connection to watch.
         """
         sock = self._sock
         if sock is None or self._broken:
