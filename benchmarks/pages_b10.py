@@ -45,7 +45,7 @@ def b10_table(results: dict) -> list[str]:
         row("kill -> first step after it, in-job restart (`max_restarts=1`)", "in_job_s", _s),
         *(
             [row("of which: kill -> the replacement executor's slot (in-job)", "in_job_slots_s", _s)]
-            if all(r.get("in_job_slots_s") is not None for r in rounds)
+            if _slots_timed(rounds)
             else []
         ),
         row(
@@ -87,6 +87,11 @@ def b10_table(results: dict) -> list[str]:
     ]
 
 
+def _slots_timed(rounds: list[dict]) -> bool:
+    """Whether every round timed its restart's wait for a slot (runs from before that was measured did not)."""
+    return all(r.get("in_job_slots_s") is not None for r in rounds)
+
+
 def _spare(spare: dict) -> str:
     """The spare-executor round's time to its first step, or why it has none."""
     if "error" in spare:
@@ -103,7 +108,7 @@ def where_the_time_goes(b10: dict) -> list[str]:
     :param b10: the B10 results.
     """
     rounds = b10["rounds"]
-    if not all(r.get("in_job_slots_s") is not None for r in rounds):
+    if not _slots_timed(rounds):
         return []
     slot = statistics.median(r["in_job_slots_s"] for r in rounds)
     rest = statistics.median(r["in_job_s"] - r["in_job_slots_s"] for r in rounds)

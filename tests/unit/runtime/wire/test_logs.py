@@ -182,7 +182,7 @@ def test_a_bystander_that_reported_learns_the_stage_failed_when_the_driver_close
         if server._thread is not None and server._thread.is_alive():
             server.__exit__(None, None, None)
     assert [f["rank"] for f in server.failures] == [0]
-    assert server.accepted == 1  # counted where it was accepted (complete once the server is closed)
+    assert server.accepted == 1  # counted once its token was read (complete once the server is closed)
 
 
 def test_waiting_for_the_close_without_a_connection_returns_at_once():
