@@ -39,6 +39,7 @@ FULL = {
     "min_reps": 2,
     "b9_reps": 3,
     "b10_reps": 3,
+    "b10_airflow_reps": 3,
     "b11_reps": 3,
     "b12_seconds": 20.0,
     "b13_reps": 5,
@@ -54,6 +55,7 @@ FULL = {
         "b8": 280,
         "b9": 360,
         "b10": 480,
+        "b10_airflow": 420,
         "b11": 1000,
         "b12": 240,
         "b13": 420,
@@ -74,6 +76,7 @@ QUICK = {
     "min_reps": 1,
     "b9_reps": 1,
     "b10_reps": 1,
+    "b10_airflow_reps": 1,
     "b11_reps": 1,
     "b12_seconds": 8.0,
     "b13_reps": 1,
@@ -89,6 +92,7 @@ QUICK = {
         "b8": 90,
         "b9": 120,
         "b10": 200,
+        "b10_airflow": 200,
         "b11": 180,
         "b12": 120,
         "b13": 90,
@@ -342,7 +346,13 @@ def _run(args: argparse.Namespace, cfg: dict, only: set[str], results: dict, wor
     if "b10" in only:
         from benchmarks import in_job_restart
 
-        section(results, "b10", lambda: in_job_restart.run_b10(cfg["b10_reps"], budget["b10"], notes, log))
+        section(
+            results,
+            "b10",
+            lambda: in_job_restart.run_b10(
+                cfg["b10_reps"], budget["b10"], notes, log, cfg["b10_airflow_reps"], budget["b10_airflow"]
+            ),
+        )
     if "b11" in only:
         from benchmarks import scale_launch
 

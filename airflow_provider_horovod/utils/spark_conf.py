@@ -218,4 +218,9 @@ logger.executor.name = org.apache.spark.executor.Executor
 logger.executor.level = off
 logger.tasksetmanager.name = org.apache.spark.scheduler.TaskSetManager
 logger.tasksetmanager.level = off
+# A monitoring request still in flight while the driver's web UI stops at the end of the job: Jersey logs the
+# connection Jetty closed (EofException) as an error with a stack trace of some 80 lines. It only ever concerns
+# writing an HTTP response.
+logger.jerseyresponder.name = org.glassfish.jersey.server.ServerRuntime$Responder
+logger.jerseyresponder.level = off
 """
