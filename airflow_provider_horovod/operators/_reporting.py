@@ -133,7 +133,7 @@ class JobReporter:
         if result.restarts:
             ti.xcom_push(key=XCOM_RESTARTS, value=result.restarts)
             self.log.info(
-                "The job restarted %d time(s) within this try (max_restarts), pushed to XCom %r: %s",
+                "The job restarted %d time(s) (max_restarts), pushed to XCom %r: %s",
                 len(result.restarts),
                 XCOM_RESTARTS,
                 "; ".join(

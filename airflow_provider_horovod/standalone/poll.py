@@ -22,6 +22,7 @@ from airflow_provider_horovod.clients import DriverStatus, SparkRestError
 from airflow_provider_horovod.runtime.driver.program import STATUS_FILE
 from airflow_provider_horovod.runtime.wire.progress_format import (
     PROGRESS_FILE,
+    earlier_restart_line,
     progress_line,
     restart_line,
     resume_line,
@@ -188,15 +189,21 @@ class ProgressLog:
     than the last line logged and at most every ``interval_s``; once, the line that says the try resumed from a
     checkpoint (``resuming from checkpoint step 20 (try 2), saved by try 1, from ...``); at once, a line for each
     restart of the job within the try (``restart 1/3: executor 1 on 10.0.0.7 lost ... at step 812; starting again in
-    1 s``), as the driver prints it.
+    1 s``), as the driver prints it; a restart from before ``since`` (a retry that reattached to the running driver,
+    a trigger run again) as one that happened before this wait began.
 
     :param interval_s: seconds between lines at least.
     :param clock: a monotonic clock (tests).
+    :param since: when this wait began, seconds since the epoch (the restarts' ``at`` is the driver's clock);
+        ``None``: every restart is told as it happens.
     """
 
-    def __init__(self, interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic, since: float | None = None
+    ) -> None:
         self.interval_s = interval_s
         self._clock = clock
+        self._since = since
         self._seen: float | None = None
         self._logged_at: float | None = None
         self._resume_logged = False
@@ -220,7 +227,12 @@ class ProgressLog:
         if len(restarts) > self._restarts_logged:  # each once, at once
             new, self._restarts_logged = restarts[self._restarts_logged :], len(restarts)
             self._resume_logged = False  # the restarted attempt resumes from a checkpoint again: say so again
-            return "\n".join(restart_line(r) for r in new)
+            return "\n".join(
+                earlier_restart_line(r)
+                if self._since is not None and r.get("at", self._since) < self._since
+                else restart_line(r)
+                for r in new
+            )
         if isinstance(snapshot.get("resumed"), dict) and not self._resume_logged:  # once, at once
             self._resume_logged = True
             return resume_line(snapshot["resumed"])

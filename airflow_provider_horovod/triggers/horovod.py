@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -177,7 +178,7 @@ class HorovodSparkJobTrigger(BaseTrigger):
         Meanwhile log the driver's state changes, the application's start with its Spark UI, and the barrier
         stage's progress (waiting for slots, ranks running on which executors, a failed attempt).
         """
-        poll, progress = None, ProgressLog()
+        poll, progress = None, ProgressLog(since=time.time())
         facts: dict[str, str] = {}
         await self._read_mlflow_connection()
         async with self.hook:  # one client for the wait; a connection it cannot use fails the trigger

@@ -10,7 +10,11 @@ its value, model and asset event; a torch.distributed task whose process is SIGK
 running driver on the retry, as the Horovod one does;
 an executor JVM (cluster mode) or a whole worker (client mode) holding one rank is SIGKILLed mid-training: the first try
 fails naming the lost executor, the retry resumes from the latest checkpoint (issue #26; the worker-kill test starts
-the worker again afterwards). One cluster and one deployment for the module.
+the worker again afterwards); with ``max_restarts`` (issue #36) the driver restarts the job within the try instead, in
+client mode, in cluster mode while the task is deferred (the trigger logs the restart), and in cluster mode when the
+task process dies after the restart too (the retry reattaches to the restarted driver and restarts nothing again);
+elastic ranks (``min_np``): a worker lost for good shrinks the job to one rank, a new worker grows it back (on a small
+cluster of that test's own). One cluster and one deployment for the module.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import httpx
 import psutil
 import pytest
 
+from airflow_provider_horovod.runtime.wire.protocol import ENV_RESTART_COUNT
 from tests.airflow_deployment import DeploymentError, _poll, airflow_deployment, copy_dags
 from tests.s3_server import s3_server  # noqa: F401  (fixture)
 from tests.standalone import MARKER_ENV, standalone_cluster
@@ -459,7 +464,8 @@ def _rank_executor(cluster, rank: int) -> tuple[psutil.Process, str]:
     return None
 
 
-def _rank_processes(cluster) -> list[psutil.Process]:
+def _rank_processes(cluster, restart: int | None = None) -> list[psutil.Process]:
+    """The rank processes running on ``cluster`` (of the job's attempt ``restart`` only, if given)."""
     found = []
     for proc in psutil.process_iter():
         try:
@@ -467,7 +473,8 @@ def _rank_processes(cluster) -> list[psutil.Process]:
         except psutil.Error:
             continue
         if env.get(MARKER_ENV) == cluster.marker and "HOROVOD_RANK" in env:
-            found.append(proc)
+            if restart is None or env.get(ENV_RESTART_COUNT) == str(restart):
+                found.append(proc)
     return found
 
 
@@ -546,6 +553,39 @@ def test_a_lost_executor_fails_the_try_naming_it_and_the_retry_resumes_from_the_
     assert "Could not recover from a failed barrier ResultStage" in error, error
 
 
+RESTART_LINE = re.compile(
+    r"restart 1/1: executor \d+ on 127\.0\.0\.1 lost \(Command exited with code 137\), holding rank 1 at step \d+; "
+    r"starting again now"
+)
+"""The line a wait for the driver logs when rank 1's executor JVM was SIGKILLed and ``max_restarts=1`` restarts."""
+
+
+def _assert_resumed_after_one_restart(airflow, dag_id: str, run_id: str, killed_at: float) -> dict:
+    """
+    The run's job restarted once (``max_restarts=1``) after rank 1's executor was SIGKILLed at ``killed_at``: the
+    first attempt trained from step 1, the restarted one from the latest checkpoint to the end, within the try that
+    submitted the job (``try_number`` 1 in the value), no step counted twice; XCom ``restarts`` and the asset event
+    name the one restart. Return it (XCom ``restarts``' entry).
+    """
+    steps = _steps(airflow, dag_id, run_id)
+    first = [r["step"] for r in steps if r["restart"] == 0]
+    second = [r["step"] for r in steps if r["restart"] == 1]
+    assert {r["restart"] for r in steps} == {0, 1}, steps  # one restart, none after it
+    assert first == list(range(1, len(first) + 1)), first
+    latest = max(s for s in first if s % INTERVAL == 0)
+    assert second == list(range(latest + 1, STEPS + 1)), (first, second)  # resumed from the checkpoint, to the end
+    restarted_at = min(r["t"] for r in steps if r["restart"] == 1)
+    assert restarted_at - killed_at < 60, restarted_at - killed_at  # in the try, not after a Gloo/barrier timeout
+    value = airflow.xcom(dag_id, run_id, "train")
+    assert (value["try_number"], value["restart_count"], value["resumed_from_step"]) == (1, 1, latest), value
+    assert value["weight"] == 2.0 * STEPS  # no step counted twice
+    [restart] = airflow.xcom(dag_id, run_id, "train", "restarts")
+    assert restart["number"] == 1 and restart["cause"].startswith("executor ") and restart["step"] >= 12, restart
+    [event] = airflow.asset_events(source_dag_id=dag_id, source_run_id=run_id)
+    assert (event["extra"]["restarts"], event["extra"]["restarted_at_steps"]) == (1, [restart["step"]]), event
+    return restart
+
+
 def test_a_lost_executor_restarts_the_job_within_the_try_with_max_restarts(airflow, cluster, lineage_file):
     """``max_restarts=1``, ``retries=0`` (issue #36): rank 1's executor JVM SIGKILLed mid-training; the driver starts
     the barrier job again on the same application, the ranks resume from the checkpoint, and the one try succeeds."""
@@ -557,27 +597,9 @@ def test_a_lost_executor_restarts_the_job_within_the_try_with_max_restarts(airfl
     executor.send_signal(signal.SIGKILL)
     assert airflow.wait_for_run(dag_id, run_id, timeout_s=240) == "success", _log(airflow, dag_id, run_id, 1)[-4000:]
     assert _ti(airflow, dag_id, run_id)["try_number"] == 1  # no Airflow retry
-    steps = _steps(airflow, dag_id, run_id)
-    first = [r["step"] for r in steps if r["restart"] == 0]
-    second = [r["step"] for r in steps if r["restart"] == 1]
-    latest = max(s for s in first if s % INTERVAL == 0)
-    assert second[0] == latest + 1 and second[-1] == STEPS, (first, second)  # resumed from the checkpoint
-    assert len(first) + len(second) <= STEPS + INTERVAL, (first, second)
-    restarted_at = min(r["t"] for r in steps if r["restart"] == 1)
-    assert restarted_at - killed_at < 60, restarted_at - killed_at  # in the try, not after a Gloo/barrier timeout
-    value = airflow.xcom(dag_id, run_id, "train")
-    assert (value["try_number"], value["restart_count"], value["resumed_from_step"]) == (1, 1, latest), value
-    assert value["weight"] == 2.0 * STEPS  # no step counted twice
+    restart = _assert_resumed_after_one_restart(airflow, dag_id, run_id, killed_at)
     log = _log(airflow, dag_id, run_id, try_number=1)
-    assert re.search(
-        r"restart 1/1: executor \d+ on 127\.0\.0\.1 lost \(Command exited with code 137\), holding rank 1 at step "
-        r"\d+; starting again now",
-        log,
-    ), log[-4000:]
-    [restart] = airflow.xcom(dag_id, run_id, "train", "restarts")
-    assert restart["number"] == 1 and restart["cause"].startswith("executor ") and restart["step"] >= 12, restart
-    [event] = airflow.asset_events(source_dag_id=dag_id, source_run_id=run_id)
-    assert (event["extra"]["restarts"], event["extra"]["restarted_at_steps"]) == (1, [restart["step"]]), event
+    assert RESTART_LINE.search(log), log[-4000:]
     [complete, *_] = _poll(
         "the OpenLineage COMPLETE event",
         lambda: _complete_events(lineage_file, f"{dag_id}.train"),
@@ -586,6 +608,159 @@ def test_a_lost_executor_restarts_the_job_within_the_try_with_max_restarts(airfl
     facet = complete["run"]["facets"]["horovod_training"]
     assert (facet["restarts"], facet["restarted_at_steps"]) == (1, [restart["step"]]), facet
     _poll("no rank process left on the cluster", lambda: not _rank_processes(cluster), timeout_s=30)
+
+
+def test_a_deferred_cluster_mode_task_restarts_its_job_within_the_try(airflow, cluster):
+    """
+    ``deploy_mode="cluster"``, ``deferrable=True``, ``max_restarts=1``, ``retries=0``: rank 1's executor JVM
+    SIGKILLed while the triggerer waits for the driver; the driver restarts the job on its application, the trigger
+    logs the restart from the driver's progress snapshot into the try's log, and the task resumes from the deferral
+    to the one try's value, resumed from the checkpoint, with the restart in XCom and on the asset event.
+    """
+    dag_id = "horovod_restart_deferred"
+    run_id = airflow.trigger(dag_id)
+    _poll(
+        f"{dag_id}'s rank 0 to train step 12 while the task is deferred",
+        lambda: len(_steps(airflow, dag_id, run_id)) >= 12 and _ti(airflow, dag_id, run_id)["state"] == "deferred",
+        timeout_s=240,
+    )
+    executor, _app_id = _poll("rank 1's executor", lambda: _rank_executor(cluster, 1), timeout_s=10)
+    killed_at = time.time()
+    executor.send_signal(signal.SIGKILL)
+    assert airflow.wait_for_run(dag_id, run_id, timeout_s=240) == "success", _log(airflow, dag_id, run_id, 1)[-4000:]
+    assert _ti(airflow, dag_id, run_id)["try_number"] == 1  # no Airflow retry
+    _assert_resumed_after_one_restart(airflow, dag_id, run_id, killed_at)
+    # the trigger logged the restart (in its own log file, which the try's log merges): after the task deferred,
+    # before it resumed from the trigger's event (its "Driver ... ended" line)
+    events = airflow.task_log_events(dag_id, run_id, "train", 1)
+    texts = [str(e.get("event", "")) for e in events]
+    deferred = next(i for i, text in enumerate(texts) if "Pausing task as DEFERRED" in text)
+    [restarted] = [i for i, text in enumerate(texts) if RESTART_LINE.search(text)]
+    resumed = next(i for i, text in enumerate(texts) if re.match(r"Driver driver-\S+ ended FINISHED", text))
+    assert deferred < restarted < resumed, texts[deferred:]
+    assert events[restarted].get("logger", "").endswith(".HorovodSparkJobTrigger"), events[restarted]
+    _poll("no rank process left on the cluster", lambda: not _rank_processes(cluster), timeout_s=30)
+
+
+def test_a_retry_reattaches_to_the_driver_that_restarted_its_job_and_restarts_nothing_again(airflow, cluster):
+    """
+    ``deploy_mode="cluster"`` (sync), ``max_restarts=1``, ``retries=1``: rank 1's executor JVM SIGKILLed, the driver
+    restarts the job; then the task process is SIGKILLed too. The retry reattaches to the same driver (no second
+    driver, no second restart): the job ends with one restart, every step trained once, and the value of the job try 1
+    submitted. The restarted attempt holds after its first step (``hold_in_restart=1``) until the retry has
+    reattached, so the retry meets a running driver however long its start takes.
+    """
+    dag_id = "horovod_restart_reattach"
+    before = {d["id"] for d in _drivers(cluster)}
+    run_id = airflow.trigger(dag_id)
+    _poll(f"{dag_id}'s rank 0 to train step 12", lambda: len(_steps(airflow, dag_id, run_id)) >= 12, timeout_s=240)
+    release = Path(airflow.xcom(dag_id, run_id, "train", "checkpoint_dir")).parent / "release"
+    executor, _app_id = _poll("rank 1's executor", lambda: _rank_executor(cluster, 1), timeout_s=10)
+    killed_at = time.time()
+    executor.send_signal(signal.SIGKILL)
+    _poll(
+        "the restarted attempt's first step",
+        lambda: any(r["restart"] == 1 for r in _steps(airflow, dag_id, run_id)),
+        timeout_s=120,
+    )
+    proc = _poll("try 1's task process", lambda: _task_process(_ti(airflow, dag_id, run_id)["id"]), timeout_s=30)
+    [driver] = [d for d in _drivers(cluster) if d["state"] == "RUNNING" and d["id"] not in before]
+    proc.send_signal(signal.SIGKILL)  # a worker crash: no on_kill, no cleanup
+    try:
+        _poll(
+            "try 2 to reattach to the driver",
+            lambda: "Reconnecting to existing job" in _log(airflow, dag_id, run_id, try_number=2),
+            timeout_s=180,
+            interval_s=2,
+        )
+    finally:
+        release.write_text("")  # the held attempt goes on
+    assert airflow.wait_for_run(dag_id, run_id, timeout_s=240) == "success", _log(airflow, dag_id, run_id, 2)[-4000:]
+    assert _ti(airflow, dag_id, run_id)["try_number"] == 2
+    drivers = [d for d in _drivers(cluster) if d["id"] not in before]
+    assert [(d["id"], d["state"]) for d in drivers] == [(driver["id"], "FINISHED")], drivers  # no second driver
+    assert airflow.xcom(dag_id, run_id, "train", "artifact_dir").endswith("/train/try-1")
+    _assert_resumed_after_one_restart(airflow, dag_id, run_id, killed_at)  # try 1's job, one restart
+    assert RESTART_LINE.search(_log(airflow, dag_id, run_id, try_number=1))  # try 1's wait saw it happen
+    retry_log = _log(airflow, dag_id, run_id, try_number=2)  # try 2's tells it as before its wait, not as happening
+    assert re.search(r"restart 1/1 happened before this wait began \(at \d\d:\d\d:\d\d UTC\): executor \d+", retry_log)
+    assert not RESTART_LINE.search(retry_log), retry_log[-4000:]
+    _poll("no rank process left on the cluster", lambda: not _rank_processes(cluster), timeout_s=30)
+
+
+def _add_spark_connection(airflow, conn_id: str, cluster) -> None:
+    """Add ``cluster`` as the deployment's Airflow connection ``conn_id`` (through the REST API: the deployment was
+    started before the cluster)."""
+    conn = json.loads(cluster.airflow_connection(deploy_mode="client"))
+    airflow.api(
+        "POST",
+        "/api/v2/connections",
+        json={"connection_id": conn_id, **conn, "extra": json.dumps(conn["extra"])},
+        expect=(201,),
+    )
+
+
+def _executors(airflow, dag_id: str, run_id: str) -> list[dict]:
+    """The client-mode driver's active executors, from its Spark UI's REST API (empty while it does not answer)."""
+    ui_url = airflow.xcom(dag_id, run_id, "train", "spark_ui_url", default=None)
+    app_id = airflow.xcom(dag_id, run_id, "train", "spark_app_id", default=None)
+    try:
+        found = httpx.get(f"{ui_url}/api/v1/applications/{app_id}/executors", timeout=10).raise_for_status().json()
+    except httpx.HTTPError:
+        return []
+    return [e for e in found if e["id"] != "driver" and e.get("isActive")]
+
+
+def test_a_worker_lost_for_good_shrinks_the_job_to_min_np_and_a_new_worker_grows_it_back(airflow, tmp_path):
+    """
+    Elastic ranks in client deploy mode (``np=2, min_np=1, elastic_wait_s=6, max_restarts=2``, ``retries=0``), on a
+    cluster of its own: two workers of one core, so the lost worker's slot has nowhere else to go (on the module's
+    cluster, whose workers have two cores, the other worker would take it). The worker holding rank 1 is SIGKILLed:
+    restart 1 runs one rank, resumed from the checkpoint, and holds (``hold_in_restart=1``) while the worker is
+    started again and its executor registers with the driver; then that rank is SIGKILLed: restart 2 runs two ranks
+    again, and the one try succeeds.
+    """
+    dag_id = "horovod_elastic_worker"
+    with standalone_cluster(workers=2, cores_per_worker=1, work_dir=tmp_path / "spark") as elastic:
+        _add_spark_connection(airflow, "spark_elastic", elastic)
+        run_id = airflow.trigger(dag_id)
+        _poll(f"{dag_id}'s rank 0 to train step 12", lambda: len(_steps(airflow, dag_id, run_id)) >= 12, timeout_s=240)
+        executor, _app_id = _poll("rank 1's executor", lambda: _rank_executor(elastic, 1), timeout_s=10)
+        lost = elastic.worker_running(executor.pid)
+        # the host is gone: its executor, its rank. The master drops the worker at once (its connection closes: "got
+        # disassociated"), so its core stops counting without a shorter spark.worker.timeout
+        elastic.kill_worker(lost)
+        _poll(
+            "restart 1's first step",
+            lambda: any(r["restart"] == 1 for r in _steps(airflow, dag_id, run_id)),
+            timeout_s=120,
+        )
+        elastic.restart_worker(lost)  # a new machine joins (the cluster's exit stops everything, a failure included)
+        _poll("the new worker's executor to register", lambda: len(_executors(airflow, dag_id, run_id)) == 2, 120)
+        [rank] = _rank_processes(elastic, restart=1)  # its one rank, holding
+        rank.send_signal(signal.SIGKILL)
+        assert airflow.wait_for_run(dag_id, run_id, timeout_s=240) == "success", _log(airflow, dag_id, run_id)[-4000:]
+    assert _ti(airflow, dag_id, run_id)["try_number"] == 1
+    steps = _steps(airflow, dag_id, run_id)
+    first = [r["step"] for r in steps if r["restart"] == 0]
+    latest = max(s for s in first if s % INTERVAL == 0)
+    attempts = {
+        n: ({r["size"] for r in steps if r["restart"] == n}, [r["step"] for r in steps if r["restart"] == n])
+        for n in {r["restart"] for r in steps}
+    }  # {restart: (world sizes, steps)}
+    assert attempts == {
+        0: ({2}, list(range(1, len(first) + 1))),
+        1: ({1}, [latest + 1]),  # one rank, resumed from the checkpoint; killed while it held
+        2: ({2}, list(range(latest + 1, STEPS + 1))),  # grown back, resumed from the same checkpoint
+    }, attempts
+    value = airflow.xcom(dag_id, run_id, "train")
+    assert (value["restart_count"], value["size"], value["resumed_from_step"]) == (2, 2, latest), value
+    assert value["weight"] == 2.0 * STEPS  # restart 1's step was never checkpointed
+    first_cause, second_cause = [r["cause"] for r in airflow.xcom(dag_id, run_id, "train", "restarts")]
+    assert re.match(r"executor \d+ on 127\.0\.0\.1 lost \(worker lost", first_cause), first_cause
+    assert second_cause == "rank 0 killed by SIGKILL", second_cause
+    shrunk = "restart 1: 1 of np=2 ranks (min_np=1): all 2 slots did not come back within elastic_wait_s=6 s"
+    assert shrunk in (log := _log(airflow, dag_id, run_id)), log[-4000:]
 
 
 def test_a_lost_worker_fails_the_try_naming_the_executor_and_the_retry_resumes(airflow, cluster):

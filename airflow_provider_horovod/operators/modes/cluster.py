@@ -210,7 +210,7 @@ class ClusterMode(DurableClusterJob, DeployMode):
         its state changes and reporting the application once it started.
         """
         interval = self.options.poll_interval_s
-        poll, watcher, tick, progress = None, None, threading.Event(), ProgressLog()
+        poll, watcher, tick, progress = None, None, threading.Event(), ProgressLog(since=time.time())
         # what the job waits for, from the master (a mode that only resumes has no job to size it from)
         slots = (
             None

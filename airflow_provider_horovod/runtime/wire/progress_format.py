@@ -14,6 +14,7 @@ failed job's headline, else ``None``)}``; times are Unix seconds, rates per seco
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -78,6 +79,28 @@ def restart_line(restart: Mapping[str, Any]) -> str:
     backoff = float(restart.get("backoff_s") or 0)
     when = f"in {backoff:.0f} s" if backoff > 0 else "now"
     return f"restart {restart.get('number')}/{restart.get('of')}: {restart.get('cause')}{at}; starting again {when}"
+
+
+def earlier_restart_line(restart: Mapping[str, Any]) -> str:
+    """
+    The line for a restart that came before the wait that logs it (a retry that reattached to the running job, a
+    trigger run again), e.g. ``restart 1/3 happened before this wait began (at 10:42:07 UTC): rank 1 killed by SIGKILL
+    at step 12``: told, not as if it were happening now.
+
+    :param restart: one of the snapshot's ``restarts``, as for :func:`restart_line`.
+    """
+    step = restart.get("step")
+    at = f" at step {step}" if step is not None else ""
+    when = restart.get("at")
+    clock = (
+        f" (at {datetime.datetime.fromtimestamp(when, datetime.UTC):%H:%M:%S} UTC)"
+        if isinstance(when, (int, float))
+        else ""
+    )
+    return (
+        f"restart {restart.get('number')}/{restart.get('of')} happened before this wait began{clock}: "
+        f"{restart.get('cause')}{at}"
+    )
 
 
 def resume_line(resumed: Mapping[str, Any]) -> str:

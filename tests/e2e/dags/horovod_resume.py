@@ -1,7 +1,10 @@
 """
 Test DAGs (issue #26): an example-shaped training that checkpoints every few steps and resumes, with ``retries=1``;
 the tests kill the executor (cluster deploy mode) or the whole worker (client deploy mode) that runs one rank. And
-(issue #36) the same training with ``max_restarts=1`` and no retries: the lost executor restarts the job in the try.
+(issue #36) the same training with ``max_restarts``: the lost executor restarts the job in the try, in client mode, in
+cluster mode while the task is deferred, and in cluster mode with a retry that reattaches to the restarted driver;
+and elastic ranks (``min_np=1``) on a cluster of the test's own (connection ``spark_elastic``, added by the test): a
+lost worker shrinks the job to one rank, a new one grows it back to two.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ CONF = {
 STEPS, INTERVAL = 40, 5
 
 
-def train_resumable(steps: int, interval: int, step_s: float):
+def train_resumable(steps: int, interval: int, step_s: float, hold_in_restart: int | None = None):
     """
     ``steps`` steps of one allreduce and ``step_s`` s of work, a checkpoint every ``interval`` steps; rank 0 appends
-    each step it trains (with its try and time) to ``steps.jsonl`` next to the checkpoint directory.
+    each step it trains (with its try, restart, world size and time) to ``steps.jsonl`` next to the checkpoint
+    directory. In attempt ``hold_in_restart`` (its ``restart_count()``) every rank holds after its first step until a
+    file ``release`` appears there (120 s at most): the test acts while that attempt runs (kills the task process, a
+    rank, starts a worker) without racing the end of a 10 s training.
     """
     import json
     import os
@@ -52,22 +58,34 @@ def train_resumable(steps: int, interval: int, step_s: float):
     hvd.init()
     resumed = load_checkpoint()  # rank 0 logs "resuming from checkpoint step N (try T)"
     start, weight = (resumed[1], resumed[0]["weight"]) if resumed else (0, torch.zeros(1))
-    record = os.path.join(os.path.dirname(checkpoint_dir().rstrip("/")), "steps.jsonl")
+    where = os.path.dirname(checkpoint_dir().rstrip("/"))
+    record = os.path.join(where, "steps.jsonl")
     for step in range(start + 1, steps + 1):
         weight += hvd.allreduce(torch.ones(1), op=hvd.Sum)
         time.sleep(step_s)
         report(step=step, total_steps=steps)
         if hvd.rank() == 0:
             with open(record, "a") as f:
-                record_ = {"try": try_number(), "restart": restart_count(), "step": step, "t": time.time()}
+                record_ = {
+                    "try": try_number(),
+                    "restart": restart_count(),
+                    "size": hvd.size(),
+                    "step": step,
+                    "t": time.time(),
+                }
                 f.write(json.dumps(record_) + "\n")
             if step % interval == 0:
                 save_checkpoint({"weight": weight}, step=step)
+        if restart_count() == hold_in_restart and step == start + 1:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.path.join(where, "release")) and time.monotonic() < deadline:
+                time.sleep(0.2)
     if hvd.rank() != 0:
         return None
     return {
         "try_number": try_number(),
         "restart_count": restart_count(),
+        "size": hvd.size(),
         "resumed_from_step": start,
         "trained_steps": [start + 1, steps],
         "weight": float(weight),
@@ -115,4 +133,74 @@ with DAG(
         poll_interval_s=1,
         max_restarts=1,
         outlets=[Asset("horovod_restart_in_job_model")],
+    )
+
+
+with DAG(
+    dag_id="horovod_restart_deferred",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+    # cluster deploy mode, deferred: the driver restarts the job while the triggerer waits for it
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=train_resumable,
+        op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25},
+        np=2,
+        conn_id="spark_cluster",
+        deploy_mode="cluster",
+        deferrable=True,
+        conf=CONF,
+        poll_interval_s=1,
+        max_restarts=1,
+        outlets=[Asset("horovod_restart_deferred_model")],
+    )
+
+with DAG(
+    dag_id="horovod_restart_reattach",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+):
+    # cluster deploy mode, sync: the restarted attempt holds until the retry has reattached to its driver
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=train_resumable,
+        op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25, "hold_in_restart": 1},
+        np=2,
+        conn_id="spark_cluster",
+        deploy_mode="cluster",
+        deferrable=False,
+        conf=CONF,
+        poll_interval_s=1,
+        max_restarts=1,
+        outlets=[Asset("horovod_restart_reattach_model")],
+    )
+
+with DAG(
+    dag_id="horovod_elastic_worker",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    default_args={"retries": 0},
+):
+    # client deploy mode on a cluster of two one-core workers: restart 1 runs one rank (held until the test has
+    # started the lost worker again and killed that rank), restart 2 two
+    HorovodRunnerOperator(
+        task_id="train",
+        python_callable=train_resumable,
+        op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25, "hold_in_restart": 1},
+        np=2,
+        min_np=1,
+        elastic_wait_s=6,
+        conn_id="spark_elastic",
+        deploy_mode="client",
+        deferrable=False,
+        conf=CONF,
+        poll_interval_s=1,
+        max_restarts=2,
+        outlets=[Asset("horovod_elastic_worker_model")],
     )

@@ -333,3 +333,31 @@ def test_the_progress_log_says_each_restart_within_the_try_at_once_and_the_resum
     lines = log.line(snap(4.0, [first.to_dict(), second.to_dict(), third.to_dict()])).splitlines()
     assert [x.split(":")[0] for x in lines] == ["restart 2/3", "restart 3/3"] and lines[1].endswith("again in 2 s")
     assert " at step" not in lines[1]  # the attempt never reported a step
+
+
+def test_a_restart_from_before_the_wait_began_is_told_as_such_not_as_happening_now():
+    """A retry that reattached to the running driver (or a trigger run again) reads restarts that happened before its
+    wait began: it says so, with the time, instead of "starting again now"; later ones are told as they happen."""
+    import datetime
+    import json
+
+    from airflow_provider_horovod.runtime.driver.restarts import RestartBudget
+    from airflow_provider_horovod.runtime.errors import ExecutorLostError
+    from airflow_provider_horovod.runtime.wire.progress_format import restart_line
+    from airflow_provider_horovod.standalone.poll import ProgressLog
+
+    budget = RestartBudget(2)
+    lost = ExecutorLostError("lost", executor="1", host="10.0.0.7", rank=1, reason="Command exited with code 137")
+    first = budget.next_restart(lost, step=812)
+    log = ProgressLog(clock=lambda: 0.0, since=first.at + 60)  # this wait began a minute after the restart
+
+    def snap(time_, restarts):
+        return json.dumps({"time": time_, "state": "running", "restarts": restarts}).encode()
+
+    clock = datetime.datetime.fromtimestamp(first.at, datetime.UTC)
+    assert log.line(snap(1.0, [first.to_dict()])) == (
+        f"restart 1/2 happened before this wait began (at {clock:%H:%M:%S} UTC): executor 1 on 10.0.0.7 lost "
+        "(Command exited with code 137), holding rank 1 at step 812"
+    )
+    later = {**budget.next_restart(lost, step=900).to_dict(), "at": first.at + 120}
+    assert log.line(snap(2.0, [first.to_dict(), later])) == restart_line(later)  # after the wait began: as it is
