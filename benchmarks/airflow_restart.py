@@ -8,7 +8,8 @@ runs the second, which resumes from the checkpoint) and ``b10_in_job`` (``max_re
 This is the comparison issue #36 states (the in-job restart against the Airflow-retry path with ``retry_delay=0``) as a
 DAG author gets it: the retry's time includes Airflow's own part (the failed try's end, the scheduler queueing the
 retry, the LocalExecutor starting its task process, the DAG file parsed again, the operator submitting a new
-application). B10's script rounds time the retry without Airflow, as soon as the first try failed: a lower bound.
+application), and both paths run with the Spark settings the operator gives its applications. B10's script rounds
+run the retry without Airflow's part, as soon as the first try failed, but with a plain SparkSession's settings.
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ RUN_TIMEOUT_S = 300.0
 
 
 def rank_executor(marker: str, rank: int) -> psutil.Process | None:
-    """The executor JVM of the cluster marked ``marker`` whose process tree holds Horovod rank ``rank``, if any."""
+    """
+    The executor JVM of the cluster marked ``marker`` whose process tree holds Horovod rank ``rank``, if any.
+
+    :param marker: the cluster's :data:`tests.standalone.MARKER_ENV` value.
+    :param rank: the Horovod rank (its ``HOROVOD_RANK``).
+    """
     from tests.standalone import MARKER_ENV
 
     for proc in psutil.process_iter(["cmdline"]):
@@ -59,7 +65,14 @@ def kill_round(airflow, marker: str, dag_id: str, log: Callable[[str], None]) ->
     succeed; return the seconds from the kill to the first step trained after it, the work lost, and (from the API's
     record of the tries) when the failed try ended and the retry started.
 
-    :raises RuntimeError: the run did not succeed, or the kill did not happen.
+    :param airflow: the running deployment (:class:`tests.airflow_deployment.AirflowDeployment`).
+    :param marker: the cluster's :data:`tests.standalone.MARKER_ENV` value (to find rank 1's executor).
+    :param dag_id: :data:`RETRY_DAG` or :data:`IN_JOB_DAG`.
+    :param log: progress lines.
+    :return: ``to_first_step_s``, ``lost_intervals``, ``try_number``, ``total_steps``; for the retry also
+        ``failed_try_end_s`` and ``retry_start_s`` (seconds after the kill).
+    :raises RuntimeError: the run did not reach the kill or did not succeed, the kill was not followed by a retry (the
+        retry DAG) or by one restart within the try (the in-job DAG).
     """
     from tests.airflow_deployment import _poll
 
@@ -72,10 +85,13 @@ def kill_round(airflow, marker: str, dag_id: str, log: Callable[[str], None]) ->
     )
     record = Path(where).parent / "steps.jsonl"
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    victim = None
+    victim, state_checked = None, time.monotonic()
     while victim is None or not any(r["step"] >= KILL_AT for r in _records(record)):
         victim = victim or rank_executor(marker, 1)  # found while the ranks start: the kill follows the step at once
-        if time.monotonic() > deadline:
+        ended = False
+        if time.monotonic() - state_checked > 2:  # a run that ended without the step (every 2 s: a light API load)
+            state_checked, ended = time.monotonic(), airflow.run_state(dag_id, run_id) in ("success", "failed")
+        if time.monotonic() > deadline or ended:
             raise RuntimeError(
                 f"{dag_id} never trained step {KILL_AT}: {airflow.task_log(dag_id, run_id, TASK)[-3000:]}"
             )
@@ -89,8 +105,14 @@ def kill_round(airflow, marker: str, dag_id: str, log: Callable[[str], None]) ->
             f"{dag_id} ended {state}: {airflow.task_log(dag_id, run_id, TASK, ti['try_number'])[-3000:]}"
         )
     records = _records(record)
-    before = [r["step"] for r in records if r["t"] < killed_at]
-    after = [r for r in records if r["t"] > killed_at and (r["try"], r["attempt"]) != (1, 0)]
+    before = [r["step"] for r in records if (r["try"], r["attempt"]) == (1, 0)]  # the killed attempt's, all of them
+    after = [r for r in records if (r["try"], r["attempt"]) != (1, 0)]
+    wanted = (2, 0) if dag_id == RETRY_DAG else (1, 1)  # the retry's first attempt, or the try's first restart
+    restarts = airflow.xcom(dag_id, run_id, TASK, "restarts", default=[])
+    if not after or (after[0]["try"], after[0]["attempt"]) != wanted or len(restarts) != wanted[1]:
+        raise RuntimeError(
+            f"{dag_id}: expected attempt {wanted} after the kill, {len(restarts)} restart(s): {after[:3]}"
+        )
     resumed_from = after[0]["step"] - 1
     out = {
         "to_first_step_s": after[0]["t"] - killed_at,
@@ -148,10 +170,16 @@ def run_through_airflow(cluster, work: Path, reps: int, budget_s: float, notes: 
                     f"(the next would have passed its {budget_s:.0f} s budget)"
                 )
                 break
-            retry = kill_round(airflow, cluster.marker, RETRY_DAG, log)
-            in_job = kill_round(airflow, cluster.marker, IN_JOB_DAG, log)
-            if (retry["try_number"], in_job["try_number"]) != (2, 1):
-                raise RuntimeError(f"expected a retry and a restart within the try: {retry}, {in_job}")
+            try:
+                retry = kill_round(airflow, cluster.marker, RETRY_DAG, log)
+                in_job = kill_round(airflow, cluster.marker, IN_JOB_DAG, log)
+                if (retry["try_number"], in_job["try_number"]) != (2, 1):
+                    raise RuntimeError(f"expected a retry and a restart within the try: {retry}, {in_job}")
+            except Exception as err:
+                if not rounds:
+                    raise
+                notes.append(f"B10 through Airflow: round {i + 1} failed, the {i} before it stand: {str(err)[:300]}")
+                break
             rounds.append(
                 {
                     "retry_s": retry["to_first_step_s"],

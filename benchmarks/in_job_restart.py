@@ -6,9 +6,10 @@ again), side by side in each round on a standalone cluster of 2 workers x 2 core
 
 Reported, per round: seconds from the kill to the first step trained after it on each path and their ratio (in-job /
 retry; goal <= 0.25), and the work the in-job restart lost (steps trained again / checkpoint interval; goal <= 1).
-The script rounds' retry starts as soon as the first try failed, without Airflow (a lower bound of a retry's cost); the
-rounds through a real Airflow deployment (:mod:`benchmarks.airflow_restart`, after the spot simulation) time the
-comparison as a DAG author gets it, Airflow's own part of the retry included.
+The script rounds' retry starts as soon as the first try failed, without Airflow's part (but with a plain
+SparkSession's settings); the rounds through a real Airflow deployment (:mod:`benchmarks.airflow_restart`, after the
+spot simulation) time the comparison as a DAG author gets it: Airflow's part of the retry and the operator's Spark
+settings included.
 Then a **spot simulation**: one try with ``max_restarts=3`` whose rank-1 executor is SIGKILLed three times, each in
 the last step before a checkpoint is due; it must succeed in that try with at most ``STEPS + 3 x INTERVAL`` steps
 trained in all; the page shows the timeline (each kill, the restart's cause, the step it resumed from, the seconds to

@@ -189,8 +189,8 @@ class ProgressLog:
     than the last line logged and at most every ``interval_s``; once, the line that says the try resumed from a
     checkpoint (``resuming from checkpoint step 20 (try 2), saved by try 1, from ...``); at once, a line for each
     restart of the job within the try (``restart 1/3: executor 1 on 10.0.0.7 lost ... at step 812; starting again in
-    1 s``), as the driver prints it; a restart from before ``since`` (a retry that reattached to the running driver,
-    a trigger run again) as one that happened before this wait began.
+    1 s``), as the driver prints it; a restart in the first snapshot it reads whose time is before ``since`` (a retry
+    that reattached to the running driver, a trigger run again) as one that happened before this wait began.
 
     :param interval_s: seconds between lines at least.
     :param clock: a monotonic clock (tests).
@@ -208,6 +208,16 @@ class ProgressLog:
         self._logged_at: float | None = None
         self._resume_logged = False
         self._restarts_logged = 0
+        self._read = False
+
+    def _earlier(self, restart: dict[str, Any]) -> bool:
+        """Whether ``restart`` (read in this wait's first snapshot) came before the wait began: its ``at`` (the
+        driver's clock) before ``since`` (this side's). A restart from a later snapshot never is, so a clock skew
+        between the two hosts can only matter in the first seconds of a wait."""
+        at = restart.get("at")
+        return (
+            self._since is not None and isinstance(at, (int, float)) and not isinstance(at, bool) and at < self._since
+        )
 
     def line(self, data: bytes | None) -> str | None:
         """
@@ -223,15 +233,13 @@ class ProgressLog:
             return None  # a write in progress on a store without atomic replace: the next poll reads it
         if not isinstance(snapshot, dict) or snapshot.get("time") == self._seen:
             return None
+        first_read, self._read = not self._read, True
         restarts = [r for r in snapshot.get("restarts") or () if isinstance(r, dict)]
         if len(restarts) > self._restarts_logged:  # each once, at once
             new, self._restarts_logged = restarts[self._restarts_logged :], len(restarts)
             self._resume_logged = False  # the restarted attempt resumes from a checkpoint again: say so again
             return "\n".join(
-                earlier_restart_line(r)
-                if self._since is not None and r.get("at", self._since) < self._since
-                else restart_line(r)
-                for r in new
+                earlier_restart_line(r) if first_read and self._earlier(r) else restart_line(r) for r in new
             )
         if isinstance(snapshot.get("resumed"), dict) and not self._resume_logged:  # once, at once
             self._resume_logged = True

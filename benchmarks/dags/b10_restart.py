@@ -30,7 +30,13 @@ CONF = {
 
 
 def train(steps: int, interval: int, step_s: float):
-    """B9's training (``benchmarks/lost_executor.py``'s script), recording each step beside the checkpoints."""
+    """
+    B9's training (``benchmarks/lost_executor.py``'s script), recording each step beside the checkpoints.
+
+    :param steps: steps to train (one allreduce and ``step_s`` of work each).
+    :param interval: a checkpoint every ``interval`` steps.
+    :param step_s: seconds of work per step.
+    """
     import json
     import os
     import time

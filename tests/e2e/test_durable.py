@@ -624,6 +624,14 @@ def test_a_deferred_cluster_mode_task_restarts_its_job_within_the_try(airflow, c
         lambda: len(_steps(airflow, dag_id, run_id)) >= 12 and _ti(airflow, dag_id, run_id)["state"] == "deferred",
         timeout_s=240,
     )
+    _poll(  # the trigger's wait has begun (it tells restarts from before its start as such, not as happening)
+        "the trigger's first log line",
+        lambda: any(
+            str(e.get("logger", "")).endswith(".HorovodSparkJobTrigger")
+            for e in airflow.task_log_events(dag_id, run_id, "train", 1)
+        ),
+        timeout_s=60,
+    )
     executor, _app_id = _poll("rank 1's executor", lambda: _rank_executor(cluster, 1), timeout_s=10)
     killed_at = time.time()
     executor.send_signal(signal.SIGKILL)
@@ -648,25 +656,25 @@ def test_a_retry_reattaches_to_the_driver_that_restarted_its_job_and_restarts_no
     restarts the job; then the task process is SIGKILLed too. The retry reattaches to the same driver (no second
     driver, no second restart): the job ends with one restart, every step trained once, and the value of the job try 1
     submitted. The restarted attempt holds after its first step (``hold_in_restart=1``) until the retry has
-    reattached, so the retry meets a running driver however long its start takes.
+    reattached (up to 240 s; the test waits 180 s for it), so the retry meets a running driver.
     """
     dag_id = "horovod_restart_reattach"
     before = {d["id"] for d in _drivers(cluster)}
     run_id = airflow.trigger(dag_id)
     _poll(f"{dag_id}'s rank 0 to train step 12", lambda: len(_steps(airflow, dag_id, run_id)) >= 12, timeout_s=240)
     release = Path(airflow.xcom(dag_id, run_id, "train", "checkpoint_dir")).parent / "release"
-    executor, _app_id = _poll("rank 1's executor", lambda: _rank_executor(cluster, 1), timeout_s=10)
-    killed_at = time.time()
-    executor.send_signal(signal.SIGKILL)
-    _poll(
-        "the restarted attempt's first step",
-        lambda: any(r["restart"] == 1 for r in _steps(airflow, dag_id, run_id)),
-        timeout_s=120,
-    )
-    proc = _poll("try 1's task process", lambda: _task_process(_ti(airflow, dag_id, run_id)["id"]), timeout_s=30)
-    [driver] = [d for d in _drivers(cluster) if d["state"] == "RUNNING" and d["id"] not in before]
-    proc.send_signal(signal.SIGKILL)  # a worker crash: no on_kill, no cleanup
-    try:
+    try:  # whatever happens, the held attempt goes on (it would otherwise hold the module's cluster for 240 s)
+        executor, _app_id = _poll("rank 1's executor", lambda: _rank_executor(cluster, 1), timeout_s=10)
+        killed_at = time.time()
+        executor.send_signal(signal.SIGKILL)
+        _poll(
+            "the restarted attempt's first step",
+            lambda: any(r["restart"] == 1 for r in _steps(airflow, dag_id, run_id)),
+            timeout_s=120,
+        )
+        proc = _poll("try 1's task process", lambda: _task_process(_ti(airflow, dag_id, run_id)["id"]), timeout_s=30)
+        [driver] = [d for d in _drivers(cluster) if d["state"] == "RUNNING" and d["id"] not in before]
+        proc.send_signal(signal.SIGKILL)  # a worker crash: no on_kill, no cleanup
         _poll(
             "try 2 to reattach to the driver",
             lambda: "Reconnecting to existing job" in _log(airflow, dag_id, run_id, try_number=2),

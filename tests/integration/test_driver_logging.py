@@ -32,7 +32,7 @@ spark.stop()
 """
 
 
-def test_the_driver_log4j_file_sets_spark_s_level_keeps_deploy_and_silences_the_noise(tmp_path: Path):
+def test_the_driver_log4j_file_sets_spark_s_level_keeps_deploy_and_turns_the_noisy_loggers_off(tmp_path: Path):
     config = tmp_path / "log4j2.properties"
     config.write_text(SPARK_LOG4J2.format(level="warn"))
     script = tmp_path / "levels.py"

@@ -36,7 +36,7 @@ def train_resumable(steps: int, interval: int, step_s: float, hold_in_restart: i
     ``steps`` steps of one allreduce and ``step_s`` s of work, a checkpoint every ``interval`` steps; rank 0 appends
     each step it trains (with its try, restart, world size and time) to ``steps.jsonl`` next to the checkpoint
     directory. In attempt ``hold_in_restart`` (its ``restart_count()``) every rank holds after its first step until a
-    file ``release`` appears there (120 s at most): the test acts while that attempt runs (kills the task process, a
+    file ``release`` appears there (240 s at most): the test acts while that attempt runs (kills the task process, a
     rank, starts a worker) without racing the end of a 10 s training.
     """
     import json
@@ -77,7 +77,7 @@ def train_resumable(steps: int, interval: int, step_s: float, hold_in_restart: i
             if step % interval == 0:
                 save_checkpoint({"weight": weight}, step=step)
         if restart_count() == hold_in_restart and step == start + 1:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 240
             while not os.path.exists(os.path.join(where, "release")) and time.monotonic() < deadline:
                 time.sleep(0.2)
     if hvd.rank() != 0:

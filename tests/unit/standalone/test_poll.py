@@ -361,3 +361,6 @@ def test_a_restart_from_before_the_wait_began_is_told_as_such_not_as_happening_n
     )
     later = {**budget.next_restart(lost, step=900).to_dict(), "at": first.at + 120}
     assert log.line(snap(2.0, [first.to_dict(), later])) == restart_line(later)  # after the wait began: as it is
+    # a fresh wait's first snapshot: a restart after its start, or one without a usable time, is told as it happens
+    assert ProgressLog(since=first.at - 60).line(snap(1.0, [first.to_dict()])) == first.line()
+    assert ProgressLog(since=first.at + 60).line(snap(1.0, [{**first.to_dict(), "at": None}])) == first.line()
