@@ -306,7 +306,8 @@ class JobSettings:
         :mod:`~airflow_provider_horovod.runtime.driver.heartbeats`.
     :param min_np: elastic ranks: a restart (``max_restarts``) whose ``np`` slots do not come back within
         ``elastic_wait_s`` runs with as many ranks as there are slots, never fewer than ``min_np``, and a later restart
-        grows back to ``np``; the function sees its attempt's world size. ``None`` (default): always ``np``.
+        grows back to ``np``; the function sees its attempt's world size. ``None`` (default): always ``np``. Below
+        ``np`` it needs ``max_restarts`` >= 1 (``ValueError`` otherwise: it would never act).
     :param elastic_wait_s: seconds a restart waits for all ``np`` slots before it starts with fewer (with
         ``min_np``; default 30, torchrun's ``last_call_timeout``).
     :raises ValueError: a value is invalid; the message names the parameter and what it allows.
@@ -358,6 +359,13 @@ class JobSettings:
             "min_np": validate_min_np(self.min_np, validate_np(self.np)),
             "elastic_wait_s": validate_elastic_wait(self.elastic_wait_s),
         }
+        min_np, np_, max_restarts = checked["min_np"], checked["np"], checked["max_restarts"]
+        if isinstance(min_np, int) and isinstance(np_, int) and min_np < abs(np_) and not max_restarts:
+            raise ValueError(
+                f"min_np={min_np} only acts when the job restarts within the try (a restart runs with the "
+                f"ranks that fit, at least min_np): set max_restarts to 1 or more, got max_restarts="
+                f"{max_restarts}"
+            )
         if checked["timeline"] and not LAUNCHERS[str(checked["launcher"])].timeline:
             raise ValueError(
                 "timeline=True records the Horovod Timeline and needs launcher='horovod', got "

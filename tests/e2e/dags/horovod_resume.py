@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from datetime import timedelta
+from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, Asset
@@ -92,115 +93,59 @@ def train_resumable(steps: int, interval: int, step_s: float, hold_in_restart: i
     }
 
 
-for _dag_id, _mode in (("horovod_resume_executor", "cluster"), ("horovod_resume_worker", "client")):
+def resumable_dag(dag_id: str, *, retries: int, hold_in_restart: int | None = None, **operator: Any) -> None:
+    """
+    A DAG ``dag_id`` of one ``train`` task: :func:`train_resumable` (40 steps of 0.25 s, a checkpoint every 5) at
+    ``np=2`` on the ``spark_cluster`` connection, sync, with ``retries`` (no delay) and its model as an asset.
+
+    :param dag_id: the DAG's id (its asset: ``<dag_id>_model``).
+    :param retries: Airflow's retries, ``retry_delay`` 0.
+    :param hold_in_restart: :func:`train_resumable`'s.
+    :param operator: more :class:`HorovodRunnerOperator` arguments (``deploy_mode``, ``max_restarts``...), or ones
+        that replace the defaults above.
+    """
+    kwargs = {"steps": STEPS, "interval": INTERVAL, "step_s": 0.25, "hold_in_restart": hold_in_restart}
     with DAG(
-        dag_id=_dag_id,
+        dag_id=dag_id,
         schedule=None,
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+        default_args={"retries": retries, "retry_delay": timedelta(seconds=0)},
     ):
         HorovodRunnerOperator(
-            task_id="train",
-            python_callable=train_resumable,
-            op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25},
-            np=2,
-            conn_id="spark_cluster",
-            deploy_mode=_mode,
-            deferrable=False,
-            conf=CONF,
-            poll_interval_s=1,
-            outlets=[Asset(f"{_dag_id}_model")],
+            **{
+                "task_id": "train",
+                "python_callable": train_resumable,
+                "op_kwargs": kwargs,
+                "np": 2,
+                "conn_id": "spark_cluster",
+                "deferrable": False,
+                "conf": CONF,
+                "poll_interval_s": 1,
+                "outlets": [Asset(f"{dag_id}_model")],
+                **operator,
+            }
         )
 
 
-with DAG(
-    dag_id="horovod_restart_in_job",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    default_args={"retries": 0},
-):
-    HorovodRunnerOperator(
-        task_id="train",
-        python_callable=train_resumable,
-        op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25},
-        np=2,
-        conn_id="spark_cluster",
-        deploy_mode="client",
-        deferrable=False,
-        conf=CONF,
-        poll_interval_s=1,
-        max_restarts=1,
-        outlets=[Asset("horovod_restart_in_job_model")],
-    )
-
-
-with DAG(
-    dag_id="horovod_restart_deferred",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    default_args={"retries": 0},
-):
-    # cluster deploy mode, deferred: the driver restarts the job while the triggerer waits for it
-    HorovodRunnerOperator(
-        task_id="train",
-        python_callable=train_resumable,
-        op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25},
-        np=2,
-        conn_id="spark_cluster",
-        deploy_mode="cluster",
-        deferrable=True,
-        conf=CONF,
-        poll_interval_s=1,
-        max_restarts=1,
-        outlets=[Asset("horovod_restart_deferred_model")],
-    )
-
-with DAG(
-    dag_id="horovod_restart_reattach",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
-):
-    # cluster deploy mode, sync: the restarted attempt holds until the retry has reattached to its driver
-    HorovodRunnerOperator(
-        task_id="train",
-        python_callable=train_resumable,
-        op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25, "hold_in_restart": 1},
-        np=2,
-        conn_id="spark_cluster",
-        deploy_mode="cluster",
-        deferrable=False,
-        conf=CONF,
-        poll_interval_s=1,
-        max_restarts=1,
-        outlets=[Asset("horovod_restart_reattach_model")],
-    )
-
-with DAG(
-    dag_id="horovod_elastic_worker",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    default_args={"retries": 0},
-):
-    # client deploy mode on a cluster of two one-core workers: restart 1 runs one rank (held until the test has
-    # started the lost worker again and killed that rank), restart 2 two
-    HorovodRunnerOperator(
-        task_id="train",
-        python_callable=train_resumable,
-        op_kwargs={"steps": STEPS, "interval": INTERVAL, "step_s": 0.25, "hold_in_restart": 1},
-        np=2,
-        min_np=1,
-        elastic_wait_s=6,
-        conn_id="spark_elastic",
-        deploy_mode="client",
-        deferrable=False,
-        conf=CONF,
-        poll_interval_s=1,
-        max_restarts=2,
-        outlets=[Asset("horovod_elastic_worker_model")],
-    )
+# issue #26: the lost executor (cluster deploy mode) or worker (client) fails the try; the retry resumes
+resumable_dag("horovod_resume_executor", retries=1, deploy_mode="cluster")
+resumable_dag("horovod_resume_worker", retries=1, deploy_mode="client")
+# issue #36: the driver restarts the job within the try
+resumable_dag("horovod_restart_in_job", retries=0, deploy_mode="client", max_restarts=1)
+# cluster deploy mode, deferred: the driver restarts the job while the triggerer waits for it
+resumable_dag("horovod_restart_deferred", retries=0, deploy_mode="cluster", deferrable=True, max_restarts=1)
+# cluster deploy mode, sync: the restarted attempt holds until the retry has reattached to its driver
+resumable_dag("horovod_restart_reattach", retries=1, hold_in_restart=1, deploy_mode="cluster", max_restarts=1)
+# client deploy mode on a cluster of two one-core workers: restart 1 runs one rank (held until the test has started the
+# lost worker again and killed that rank), restart 2 two
+resumable_dag(
+    "horovod_elastic_worker",
+    retries=0,
+    hold_in_restart=1,
+    deploy_mode="client",
+    conn_id="spark_elastic",
+    min_np=1,
+    elastic_wait_s=6,
+    max_restarts=2,
+)

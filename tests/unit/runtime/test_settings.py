@@ -209,3 +209,12 @@ def test_min_np_is_refused_for_ranks_on_the_driver_naming_why():
     assert message == _message(lambda: JobSettings(np=-2, min_np=1))
     assert message.startswith("min_np applies to barrier tasks (np > 0)"), message
     assert JobSettings(np=4, min_np=4).min_np == 4  # np itself: never fewer (allowed, and the same as None)
+
+
+def test_min_np_below_np_without_restarts_is_refused_naming_max_restarts():
+    message = _message(lambda: JobSettings(np=4, min_np=2))  # max_restarts=0: min_np would never act
+    assert message == _message(lambda: HorovodRunner(np=4, min_np=2))
+    assert message.startswith("min_np=2 only acts when the job restarts within the try") and message.endswith(
+        "set max_restarts to 1 or more, got max_restarts=0"
+    ), message
+    assert JobSettings(np=4, min_np=2, max_restarts=1).min_np == 2
