@@ -19,10 +19,7 @@ import signal
 import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
-
-import psutil
 
 from benchmarks.env import bench_environ
 from benchmarks.lost_executor import INTERVAL, KILL_AT, _records
@@ -32,41 +29,14 @@ RETRY_DAG, IN_JOB_DAG, TASK = "b10_airflow_retry", "b10_in_job", "train"
 RUN_TIMEOUT_S = 300.0
 
 
-def rank_executor(marker: str, rank: int) -> psutil.Process | None:
-    """
-    The executor JVM of the cluster marked ``marker`` whose process tree holds Horovod rank ``rank``, if any.
-
-    :param marker: the cluster's :data:`tests.standalone.MARKER_ENV` value.
-    :param rank: the Horovod rank (its ``HOROVOD_RANK``).
-    """
-    from tests.standalone import MARKER_ENV
-
-    for proc in psutil.process_iter(["cmdline"]):
-        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in (proc.info.get("cmdline") or []):
-            continue
-        try:
-            if proc.environ().get(MARKER_ENV) == marker and any(
-                child.environ().get("HOROVOD_RANK") == str(rank) for child in proc.children(recursive=True)
-            ):
-                return proc
-        except psutil.Error:
-            continue
-    return None
-
-
-def _epoch(timestamp: str) -> float:
-    """An API date (ISO 8601, ``Z`` for UTC) as seconds since the epoch."""
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-
-
-def kill_round(airflow, marker: str, dag_id: str, log: Callable[[str], None]) -> dict:
+def kill_round(airflow, cluster, dag_id: str, log: Callable[[str], None]) -> dict:
     """
     Trigger ``dag_id``, SIGKILL rank 1's executor once rank 0 has recorded step ``KILL_AT``, wait for the run to
     succeed; return the seconds from the kill to the first step trained after it, the work lost, and (from the API's
     record of the tries) when the failed try ended and the retry started.
 
     :param airflow: the running deployment (:class:`tests.airflow_deployment.AirflowDeployment`).
-    :param marker: the cluster's :data:`tests.standalone.MARKER_ENV` value (to find rank 1's executor).
+    :param cluster: the standalone cluster the DAGs run on (:class:`tests.standalone.StandaloneCluster`).
     :param dag_id: :data:`RETRY_DAG` or :data:`IN_JOB_DAG`.
     :param log: progress lines.
     :return: ``to_first_step_s``, ``lost_intervals``, ``try_number``, ``total_steps``; for the retry also
@@ -74,7 +44,7 @@ def kill_round(airflow, marker: str, dag_id: str, log: Callable[[str], None]) ->
     :raises RuntimeError: the run did not reach the kill or did not succeed, the kill was not followed by a retry (the
         retry DAG) or by one restart within the try (the in-job DAG).
     """
-    from tests.airflow_deployment import _poll
+    from tests.airflow_deployment import _poll, api_epoch
 
     run_id = airflow.trigger(dag_id)
     where = _poll(
@@ -87,7 +57,7 @@ def kill_round(airflow, marker: str, dag_id: str, log: Callable[[str], None]) ->
     deadline = time.monotonic() + RUN_TIMEOUT_S
     victim, state_checked = None, time.monotonic()
     while victim is None or not any(r["step"] >= KILL_AT for r in _records(record)):
-        victim = victim or rank_executor(marker, 1)  # found while the ranks start: the kill follows the step at once
+        victim = victim or cluster.rank_executor(1)  # found while the ranks start: the kill follows the step at once
         ended = False
         if time.monotonic() - state_checked > 2:  # a run that ended without the step (every 2 s: a light API load)
             state_checked, ended = time.monotonic(), airflow.run_state(dag_id, run_id) in ("success", "failed")
@@ -123,7 +93,7 @@ def kill_round(airflow, marker: str, dag_id: str, log: Callable[[str], None]) ->
     if dag_id == RETRY_DAG:
         tries = airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{TASK}/tries").json()
         by_number = {t["try_number"]: t for t in tries["task_instances"]}
-        failed_end, retry_start = _epoch(by_number[1]["end_date"]), _epoch(by_number[2]["start_date"])
+        failed_end, retry_start = api_epoch(by_number[1]["end_date"]), api_epoch(by_number[2]["start_date"])
         out.update(
             failed_try_end_s=failed_end - killed_at,  # the kill -> Airflow recorded the first try's failure
             retry_start_s=retry_start - killed_at,  # the kill -> Airflow started the second try
@@ -171,8 +141,8 @@ def run_through_airflow(cluster, work: Path, reps: int, budget_s: float, notes: 
                 )
                 break
             try:
-                retry = kill_round(airflow, cluster.marker, RETRY_DAG, log)
-                in_job = kill_round(airflow, cluster.marker, IN_JOB_DAG, log)
+                retry = kill_round(airflow, cluster, RETRY_DAG, log)
+                in_job = kill_round(airflow, cluster, IN_JOB_DAG, log)
                 if (retry["try_number"], in_job["try_number"]) != (2, 1):
                     raise RuntimeError(f"expected a retry and a restart within the try: {retry}, {in_job}")
             except Exception as err:

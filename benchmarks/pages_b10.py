@@ -6,6 +6,7 @@ B10's part of ``docs/benchmarks.md``: its section between :data:`B10_START` and 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from datetime import datetime
 
 from benchmarks.pages_b5 import section_opening
@@ -30,10 +31,7 @@ def b10_table(results: dict) -> list[str]:
     quick = " (quick run: indicative)" if few else ""
 
     def row(label: str, key: str, fmt, goal: str = "", verdict: str = "") -> str:
-        values = [r[key] for r in rounds]
-        return (
-            f"| {label} | {fmt(statistics.median(values))} | {', '.join(fmt(v) for v in values)} | {goal} | {verdict} |"
-        )
+        return _row(rounds, label, key, fmt, goal, verdict)
 
     ratio_verdict = ("met" if b10["median_ratio"] <= b10["ratio_goal"] else "missed") + quick
     lost_verdict = ("met" if b10["max_in_job_lost_intervals"] <= b10["lost_goal"] else "missed") + quick
@@ -52,7 +50,7 @@ def b10_table(results: dict) -> list[str]:
         row(
             "in-job / retry started at once",
             "ratio",
-            lambda v: f"{v:.2f}x",
+            _ratio,
             f"<= {b10['ratio_goal']:.2f}x (median)",
             ratio_verdict,
         ),
@@ -61,7 +59,7 @@ def b10_table(results: dict) -> list[str]:
                 row(
                     "work lost per fault, retry started at once (steps trained again / checkpoint interval)",
                     "retry_lost_intervals",
-                    lambda v: f"{v:.2f}",
+                    _f2,
                 )
             ]
             if all("retry_lost_intervals" in r for r in rounds)
@@ -70,7 +68,7 @@ def b10_table(results: dict) -> list[str]:
         row(
             "work lost per fault, in-job (steps trained again / checkpoint interval)",
             "in_job_lost_intervals",
-            lambda v: f"{v:.2f}",
+            _f2,
             f"<= {b10['lost_goal']:.1f} (every round)",
             lost_verdict,
         ),
@@ -104,10 +102,7 @@ def through_airflow_rows(b10: dict, quick: str) -> list[str]:
     rounds = through["rounds"]
 
     def row(label: str, key: str, fmt=_s, goal: str = "", verdict: str = "") -> str:
-        values = [r[key] for r in rounds]
-        return (
-            f"| {label} | {fmt(statistics.median(values))} | {', '.join(fmt(v) for v in values)} | {goal} | {verdict} |"
-        )
+        return _row(rounds, label, key, fmt, goal, verdict)
 
     few = " (quick run: indicative)" if len(rounds) < 2 else quick
     verdict = ("met" if through["median_ratio"] <= b10["ratio_goal"] else "missed") + few
@@ -121,7 +116,7 @@ def through_airflow_rows(b10: dict, quick: str) -> list[str]:
         row(
             "**in-job / Airflow retry**, through Airflow",
             "ratio",
-            lambda v: f"{v:.2f}x",
+            _ratio,
             f"<= {b10['ratio_goal']:.2f}x (median)",
             verdict,
         ),
@@ -136,8 +131,23 @@ def through_airflow_rows(b10: dict, quick: str) -> list[str]:
     ]
 
 
+def _row(rounds: list[dict], label: str, key: str, fmt: Callable[[float], str], goal: str, verdict: str) -> str:
+    """A table row: ``label``, the median of the rounds' ``key`` and each round's (by ``fmt``), goal, verdict."""
+    values = [r[key] for r in rounds]
+    return f"| {label} | {fmt(statistics.median(values))} | {', '.join(fmt(v) for v in values)} | {goal} | {verdict} |"
+
+
 def _f2(value: float) -> str:
     return f"{value:.2f}"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _airflow_rounds(b10: dict) -> list[dict] | None:
+    """The rounds run through Airflow; ``None`` for a run without them, or whose Airflow part failed."""
+    return (b10.get("airflow") or {}).get("rounds")
 
 
 def _slots_timed(rounds: list[dict]) -> bool:
@@ -187,7 +197,7 @@ def where_the_time_goes(b10: dict) -> list[str]:
 
 def _operator_settings(b10: dict) -> str:
     """The sentence comparing the in-job restart through Airflow with the script's ("" without those rounds)."""
-    rounds = (b10.get("airflow") or {}).get("rounds")
+    rounds = _airflow_rounds(b10)
     if not rounds:
         return ""
     through = statistics.median(r["in_job_s"] for r in rounds)
@@ -220,7 +230,7 @@ def b10_section(results: dict, standalone_run: bool = False) -> list[str]:
             "whose first try fails on the lost executor and whose retry resumes from the checkpoint, against a task "
             "with `max_restarts=1` whose driver restarts the barrier job within the try. And with client scripts, "
             "no Airflow: "
-            if (b10.get("airflow") or {}).get("rounds")
+            if _airflow_rounds(b10)
             else ""
         )
         + "the job run again as soon as the first try failed (without Airflow's part: no scheduler, no new task "
@@ -270,7 +280,7 @@ def b10_section(results: dict, standalone_run: bool = False) -> list[str]:
             "triggers the two DAGs of `benchmarks/dags/b10_restart.py` (the same training and kill, client deploy "
             "mode, the operator's own Spark settings); when Airflow recorded the failed try and started the retry are "
             "the tries' end and start dates in Airflow's REST API."
-            if (b10.get("airflow") or {}).get("rounds")
+            if _airflow_rounds(b10)
             else ""
         ),
         B10_END,

@@ -25,6 +25,7 @@ them) is stopped and checked gone.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import secrets
@@ -75,6 +76,15 @@ def copy_dags(folder: Path, *files: Path) -> Path:
     for path in files:
         shutil.copy(path, folder / Path(path).name)
     return folder
+
+
+def api_epoch(timestamp: str) -> float:
+    """
+    A date of Airflow's REST API or task log (ISO 8601, ``Z`` for UTC) as seconds since the epoch.
+
+    :param timestamp: e.g. ``2026-12-07T13:19:02.125Z``.
+    """
+    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def _poll(

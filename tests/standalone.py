@@ -125,6 +125,25 @@ class StandaloneCluster:
             parts.append(f"==> {path.relative_to(self.work_dir)} <==\n" + "\n".join(text))
         return "\n".join(parts)
 
+    def rank_executor(self, rank: int) -> psutil.Process | None:
+        """
+        This cluster's executor JVM (``CoarseGrainedExecutorBackend``) whose process tree runs Horovod rank ``rank``
+        (its ``HOROVOD_RANK``), or ``None`` while there is none.
+
+        :param rank: the Horovod rank.
+        """
+        for proc in psutil.process_iter(["cmdline"]):
+            if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in (proc.info.get("cmdline") or []):
+                continue
+            try:
+                if proc.environ().get(MARKER_ENV) == self.marker and any(
+                    child.environ().get("HOROVOD_RANK") == str(rank) for child in proc.children(recursive=True)
+                ):
+                    return proc
+            except psutil.Error:
+                continue
+        return None
+
     def leftover_processes(self) -> list[psutil.Process]:
         """Every live process carrying this cluster's marker, or started by it."""
         found: dict[int, psutil.Process] = {}

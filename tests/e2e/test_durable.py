@@ -30,7 +30,7 @@ import psutil
 import pytest
 
 from airflow_provider_horovod.runtime.wire.protocol import ENV_RESTART_COUNT
-from tests.airflow_deployment import DeploymentError, _poll, airflow_deployment, copy_dags
+from tests.airflow_deployment import DeploymentError, _poll, airflow_deployment, api_epoch, copy_dags
 from tests.s3_server import s3_server  # noqa: F401  (fixture)
 from tests.standalone import MARKER_ENV, standalone_cluster
 
@@ -447,21 +447,15 @@ def test_a_torch_distributed_retry_after_the_task_process_dies_reattaches_to_the
     assert airflow.xcom("torch_durable", run_id, "train", "spark_submission_id") == driver["id"]
 
 
-def _rank_executor(cluster, rank: int) -> tuple[psutil.Process, str]:
-    """The executor JVM (``CoarseGrainedExecutorBackend``) of this cluster whose process tree runs ``rank``, and its
-    application id (from its command line)."""
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info.get("cmdline") or []
-        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in cmd:
-            continue
-        try:
-            if proc.environ().get(MARKER_ENV) != cluster.marker:
-                continue
-            if any(child.environ().get("HOROVOD_RANK") == str(rank) for child in proc.children(recursive=True)):
-                return proc, cmd[cmd.index("--app-id") + 1]
-        except psutil.Error:
-            continue
-    return None
+def _rank_executor(cluster, rank: int) -> tuple[psutil.Process, str] | None:
+    """The executor JVM of this cluster whose process tree runs ``rank`` (:meth:`StandaloneCluster.rank_executor`),
+    and its application id (from its command line); ``None`` while there is none."""
+    proc = cluster.rank_executor(rank)
+    try:
+        cmd = proc.cmdline() if proc is not None else None
+    except psutil.Error:
+        return None
+    return (proc, cmd[cmd.index("--app-id") + 1]) if proc is not None and cmd else None
 
 
 def _rank_processes(cluster, restart: int | None = None) -> list[psutil.Process]:
@@ -511,7 +505,7 @@ def _kill_mid_training_and_check_the_resume(airflow, cluster, dag_id: str, kill)
     assert _ti(airflow, dag_id, run_id)["try_number"] == 2
     error = airflow.task_error(dag_id, run_id, "train", try_number=1) or ""
     failed = [e for e in airflow.task_log_events(dag_id, run_id, "train", 1) if e.get("error_detail")]
-    assert failed and _epoch(failed[-1]["timestamp"]) - killed_at < 30, failed  # not a Gloo or barrier timeout
+    assert failed and api_epoch(failed[-1]["timestamp"]) - killed_at < 30, failed  # not a Gloo or barrier timeout
     steps = _steps(airflow, dag_id, run_id)
     first = [r["step"] for r in steps if r["try"] == 1]
     second = [r["step"] for r in steps if r["try"] == 2]
@@ -529,12 +523,6 @@ def _kill_mid_training_and_check_the_resume(airflow, cluster, dag_id: str, kill)
     assert f"resuming from checkpoint step {latest} (try 2), saved by try 1" in retry_log, retry_log[-4000:]
     _poll("no rank process left on the cluster", lambda: not _rank_processes(cluster), timeout_s=30)
     return error, app_id
-
-
-def _epoch(timestamp: str) -> float:
-    import datetime
-
-    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def test_a_lost_executor_fails_the_try_naming_it_and_the_retry_resumes_from_the_checkpoint(airflow, cluster):

@@ -74,11 +74,15 @@ def restart_line(restart: Mapping[str, Any]) -> str:
 
     :param restart: one of the snapshot's ``restarts`` (``{"number", "of", "cause", "step", "backoff_s", ...}``).
     """
-    step = restart.get("step")
-    at = f" at step {step}" if step is not None else ""
     backoff = float(restart.get("backoff_s") or 0)
     when = f"in {backoff:.0f} s" if backoff > 0 else "now"
-    return f"restart {restart.get('number')}/{restart.get('of')}: {restart.get('cause')}{at}; starting again {when}"
+    return f"restart {restart.get('number')}/{restart.get('of')}: {_cause_at_step(restart)}; starting again {when}"
+
+
+def _cause_at_step(restart: Mapping[str, Any]) -> str:
+    """A restart's cause and the step its failed attempt reached, e.g. ``rank 1 killed by SIGKILL at step 12``."""
+    step = restart.get("step")
+    return f"{restart.get('cause')}" + (f" at step {step}" if step is not None else "")
 
 
 def earlier_restart_line(restart: Mapping[str, Any]) -> str:
@@ -89,8 +93,6 @@ def earlier_restart_line(restart: Mapping[str, Any]) -> str:
 
     :param restart: one of the snapshot's ``restarts``, as for :func:`restart_line`.
     """
-    step = restart.get("step")
-    at = f" at step {step}" if step is not None else ""
     when = restart.get("at")
     clock = (
         f" (at {datetime.datetime.fromtimestamp(when, datetime.UTC):%H:%M:%S} UTC)"
@@ -99,7 +101,7 @@ def earlier_restart_line(restart: Mapping[str, Any]) -> str:
     )
     return (
         f"restart {restart.get('number')}/{restart.get('of')} happened before this wait began{clock}: "
-        f"{restart.get('cause')}{at}"
+        f"{_cause_at_step(restart)}"
     )
 
 
