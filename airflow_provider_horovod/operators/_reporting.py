@@ -18,6 +18,7 @@ from airflow_provider_horovod.hooks.horovod import HorovodHook
 from airflow_provider_horovod.links import push_spark_ui_url
 from airflow_provider_horovod.operators.common import check_xcom_value, history_app_url, history_server_url
 from airflow_provider_horovod.runtime.observability import TIMELINE_FILE_NAME, tensorboard_location
+from airflow_provider_horovod.runtime.wire.progress_format import restarts_summary
 from airflow_provider_horovod.utils.job_result import JobResult
 from airflow_provider_horovod.utils.spark_connection import connection_extras, rest_access
 from airflow_provider_horovod.utils.stage_progress import ProgressWatcher
@@ -132,15 +133,7 @@ class JobReporter:
             self.log.info("Rank 0's last metrics pushed to XCom %r: %s", XCOM_METRICS, result.metrics)
         if result.restarts:
             ti.xcom_push(key=XCOM_RESTARTS, value=result.restarts)
-            self.log.info(
-                "The job restarted %d time(s) (max_restarts), pushed to XCom %r: %s",
-                len(result.restarts),
-                XCOM_RESTARTS,
-                "; ".join(
-                    str(r.get("cause")) + (f" at step {r['step']}" if r.get("step") is not None else "")
-                    for r in result.restarts
-                ),
-            )
+            self.log.info("The job restarted %s (XCom %r)", restarts_summary(result.restarts), XCOM_RESTARTS)
         # pushed by execute() before submitting (a deferred or reattached try reads it back from XCom)
         artifact_dir = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_ARTIFACT_DIR, map_indexes=ti.map_index)
         self._report_observability(ti, artifact_dir, result.artifact_paths)

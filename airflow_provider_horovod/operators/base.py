@@ -167,7 +167,8 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         :mod:`airflow_provider_horovod.runtime.driver.heartbeats`.
     :param min_np: elastic ranks (with ``max_restarts``): a restart whose ``np`` slots do not come back within
         ``elastic_wait_s`` (a worker lost for good) runs with as many ranks as there are slots, never fewer than
-        ``min_np``, and a later restart grows back to ``np``; the function sees its attempt's world size (scale the
+        ``min_np``, and grows back to ``np`` after its next ``save_checkpoint()`` once all ``np`` slots are free again
+        (not counted in ``max_restarts``); the function sees its attempt's world size (scale the
         learning rate and shards with it: ``docs/fault-tolerance.md``). ``None`` (default): always ``np``.
     :param elastic_wait_s: seconds a restart waits for all ``np`` slots before it starts with fewer (default 30, as
         torchrun's ``last_call_timeout``).

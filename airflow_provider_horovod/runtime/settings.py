@@ -305,8 +305,9 @@ class JobSettings:
         for Spark's ``spark.network.timeout``; at least 6; ``None``: Spark's detection only. See
         :mod:`~airflow_provider_horovod.runtime.driver.heartbeats`.
     :param min_np: elastic ranks: a restart (``max_restarts``) whose ``np`` slots do not come back within
-        ``elastic_wait_s`` runs with as many ranks as there are slots, never fewer than ``min_np``, and a later restart
-        grows back to ``np``; the function sees its attempt's world size. ``None`` (default): always ``np``. Below
+        ``elastic_wait_s`` runs with as many ranks as there are slots, never fewer than ``min_np``, and grows back to
+        ``np`` after a checkpoint once all ``np`` slots are free again (not counted in ``max_restarts``); the function
+        sees its attempt's world size. ``None`` (default): always ``np``. Below
         ``np`` it needs ``max_restarts`` >= 1 (``ValueError`` otherwise: it would never act).
     :param elastic_wait_s: seconds a restart waits for all ``np`` slots before it starts with fewer (with
         ``min_np``; default 30, torchrun's ``last_call_timeout``).

@@ -709,12 +709,13 @@ def _executors(airflow, dag_id: str, run_id: str) -> list[dict]:
 
 def test_a_worker_lost_for_good_shrinks_the_job_to_min_np_and_a_new_worker_grows_it_back(airflow, tmp_path):
     """
-    Elastic ranks in client deploy mode (``np=2, min_np=1, elastic_wait_s=6, max_restarts=2``, ``retries=0``), on a
+    Elastic ranks in client deploy mode (``np=2, min_np=1, elastic_wait_s=6, max_restarts=1``, ``retries=0``), on a
     cluster of its own: two workers of one core, so the lost worker's slot has nowhere else to go (on the module's
     cluster, whose workers have two cores, the other worker would take it). The worker holding rank 1 is SIGKILLed:
     restart 1 runs one rank, resumed from the checkpoint, and holds (``hold_in_restart=1``) while the worker is
-    started again and its executor registers with the driver; then that rank is SIGKILLed: restart 2 runs two ranks
-    again, and the one try succeeds.
+    started again and its executor registers with the driver. The driver sees both slots free again and says so; the
+    rank, released, stops right after its next checkpoint, and restart 2 runs two ranks from there, a restart that
+    ``max_restarts=1`` (spent by the lost worker) does not count. One try, no step trained twice.
     """
     dag_id = "horovod_elastic_worker"
     with standalone_cluster(workers=2, cores_per_worker=1, work_dir=tmp_path / "spark") as elastic:
@@ -732,31 +733,43 @@ def test_a_worker_lost_for_good_shrinks_the_job_to_min_np_and_a_new_worker_grows
             timeout_s=120,
         )
         elastic.restart_worker(lost)  # a new machine joins (the cluster's exit stops everything, a failure included)
-        _poll("the new worker's executor to register", lambda: len(_executors(airflow, dag_id, run_id)) == 2, 120)
-        [rank] = _rank_processes(elastic, restart=1)  # its one rank, holding
-        rank.send_signal(signal.SIGKILL)
+        told = (
+            "all np=2 task slots are free again (2 in this application): rank 0 stops after its next save_checkpoint()"
+        )
+        _poll("the driver to say the job grows back", lambda: told in _log(airflow, dag_id, run_id), timeout_s=120)
+        release = Path(airflow.xcom(dag_id, run_id, "train", "checkpoint_dir")).parent / "release"
+        release.write_text("")  # the one rank of restart 1 trains on, to its next checkpoint
         assert airflow.wait_for_run(dag_id, run_id, timeout_s=240) == "success", _log(airflow, dag_id, run_id)[-4000:]
     assert _ti(airflow, dag_id, run_id)["try_number"] == 1
     steps = _steps(airflow, dag_id, run_id)
     first = [r["step"] for r in steps if r["restart"] == 0]
     latest = max(s for s in first if s % INTERVAL == 0)
+    stop = latest + INTERVAL  # restart 1's first checkpoint: the driver had spoken before the rank was released
     attempts = {
         n: ({r["size"] for r in steps if r["restart"] == n}, [r["step"] for r in steps if r["restart"] == n])
         for n in {r["restart"] for r in steps}
     }  # {restart: (world sizes, steps)}
     assert attempts == {
         0: ({2}, list(range(1, len(first) + 1))),
-        1: ({1}, [latest + 1]),  # one rank, resumed from the checkpoint; killed while it held
-        2: ({2}, list(range(latest + 1, STEPS + 1))),  # grown back, resumed from the same checkpoint
+        1: ({1}, list(range(latest + 1, stop + 1))),  # one rank, from the checkpoint to the next one
+        2: ({2}, list(range(stop + 1, STEPS + 1))),  # grown back, from the checkpoint restart 1 saved
     }, attempts
     value = airflow.xcom(dag_id, run_id, "train")
-    assert (value["restart_count"], value["size"], value["resumed_from_step"]) == (2, 2, latest), value
-    assert value["weight"] == 2.0 * STEPS  # restart 1's step was never checkpointed
-    first_cause, second_cause = [r["cause"] for r in airflow.xcom(dag_id, run_id, "train", "restarts")]
-    assert re.match(r"executor \d+ on 127\.0\.0\.1 lost \(worker lost", first_cause), first_cause
-    assert second_cause == "rank 0 killed by SIGKILL", second_cause
+    assert (value["restart_count"], value["size"], value["resumed_from_step"]) == (2, 2, stop), value
+    assert value["weight"] == 2.0 * latest + 1.0 * INTERVAL + 2.0 * (STEPS - stop)  # every step counted once
+    restarts = airflow.xcom(dag_id, run_id, "train", "restarts")
+    assert [r["grow"] for r in restarts] == [False, True], restarts
+    assert re.match(r"executor \d+ on 127\.0\.0\.1 lost \(worker lost", restarts[0]["cause"]), restarts
+    assert restarts[1]["cause"] == f"all np slots are free again, rank 0 stopped after saving checkpoint step {stop}"
+    log = _log(airflow, dag_id, run_id)
     shrunk = "restart 1: 1 of np=2 ranks (min_np=1): all 2 slots did not come back within elastic_wait_s=6 s"
-    assert shrunk in (log := _log(airflow, dag_id, run_id)), log[-4000:]
+    grown = (
+        "restart 2 (to grow back; not counted in max_restarts=1): all np slots are free again, rank 0 stopped after "
+        "saving "
+        f"checkpoint step {stop}; starting again now"
+    )
+    assert shrunk in log and grown in log, log[-4000:]
+    assert f"stopping after checkpoint step {stop} to grow back" in log, log[-4000:]  # rank 0's own line
 
 
 def test_a_lost_worker_fails_the_try_naming_the_executor_and_the_retry_resumes(airflow, cluster):

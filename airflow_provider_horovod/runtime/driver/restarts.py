@@ -10,6 +10,11 @@ node's processes) and a rendezvous that never completed
 fails at once, as it would fail again, unless its type is in ``restart_on``. Spark never re-attempts a barrier
 ResultStage; the driver submits the job again (torchrun's agent restarts its workers the same way, Ray Train its
 worker group), and the ranks resume through :func:`~airflow_provider_horovod.runtime.load_checkpoint`.
+
+One restart is not a failure: an attempt that ran fewer ranks than ``np`` (elastic ``min_np``) whose rank 0 stopped
+after a checkpoint because all ``np`` slots were free again (:data:`~airflow_provider_horovod.runtime.rank_errors.
+STOPPED_TO_GROW`) starts again with ``np`` ranks, without a back-off and without using up ``max_restarts`` (as
+torchrun's agent restarts its workers for a new node, and Ray Train resizes, without counting a failure).
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_horovod.runtime.errors import ExecutorLostError
-from airflow_provider_horovod.runtime.rank_errors import RankFailedError, RankKilledError, RendezvousError
+from airflow_provider_horovod.runtime.rank_errors import (
+    STOPPED_TO_GROW,
+    RankFailedError,
+    RankKilledError,
+    RendezvousError,
+)
 from airflow_provider_horovod.runtime.wire.progress_format import restart_line
 
 ANY_EXCEPTION = "*"
@@ -56,6 +66,8 @@ def restart_cause(err: BaseException, restart_on: Sequence[str] = ()) -> str | N
     :param restart_on: exception type names of the training code that restart too (``ValueError``,
         ``torch.OutOfMemoryError``; a bare name matches any module's), or ``"*"`` for every one.
     """
+    if stopped_to_grow(err):
+        return f"all np slots are free again, rank 0 {err.exc_message}"  # type: ignore[attr-defined]
     if isinstance(err, ExecutorLostError):
         where = f" on {err.host}" if err.host else ""
         why = f" ({err.reason})" if err.reason else ""
@@ -68,6 +80,16 @@ def restart_cause(err: BaseException, restart_on: Sequence[str] = ()) -> str | N
     if isinstance(err, RankFailedError) and err.exc_type and _matches(err.exc_type, restart_on):
         return f"rank {err.rank} raised {err.exc_type}: {err.exc_message}"
     return None
+
+
+def stopped_to_grow(err: BaseException) -> bool:
+    """
+    Whether ``err`` is a shrunk attempt's planned stop to grow back (rank 0's
+    :data:`~airflow_provider_horovod.runtime.rank_errors.STOPPED_TO_GROW`), not a failure.
+
+    :param err: what the attempt raised.
+    """
+    return isinstance(err, RankFailedError) and err.exc_type == STOPPED_TO_GROW
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +105,9 @@ class Restart:
     :param backoff_s: the pause before the next attempt, seconds.
     :param step: the last step rank 0 reported before the failure (``report()``, a library's trainer), if any: the
         failed attempt trained up to it.
+    :param grow: a restart to grow back to ``np`` (:func:`stopped_to_grow`): not a failure, not counted in ``of``.
+    :param failure: which restart after a failure this is, from 1 (what ``of`` bounds; differs from ``number`` once
+        the job has grown back); ``None`` for a restart to grow back.
     """
 
     number: int
@@ -92,6 +117,8 @@ class Restart:
     at: float
     backoff_s: float
     step: int | None = None
+    grow: bool = False
+    failure: int | None = None
 
     def line(self) -> str:
         """The task log's line for it: ``restart 1/3: rank 1 killed by SIGKILL at step 12; starting again in 1 s``."""
@@ -112,7 +139,11 @@ def restarted(err: BaseException, restarts: Sequence[Restart], max_restarts: int
     :param max_restarts: the budget, for the note.
     """
     if restarts:
-        lines = [f"the job was restarted {len(restarts)} time(s) of max_restarts={max_restarts} before this failure:"]
+        grown = sum(r.grow for r in restarts)
+        counted = f"{len(restarts) - grown} time(s) of max_restarts={max_restarts}" + (
+            f" and {grown} time(s) to grow back" if grown else ""
+        )
+        lines = [f"the job was restarted {counted} before this failure:"]
         lines += [f"  restart {r.number}: {r.cause}" for r in restarts]
         err.add_note("\n".join(lines))
     err.restarts = [r.to_dict() for r in restarts]  # type: ignore[attr-defined]
@@ -149,6 +180,11 @@ class RestartBudget:
         """Restarts made so far: the restart count of the attempt about to run (0 for the first)."""
         return len(self.restarts)
 
+    @property
+    def failures(self) -> int:
+        """Restarts made so far after a failure: what ``max_restarts`` bounds (growing back is not one)."""
+        return sum(not r.grow for r in self.restarts)
+
     def next_restart(self, err: BaseException, step: int | None = None) -> Restart | None:
         """
         The restart ``err`` earns, recorded, or ``None`` when it fails the job (not restartable, or the budget is
@@ -157,8 +193,9 @@ class RestartBudget:
         :param err: what the attempt raised.
         :param step: the last step rank 0 reported in the failed attempt, if any.
         """
+        grow = stopped_to_grow(err)
         cause = restart_cause(err, self.restart_on)
-        if cause is None or self.count >= self.max_restarts:
+        if cause is None or (not grow and self.failures >= self.max_restarts):
             return None
         number = self.count + 1
         error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
@@ -168,8 +205,10 @@ class RestartBudget:
             cause=cause,
             error=error,
             at=self._clock(),
-            backoff_s=backoff_s(number),
+            backoff_s=0.0 if grow else backoff_s(self.failures + 1),
             step=step,
+            grow=grow,
+            failure=None if grow else self.failures + 1,
         )
         self.restarts.append(restart)
         return restart

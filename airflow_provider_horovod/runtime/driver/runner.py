@@ -20,6 +20,7 @@ from airflow_provider_horovod.runtime.driver.restarts import Restart, RestartBud
 from airflow_provider_horovod.runtime.driver.shipping import runtime_zip, ship_runtime
 from airflow_provider_horovod.runtime.driver.slots import (
     LOG_PREFIX,
+    grow_when_free,
     local_master_slots,
     not_enough_slots,
     offers_renewed,
@@ -44,7 +45,7 @@ from airflow_provider_horovod.runtime.settings import (
 from airflow_provider_horovod.runtime.task.gpus import check_gpu_conf
 from airflow_provider_horovod.runtime.task.launch import barrier_task, run_on_driver
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.logs import LogServer
+from airflow_provider_horovod.runtime.wire.logs import GROW, LogServer
 from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 
 STAGE_FAILED_DRAIN_S = 15.0
@@ -176,7 +177,8 @@ class BarrierRunner:
             try:
                 while True:
                     try:
-                        result = self._run_attempt(dataclasses.replace(spec, restart_count=budget.count), collector)
+                        attempt = dataclasses.replace(spec, restart_count=budget.count, failures=budget.failures)
+                        result = self._run_attempt(attempt, collector)
                         break
                     except Exception as err:
                         restart = budget.next_restart(err, step=collector.snapshot().get("step"))
@@ -264,8 +266,13 @@ class BarrierRunner:
                     locate=functools.partial(executor_of_task, sc),
                     replace=lambda executor: sc._jsc.sc().killAndReplaceExecutor(executor),
                 )
+            growing = (
+                grow_when_free(sc, spec.grows_to, functools.partial(logs.tell, GROW), log=waiting)
+                if spec.grows_to is not None
+                else contextlib.nullcontext()
+            )
             try:
-                with watchdog or contextlib.nullcontext(), offers_renewed(sc, lambda: logs.accepted > 0):
+                with watchdog or contextlib.nullcontext(), offers_renewed(sc, lambda: logs.accepted > 0), growing:
                     results = rdd.collect()
             except KeyboardInterrupt:
                 sc.cancelJobGroup(group)
@@ -293,7 +300,8 @@ class BarrierRunner:
         Elastic ranks (``min_np``), for a restart: ``spec`` when its ``np`` slots are there within
         ``elastic_wait_s`` (a restart after one with fewer ranks grows back), else ``spec`` with as many ranks as this
         application has slots, never fewer than ``min_np`` (waited for as at the start, up to
-        ``slot_wait_timeout_s``).
+        ``slot_wait_timeout_s``), and ``grows_to`` set: the attempt grows back once all ``np`` slots are free
+        (:func:`~.slots.grow_when_free`).
         """
         settings = spec.settings
 
@@ -312,10 +320,11 @@ class BarrierRunner:
         ranks = max(settings.min_np, min(settings.np, own_slots(sc)[0]))
         log(
             f"restart {spec.restart_count}: {ranks} of np={settings.np} ranks (min_np={settings.min_np}): all "
-            f"{settings.np} slots did not come back within elastic_wait_s={settings.elastic_wait_s:g} s ({why}); a "
-            "later restart grows back"
+            f"{settings.np} slots did not come back within elastic_wait_s={settings.elastic_wait_s:g} s ({why}); it "
+            f"grows back after a checkpoint once they are free"
         )
-        return dataclasses.replace(spec, settings=settings.replace(np=ranks))
+        grows_to = settings.np if ranks < settings.np else None
+        return dataclasses.replace(spec, settings=settings.replace(np=ranks), grows_to=grows_to)
 
 
 class HorovodRunner(BarrierRunner):
@@ -392,9 +401,11 @@ class HorovodRunner(BarrierRunner):
         the server's Spark decides). See :mod:`~airflow_provider_horovod.runtime.driver.heartbeats`.
     :param min_np: elastic ranks (``np > 0``, with ``max_restarts``): a restart whose ``np`` slots do not come back
         within ``elastic_wait_s`` (a host lost for good) runs with as many ranks as the application has slots, never
-        fewer than ``min_np``; each later restart first waits ``elastic_wait_s`` for all ``np`` again (grows back).
-        The function sees its attempt's world size (``hvd.size()``, ``WORLD_SIZE``): scale the learning rate and
-        the data shards with it (``docs/fault-tolerance.md``). ``None`` (default): always ``np``.
+        fewer than ``min_np``. It grows back: once all ``np`` slots are free again (a new worker's executor), rank 0
+        stops after its next :func:`~airflow_provider_horovod.runtime.save_checkpoint` and the job starts again
+        with ``np`` ranks from there (a restart that ``max_restarts`` does not count). The function sees its
+        attempt's world size (``hvd.size()``, ``WORLD_SIZE``): scale the learning rate and the data shards with it
+        (``docs/fault-tolerance.md``). ``None`` (default): always ``np``.
     :param elastic_wait_s: seconds a restart waits for all ``np`` slots before it starts with fewer (default 30).
     :raises ValueError: an argument is invalid (raised here, before any Spark work), with the same message as the
         operator's and the decorator's (:class:`~airflow_provider_horovod.runtime.settings.JobSettings`).

@@ -266,6 +266,64 @@ def offers_renewed(sc: Any, started: Callable[[], bool], poll_s: float = POLL_IN
         thread.join(timeout=5.0)
 
 
+GROW_CHECK_S = 2.0
+"""How often :func:`grow_when_free` looks at the application's slots, seconds (a JVM call each)."""
+
+
+@contextlib.contextmanager
+def grow_when_free(
+    sc: Any,
+    np_: int,
+    tell: Callable[[], int],
+    *,
+    log: Callable[[str], None],
+    interval_s: float = GROW_CHECK_S,
+) -> Iterator[threading.Event]:
+    """
+    While the body runs an attempt with fewer ranks than ``np_`` (elastic ``min_np``), look every ``interval_s``
+    seconds whether this application has ``np_`` task slots again (:func:`own_slots`: a replacement worker's
+    executor has registered); once it has at two looks in a row (an executor that registers and dies at once does not
+    make the job stop and start again), ``tell()`` the attempt (rank 0 then stops after its next checkpoint and the
+    job starts again with ``np_`` ranks), log it, and stop looking. Ray Train looks every 60 s and restarts from
+    the latest checkpoint at once; torchrun restarts its workers as soon as a new node waits at the rendezvous; here
+    no step is trained twice.
+
+    :param sc: the ``SparkContext`` (classic, on the driver).
+    :param np_: the job's ``np``.
+    :param tell: sends the word to the attempt; returns how many of its tasks it reached (0: none listens yet: it
+        tries again at the next look).
+    :param log: called with the line that says the job grows back.
+    :param interval_s: seconds between two looks.
+    :return: a context whose value is set once the attempt was told.
+    """
+    told = threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        seen = 0  # looks in a row that found np_ slots
+        try:
+            while not done.wait(interval_s):
+                slots = own_slots(sc)[0]
+                seen = seen + 1 if slots >= np_ else 0
+                if seen >= 2 and tell() > 0:
+                    told.set()
+                    log(
+                        f"all np={np_} task slots are free again ({slots} in this application): rank 0 stops after "
+                        f"its next save_checkpoint() and the job starts again with {np_} ranks from there"
+                    )
+                    return
+        except Exception:  # the context stopped meanwhile (py4j errors): the attempt's own outcome tells
+            return
+
+    thread = threading.Thread(target=watch, name="horovod-grow-when-free", daemon=True)
+    thread.start()
+    try:
+        yield told
+    finally:
+        done.set()
+        thread.join(timeout=5.0)
+
+
 def local_master_slots(master: str) -> int | None:
     """Task slots of a ``local``/``local[N]``/``local[*]``/``local[N,F]`` master; ``None`` for other masters."""
     match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master.strip())

@@ -38,7 +38,7 @@ from airflow_provider_horovod.runtime.task.rank_env import omp_threads
 from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.logs import Heartbeats, LogClient
+from airflow_provider_horovod.runtime.wire.logs import GROW, ControlListener, Heartbeats, LogClient
 
 
 def stderr_sink(slot: Slot, line: str) -> None:
@@ -221,9 +221,16 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     if client is not None and spec.settings.heartbeat_timeout_s is not None:
         beat = {"task": partition, "rank": slot.rank, "host": addresses[partition], "stage": ctx.stageId()}
         beats.enter_context(Heartbeats(client, {**beat, "pid": os.getpid()}))
+
+    def told(message: str) -> None:  # the driver's word (a shrunk attempt's rank 0 task only)
+        if message == GROW:
+            proc.request_grow()
+
     try:
         try:
             proc.start(deferred=True)
+            if spec.grows_to is not None and slot.rank == 0 and spec.log_address:  # rank 0 saves, so it stops to grow
+                beats.enter_context(ControlListener(spec.log_address, spec.log_token or "", told))
             if partition == 0:
                 rendezvous = backend.open_rendezvous(plan, bind=addresses[0], peers=addresses)
                 rendezvous.on_uninitialized(lambda rank: proc.peer_left(_left_uninitialized(rank)))

@@ -95,6 +95,17 @@ class RankProcess:
     def error_path(self) -> str:
         return os.path.join(self._dir, protocol.RANK_ERROR_FILE)
 
+    def request_grow(self) -> None:
+        """
+        Tell the rank that all ``np`` slots are free again (the driver's :data:`~..wire.logs.GROW`): its
+        ``save_checkpoint()`` stops the function after the next save (rank 0). A no-op once its directory is gone.
+        """
+        try:
+            with open(os.path.join(self._dir, protocol.RANK_GROW_FILE), "x"):
+                pass
+        except OSError:  # told already, or the rank has ended
+            pass
+
     @property
     def returncode(self) -> int | None:
         return self._proc.returncode if self._proc else None

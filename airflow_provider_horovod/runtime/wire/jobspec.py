@@ -28,6 +28,12 @@ class JobSpec:
         stderr is the driver's: forwarded lines are not echoed there a second time.
     :param restart_count: how many times the driver restarted the job before this attempt (0 on the first;
         ``max_restarts``).
+    :param failures: how many of those restarts followed a failure (what ``max_restarts`` bounds; a restart to grow
+        back is not one): torchrun's ``TORCHELASTIC_RESTART_COUNT``.
+    :param grows_to: in an attempt with fewer ranks than the job's ``np`` (elastic ``min_np``), that ``np``: rank 0's
+        task listens for the driver's word that all ``np`` slots are free again, and rank 0 then stops after its
+        next :func:`~airflow_provider_horovod.runtime.save_checkpoint` so that the job starts again with ``np``
+        ranks. ``None``: the attempt runs all ``np``.
     """
 
     payload: bytes
@@ -38,6 +44,8 @@ class JobSpec:
     log_token: str | None = None
     executors_share_driver_stderr: bool = False
     restart_count: int = 0
+    failures: int = 0
+    grows_to: int | None = None
 
     @property
     def np(self) -> int:

@@ -7,6 +7,11 @@ driver listens on its own address (``spark.driver.host``); each barrier task con
 to this job with a per-job token (compared in constant time), then sends length-prefixed UTF-8 lines.
 The channel is best effort: a task that cannot reach it keeps its full copy in the executor's stderr and
 training goes on.
+
+The other way, from the driver to a task, there is one message: :data:`GROW`, which the driver sends
+(:meth:`LogServer.tell`) to the tasks that opened a :class:`ControlListener` (rank 0's task in an attempt with fewer
+ranks than ``np``) once all ``np`` slots are free again. A listener is a connection of its own, so the log connection
+stays one-way (:meth:`LogClient.wait_closed` reads its readability as its close).
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ _LEN = struct.Struct(">I")
 _FAILURE_PREFIX = "\x00failure "
 _METRICS_PREFIX = "\x00metrics "
 _HEARTBEAT_PREFIX = "\x00heartbeat "
+_CONTROL = "\x00control"
+"""The first frame after the token of a :class:`ControlListener`'s connection."""
+GROW = "grow"
+"""The driver's message to a shrunk attempt's rank 0 task: all ``np`` slots are free again, stop after the next
+checkpoint so that the job starts again with ``np`` ranks (:mod:`~airflow_provider_horovod.runtime.driver.runner`)."""
 HEARTBEAT_INTERVAL_S = 2.0
 """How often a barrier task sends its heartbeat while its rank runs, seconds (:class:`Heartbeats`)."""
 MAX_FRAME_CHARS = MAX_LINE_CHARS + 1024
@@ -64,7 +74,8 @@ class LogServer:
     Receives rank output lines and hands them to ``on_line`` (by default: prints them to stdout).
 
     Use as a context manager; ``address`` and ``token`` are what tasks need to connect. Closing waits for
-    every connected task to finish sending, so no line that a finished task sent is lost.
+    every connected task to finish sending, so no line that a finished task sent is lost; a
+    :class:`ControlListener`'s connection is closed instead (it only ever receives).
 
     :param host: the address to listen on (the driver's address, e.g. ``spark.driver.host``).
     :param on_line: called with each received line (thread-safe: calls are serialized).
@@ -104,7 +115,9 @@ class LogServer:
         """Failure reports sent by tasks (complete once the server is closed)."""
         self.accepted = 0
         """Connections that presented the job's token so far (a barrier task connects with its first heartbeat, as
-        it starts)."""
+        it starts; a :class:`ControlListener` counts too)."""
+        self._controls: set[socket.socket] = set()  # the ControlListeners' connections
+        self._closing = False
 
     def _opened(self, sock: socket.socket, reported: bool | None) -> None:
         """A task's connection opened (``False``), sent its failure report (``True``), or closed (``None``)."""
@@ -114,6 +127,40 @@ class LogServer:
             else:
                 self._open[sock] = reported
             self._open_changed.notify_all()
+
+    def _listen(self, sock: socket.socket) -> None:
+        """Keep a :class:`ControlListener`'s connection for :meth:`tell` until it closes (not drained on exit)."""
+        self._opened(sock, reported=None)
+        with self._open_changed:
+            if self._closing:
+                return
+            self._controls.add(sock)
+        try:
+            while _read_frame(sock) is not None:  # it sends nothing more: this returns when it closes
+                pass
+        except OSError:
+            pass
+        finally:
+            with self._open_changed:
+                self._controls.discard(sock)
+
+    def tell(self, message: str) -> int:
+        """
+        Send ``message`` (:data:`GROW`) to every :class:`ControlListener` connected now.
+
+        :param message: the message.
+        :return: how many listeners it reached (0: none connected yet, or all gone).
+        """
+        with self._open_changed:
+            controls = list(self._controls)
+        reached = 0
+        for sock in controls:
+            try:
+                sock.sendall(LogClient._frame(message))
+                reached += 1
+            except OSError:
+                pass
+        return reached
 
     def _print(self, line: str) -> None:
         stream = self._stream or sys.stdout
@@ -151,6 +198,9 @@ class LogServer:
             def _receive(self, sock: socket.socket) -> None:
                 while (frame := _read_frame(sock)) is not None:
                     line = frame.decode("utf-8", "replace")
+                    if line == _CONTROL:
+                        owner._listen(sock)
+                        return
                     if line.startswith(_HEARTBEAT_PREFIX):
                         try:
                             beat = json.loads(line[len(_HEARTBEAT_PREFIX) :])
@@ -215,6 +265,11 @@ class LogServer:
                     for sock in self._open:  # reported (its report is its last word) or past the drain: close it
                         with contextlib.suppress(OSError):
                             sock.shutdown(socket.SHUT_RDWR)
+            with self._open_changed:  # the listeners' handlers wait for their close: end them
+                self._closing = True
+                for sock in self._controls:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
             self._server.server_close()  # joins handler threads: every finished task's lines are out
         if self._thread is not None:
             self._thread.join()
@@ -332,6 +387,65 @@ class LogClient:
                 pass
             self._sock.close()
             self._sock = None
+
+
+class ControlListener:
+    """
+    A barrier task's connection for the driver's messages (:data:`GROW`), read by a thread while the context is open;
+    best effort like the log channel: without a connection no message comes.
+
+    :param address: ``(host, port)`` of the driver's :class:`LogServer`.
+    :param token: its token.
+    :param on_message: called (in the reader thread) with each message.
+    :param connect_timeout_s: seconds to wait for the connection.
+    """
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        token: str,
+        on_message: Callable[[str], None],
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self._address = address
+        self._token = token
+        self._on_message = on_message
+        self._timeout = connect_timeout_s
+        self._sock: socket.socket | None = None
+        self._thread = threading.Thread(target=self._run, name="horovod-control", daemon=True)
+
+    def _run(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        try:
+            while (frame := _read_frame(sock)) is not None:
+                self._on_message(frame.decode("utf-8", "replace"))
+        except OSError:
+            pass
+
+    def __enter__(self) -> ControlListener:
+        try:
+            sock = socket.create_connection(self._address, timeout=self._timeout)
+            sock.settimeout(None)
+            sock.sendall(LogClient._frame(self._token) + LogClient._frame(_CONTROL))
+        except OSError as err:
+            sys.stderr.write(
+                f"airflow-provider-horovod: cannot open the driver's control channel at "
+                f"{self._address[0]}:{self._address[1]} ({err}): this attempt does not grow back before it ends\n"
+            )
+            return self
+        self._sock = sock
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # the reader's recv returns: it ends before the descriptor is reused
+        self._thread.join()
+        sock.close()
 
 
 class Heartbeats:

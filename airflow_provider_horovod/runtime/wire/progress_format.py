@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 PROGRESS_FILE = "progress.json"
@@ -70,19 +70,53 @@ def restart_line(restart: Mapping[str, Any]) -> str:
     """
     The line that says the job restarted within the try (``max_restarts``), e.g. ``restart 2/3: rank 1 killed by SIGKILL
     at step 12; starting again in 1 s`` (``starting again now`` without a back-off): what the driver prints, and a
-    cluster-mode wait logs from the snapshot.
+    cluster-mode wait logs from the snapshot. A restart to grow back (elastic ``min_np``) says so instead of counting
+    against ``max_restarts``: ``restart 2 (to grow back; not counted in max_restarts=1): all np slots are free again,
+    rank 0 stopped after saving checkpoint step 20; starting again now``.
 
-    :param restart: one of the snapshot's ``restarts`` (``{"number", "of", "cause", "step", "backoff_s", ...}``).
+    :param restart: one of the snapshot's ``restarts`` (``{"number", "of", "cause", "step", "backoff_s", "grow",
+        ...}``).
     """
     backoff = float(restart.get("backoff_s") or 0)
     when = f"in {backoff:.0f} s" if backoff > 0 else "now"
-    return f"restart {restart.get('number')}/{restart.get('of')}: {_cause_at_step(restart)}; starting again {when}"
+    return f"{_restart_name(restart)}: {_cause_at_step(restart)}; starting again {when}"
+
+
+def _restart_name(restart: Mapping[str, Any]) -> str:
+    """
+    ``restart 2/3``; ``restart 2 (to grow back; not counted in max_restarts=3)``; after a restart to grow back, a
+    failure's restart with its place in the budget: ``restart 3 (2/3 of max_restarts)``.
+    """
+    number, of, failure = restart.get("number"), restart.get("of"), restart.get("failure")
+    if restart.get("grow"):
+        return f"restart {number} (to grow back; not counted in max_restarts={of})"
+    if failure is not None and failure != number:
+        return f"restart {number} ({failure}/{of} of max_restarts)"
+    return f"restart {number}/{of}"
 
 
 def _cause_at_step(restart: Mapping[str, Any]) -> str:
     """A restart's cause and the step its failed attempt reached, e.g. ``rank 1 killed by SIGKILL at step 12``."""
     step = restart.get("step")
-    return f"{restart.get('cause')}" + (f" at step {step}" if step is not None else "")
+    at_step = f" at step {step}" if step is not None and not restart.get("grow") else ""  # a grow names its checkpoint
+    return f"{restart.get('cause')}{at_step}"
+
+
+def restarts_summary(restarts: Sequence[Mapping[str, Any]]) -> str:
+    """
+    The job's restarts in one line, for the end of the task log: ``1 time(s) (max_restarts): rank 1 killed by SIGKILL
+    at step 12``; restarts to grow back (elastic ``min_np``) are told apart, as ``max_restarts`` does not count them:
+    ``2 time(s) (1 after a failure, of max_restarts; 1 to grow back): ...``.
+
+    :param restarts: the snapshot's (or the job result's) ``restarts``, in order.
+    """
+    grown = sum(bool(r.get("grow")) for r in restarts)
+    count = f"{len(restarts)} time(s) " + (
+        f"({len(restarts) - grown} after a failure, of max_restarts; {grown} to grow back)"
+        if grown
+        else "(max_restarts)"
+    )
+    return f"{count}: " + "; ".join(_cause_at_step(r) for r in restarts)
 
 
 def earlier_restart_line(restart: Mapping[str, Any]) -> str:
@@ -99,10 +133,7 @@ def earlier_restart_line(restart: Mapping[str, Any]) -> str:
         if isinstance(when, (int, float))
         else ""
     )
-    return (
-        f"restart {restart.get('number')}/{restart.get('of')} happened before this wait began{clock}: "
-        f"{_cause_at_step(restart)}"
-    )
+    return f"{_restart_name(restart)} happened before this wait began{clock}: {_cause_at_step(restart)}"
 
 
 def resume_line(resumed: Mapping[str, Any]) -> str:

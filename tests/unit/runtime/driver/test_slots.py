@@ -314,3 +314,29 @@ def test_slot_wait_timeout_arguments():
     assert _settings(_parse(base)[1]).slot_wait_timeout_s == 3600.0  # the runtime's default then
     assert _settings(_parse([*base, "--slot-wait-timeout-s", "none"])[1]).slot_wait_timeout_s is None
     assert _settings(_parse([*base, "--slot-wait-timeout-s", "90"])[1]).slot_wait_timeout_s == 90.0
+
+
+def test_a_shrunk_attempt_is_told_to_grow_once_np_slots_stay_for_two_looks(monkeypatch):
+    """grow_when_free's rule (the real registration of a new worker's executor: tests/e2e/test_durable.py): slots that
+    show once and go (an executor that registers and dies) do not stop the attempt; np slots at two looks in a row
+    do, once a task listens (tell() reached one), and then it stops looking."""
+    from airflow_provider_horovod.runtime.driver import slots
+
+    counts = iter([1, 2, 1, 2, 2, 2, 7, 8, 9])  # own_slots at each look
+    monkeypatch.setattr(slots, "own_slots", lambda sc: (next(counts), 0))
+    reached = iter([0, 1])  # nobody listened at the first try
+    tells: list[int] = []
+    lines: list[str] = []
+
+    def tell() -> int:
+        tells.append(1)
+        return next(reached)
+
+    with slots.grow_when_free(object(), 2, tell, log=lines.append, interval_s=0.01) as told:
+        assert told.wait(10)
+    assert len(tells) == 2  # the 5th look (2nd in a row) reached nobody; the 6th was heard
+    assert lines == [
+        "all np=2 task slots are free again (2 in this application): rank 0 stops after its next save_checkpoint() "
+        "and the job starts again with 2 ranks from there"
+    ]
+    assert next(counts) == 7  # it stopped looking after the 6th look

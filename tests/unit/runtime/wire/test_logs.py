@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from airflow_provider_horovod.runtime.wire.logs import MAX_FRAME_CHARS, LogClient, LogServer
+from airflow_provider_horovod.runtime.wire.logs import GROW, MAX_FRAME_CHARS, ControlListener, LogClient, LogServer
 
 
 def test_lines_arrive_in_order_and_strangers_are_ignored():
@@ -188,3 +188,69 @@ def test_a_bystander_that_reported_learns_the_stage_failed_when_the_driver_close
 def test_waiting_for_the_close_without_a_connection_returns_at_once():
     client = LogClient(("127.0.0.1", 9), "token", connect_timeout_s=0.5)  # never connected: nothing to watch
     assert client.wait_closed(30.0) is False
+
+
+def _until(condition, timeout_s: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not within the timeout"
+        time.sleep(0.01)
+
+
+def test_the_driver_tells_listening_tasks_only_and_a_stranger_cannot_listen():
+    """The driver's word to a shrunk attempt (GROW) reaches the tasks that opened a control listener with the token,
+    over a connection of their own: a task's log connection stays one-way, and its lines still arrive."""
+    import threading
+
+    heard: list[str] = []
+    stranger_heard: list[str] = []
+    got = threading.Event()
+    lines: list[str] = []
+    with LogServer("127.0.0.1", on_line=lines.append) as server:
+        assert server.tell(GROW) == 0  # nobody listens yet: the driver tries again at its next look
+        log = LogClient(server.address, server.token)
+        log.send("[rank 0] before")
+        with (
+            ControlListener(server.address, "not-the-token", stranger_heard.append),
+            ControlListener(server.address, server.token, lambda m: (heard.append(m), got.set())),
+        ):
+            _until(lambda: server.tell(GROW) == 1)  # once its handler has read the token and the marker
+            assert got.wait(10)
+            log.send("[rank 0] after")
+            assert log.wait_closed(0.2) is False  # the word went to the listener, not to the log connection
+        _until(lambda: server.tell(GROW) == 0)  # the listener closed: its handler ended
+        log.close()
+    assert heard[0] == GROW and stranger_heard == []
+    assert lines == ["[rank 0] before", "[rank 0] after"]
+    assert server.accepted == 2  # the log connection and the listener (the stranger never got in)
+
+
+def test_closing_the_channel_ends_a_listener_that_is_still_open():
+    """The driver's attempt ends while rank 0's task still listens: closing does not wait for it, and the listener's
+    reader ends (its connection closed), so the task's exit is prompt too."""
+    import time
+
+    server = LogServer("127.0.0.1", on_line=lambda line: None)
+    server.__enter__()
+    listener = ControlListener(server.address, server.token, lambda message: None)
+    listener.__enter__()
+    try:
+        _until(lambda: server._controls != set())
+        started = time.monotonic()
+        server.__exit__(None, None, None)
+        assert time.monotonic() - started < 5
+        listener._thread.join(5)
+        assert not listener._thread.is_alive()
+    finally:
+        listener.__exit__(None, None, None)
+
+
+def test_a_listener_without_a_driver_does_not_raise(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens on it once closed
+    with ControlListener(("127.0.0.1", port), "t", lambda message: None, connect_timeout_s=2):
+        pass
+    assert "cannot open the driver's control channel" in capsys.readouterr().err
