@@ -242,25 +242,40 @@ def offers_renewed(sc: Any, started: Callable[[], bool], poll_s: float = POLL_IN
     :return: a context whose value counts the rounds (:class:`OfferRounds`), complete once it has exited.
     """
     rounds = OfferRounds()
+
+    def renew(done: threading.Event) -> None:
+        deadline = time.monotonic() + OFFER_RENEWAL_BOUND_S
+        backend = sc._jsc.sc().schedulerBackend()
+        while not done.wait(poll_s) and time.monotonic() < deadline:
+            if started():
+                rounds.launched = True
+                return
+            backend.reviveOffers()
+            rounds.asked += 1
+
+    with _while_the_body_runs(renew, "horovod-offers-renewed"):
+        yield rounds
+
+
+@contextlib.contextmanager
+def _while_the_body_runs(loop: Callable[[threading.Event], None], name: str) -> Iterator[None]:
+    """
+    Run ``loop(done)`` in a daemon thread ``name`` while the body runs; ``done`` is set when the body ends, and the
+    thread is joined (5 s at most). An exception ends the loop quietly: the SparkContext stopped meanwhile (py4j
+    errors), and the job's own outcome tells.
+    """
     done = threading.Event()
 
-    def renew() -> None:
-        deadline = time.monotonic() + OFFER_RENEWAL_BOUND_S
+    def run() -> None:
         try:
-            backend = sc._jsc.sc().schedulerBackend()
-            while not done.wait(poll_s) and time.monotonic() < deadline:
-                if started():
-                    rounds.launched = True
-                    return
-                backend.reviveOffers()
-                rounds.asked += 1
-        except Exception:  # the context stopped meanwhile (py4j errors): the stage's own outcome tells
+            loop(done)
+        except Exception:  # noqa: BLE001 - see above
             return
 
-    thread = threading.Thread(target=renew, name="horovod-offers-renewed", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     try:
-        yield rounds
+        yield
     finally:
         done.set()
         thread.join(timeout=5.0)
@@ -297,31 +312,22 @@ def grow_when_free(
     :return: a context whose value is set once the attempt was told.
     """
     told = threading.Event()
-    done = threading.Event()
 
-    def watch() -> None:
+    def watch(done: threading.Event) -> None:
         seen = 0  # looks in a row that found np_ slots
-        try:
-            while not done.wait(interval_s):
-                slots = own_slots(sc)[0]
-                seen = seen + 1 if slots >= np_ else 0
-                if seen >= 2 and tell() > 0:
-                    told.set()
-                    log(
-                        f"all np={np_} task slots are free again ({slots} in this application): rank 0 stops after "
-                        f"its next save_checkpoint() and the job starts again with {np_} ranks from there"
-                    )
-                    return
-        except Exception:  # the context stopped meanwhile (py4j errors): the attempt's own outcome tells
-            return
+        while not done.wait(interval_s):
+            slots = own_slots(sc)[0]
+            seen = seen + 1 if slots >= np_ else 0
+            if seen >= 2 and tell() > 0:
+                told.set()
+                log(
+                    f"all np={np_} task slots are free again ({slots} in this application): rank 0 stops after "
+                    f"its next save_checkpoint() and the job starts again with {np_} ranks from there"
+                )
+                return
 
-    thread = threading.Thread(target=watch, name="horovod-grow-when-free", daemon=True)
-    thread.start()
-    try:
+    with _while_the_body_runs(watch, "horovod-grow-when-free"):
         yield told
-    finally:
-        done.set()
-        thread.join(timeout=5.0)
 
 
 def local_master_slots(master: str) -> int | None:
