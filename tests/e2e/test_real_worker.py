@@ -179,3 +179,18 @@ def test_the_training_retry_policy_retries_a_killed_rank_and_not_the_code_s_own_
     assert "ValueError: corrupt shard on rank 1" in run.error("code_bug")
     assert run.states["killed_rank"] == "success" and tries["killed_rank"] == 2, run.why("killed_rank")
     assert run.xcom("killed_rank") == 2
+    # the policy's word in try 1's log, as Airflow records it (the event and its action and reason keys)
+    decisions = {
+        task_id: [
+            (r.get("action"), r.get("reason"))
+            for r in airflow.task_log_events("horovod_retry_policy", run.run_id, task_id)
+            if r.get("event") == "Retry policy decision"
+        ]
+        for task_id in ("code_bug", "killed_rank")
+    }
+    assert decisions == {
+        "code_bug": [("fail", "HorovodJobError: the training code's own exception; a retry would raise it again")],
+        "killed_rank": [
+            ("retry", "HorovodRankKilledError: an infrastructure failure; the retry resumes from the latest checkpoint")
+        ],
+    }, decisions

@@ -57,7 +57,7 @@ def killed_once(out):
 
 out = {}
 if sys.argv[2] == "restart":  # max_restarts over Connect: the client's loop submits the barrier job again
-    runner = HorovodRunner(np=2, spark=spark, max_restarts=1)
+    runner = HorovodRunner(np=2, spark=spark, max_restarts=1, min_np=1)  # no elastic ranks over Connect: it says so
     out = {"value": runner.run(killed_once, out=sys.argv[3]), "causes": [r.cause for r in runner.restarts]}
 elif sys.argv[2] == "hook_fail":  # the operator's path: HorovodConnectHook, errors as in every deploy mode
     import os
@@ -120,6 +120,8 @@ def test_a_killed_rank_restarts_the_job_over_spark_connect(connect_url, tmp_path
     result, stdout = _client(tmp_path, connect_url, "restart")
     assert result == {"value": {"restart_count": 1, "size": 2}, "causes": ["rank 1 killed by SIGKILL"]}, result
     assert "airflow-provider-horovod: restart 1/1: rank 1 killed by SIGKILL" in stdout
+    unused = "airflow-provider-horovod: min_np=1 is not used over Spark Connect (the server's Spark schedules the"
+    assert stdout.count(unused) == 1, stdout[-3000:]  # said once, at the first attempt
 
 
 def test_failing_rank_over_spark_connect(connect_url, tmp_path):

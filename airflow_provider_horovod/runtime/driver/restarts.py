@@ -108,6 +108,7 @@ class Restart:
     :param grow: a restart to grow back to ``np`` (:func:`stopped_to_grow`): not a failure, not counted in ``of``.
     :param failure: which restart after a failure this is, from 1 (what ``of`` bounds; differs from ``number`` once
         the job has grown back); ``None`` for a restart to grow back.
+    :param ranks: how many ranks the attempt that ended ran (fewer than ``np`` in a shrunk elastic attempt), if known.
     """
 
     number: int
@@ -119,6 +120,7 @@ class Restart:
     step: int | None = None
     grow: bool = False
     failure: int | None = None
+    ranks: int | None = None
 
     def line(self) -> str:
         """The task log's line for it: ``restart 1/3: rank 1 killed by SIGKILL at step 12; starting again in 1 s``."""
@@ -185,13 +187,14 @@ class RestartBudget:
         """Restarts made so far after a failure: what ``max_restarts`` bounds (growing back is not one)."""
         return sum(not r.grow for r in self.restarts)
 
-    def next_restart(self, err: BaseException, step: int | None = None) -> Restart | None:
+    def next_restart(self, err: BaseException, step: int | None = None, ranks: int | None = None) -> Restart | None:
         """
         The restart ``err`` earns, recorded, or ``None`` when it fails the job (not restartable, or the budget is
         spent).
 
         :param err: what the attempt raised.
         :param step: the last step rank 0 reported in the failed attempt, if any.
+        :param ranks: how many ranks the failed attempt ran, if known.
         """
         grow = stopped_to_grow(err)
         cause = restart_cause(err, self.restart_on)
@@ -209,6 +212,7 @@ class RestartBudget:
             step=step,
             grow=grow,
             failure=None if grow else self.failures + 1,
+            ranks=ranks,
         )
         self.restarts.append(restart)
         return restart

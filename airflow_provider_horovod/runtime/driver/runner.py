@@ -101,6 +101,7 @@ class BarrierRunner:
         """Rank 0's last ``report()`` metrics of the latest run (empty before one, or when it reported none)."""
         self.restarts: list[Restart] = []
         """The restarts of the latest run (``max_restarts``), in order: empty when its first attempt ended it."""
+        self._attempt_ranks: int | None = None  # the ranks of the attempt running (or that ended) last
 
     @property
     def np(self) -> int:
@@ -181,7 +182,9 @@ class BarrierRunner:
                         result = self._run_attempt(attempt, collector)
                         break
                     except Exception as err:
-                        restart = budget.next_restart(err, step=collector.snapshot().get("step"))
+                        restart = budget.next_restart(
+                            err, step=collector.snapshot().get("step"), ranks=self._attempt_ranks
+                        )
                         if restart is None:
                             restarted(err, budget.restarts, budget.max_restarts)
                             raise
@@ -200,6 +203,7 @@ class BarrierRunner:
 
     def _run_attempt(self, spec: JobSpec, collector: MetricsCollector) -> bytes | None:
         """One attempt of the job: the ranks on the driver, or one barrier stage."""
+        self._attempt_ranks = spec.np
         if self.np < 0:
             collector.phase(f"starting {spec.np} rank{'s' if spec.np > 1 else ''} on the driver")
             return run_on_driver(spec, metrics=collector.add)
@@ -212,6 +216,12 @@ class BarrierRunner:
 
         spark = self.spark or SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
         if is_connect_session(spark):
+            if not spec.restart_count and spec.settings.min_np is not None and spec.settings.min_np < spec.np:
+                print(
+                    f"{LOG_PREFIX}min_np={spec.settings.min_np} is not used over Spark Connect (the server's Spark "
+                    f"schedules the stage): every attempt runs np={spec.np} ranks",
+                    flush=True,
+                )
             phase(f"starting {spec.np} ranks (a barrier stage over Spark Connect)")
             return run_barrier_connect(spark, spec, runtime_zip(), metrics)
         sc = spark.sparkContext
@@ -232,6 +242,7 @@ class BarrierRunner:
         ship_runtime(sc)
         if spec.restart_count and spec.settings.min_np is not None and spec.settings.min_np < spec.np:
             spec = self._elastic_spec(sc, spec, phase)
+            self._attempt_ranks = spec.np
         host = conf.get("spark.driver.host", "127.0.0.1")
         group = f"horovod-{uuid.uuid4().hex[:12]}"
         stage_error: Exception | None = None

@@ -118,10 +118,10 @@ STOPPED = rank_failed(
 
 def test_growing_back_restarts_at_once_without_using_max_restarts():
     budget = RestartBudget(max_restarts=1, clock=itertools.count(100).__next__)
-    lost = budget.next_restart(LOST, step=17)
-    grow = budget.next_restart(STOPPED, step=20)
+    lost = budget.next_restart(LOST, step=17, ranks=4)
+    grow = budget.next_restart(STOPPED, step=20, ranks=3)
     assert lost is not None and grow is not None
-    assert (grow.number, grow.grow, grow.backoff_s) == (2, True, 0.0)
+    assert (grow.number, grow.grow, grow.backoff_s, grow.ranks, lost.ranks) == (2, True, 0.0, 3, 4)
     assert grow.cause == "all np slots are free again, rank 0 stopped after saving checkpoint step 20"
     assert grow.line() == (
         "restart 2 (to grow back; not counted in max_restarts=1): all np slots are free again, rank 0 stopped after "
