@@ -26,6 +26,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -196,6 +197,11 @@ class StandaloneCluster:
                 proc.kill()
         psutil.wait_procs(procs, timeout=10)
         self.processes[name].wait(timeout=10)
+
+    def decommission_worker(self, name: str) -> None:
+        """Send worker ``name`` SIGPWR, the signal a standalone worker decommissions itself on (a spot node's
+        termination notice, with ``spark.decommission.enabled``); it stays up until :meth:`kill_worker`."""
+        os.kill(self.processes[name].pid, signal.SIGPWR)
 
     def restart_worker(self, name: str, timeout_s: float = 60.0) -> None:
         """Start worker ``name`` again (after :meth:`kill_worker`) and wait until the master has every worker ALIVE.
