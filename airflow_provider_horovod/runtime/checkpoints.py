@@ -34,7 +34,7 @@ from typing import Any
 from airflow_provider_horovod.runtime.artifacts import env_location, is_remote, join_location, local_path
 from airflow_provider_horovod.runtime.reports import env_rank, send_event
 from airflow_provider_horovod.runtime.wire.progress_format import resume_line
-from airflow_provider_horovod.runtime.wire.protocol import ENV_GROW_FLAG, ENV_RESTART_COUNT
+from airflow_provider_horovod.runtime.wire.protocol import ENV_RESTART_COUNT, ENV_STOP_FLAG
 
 CHECKPOINT_DIR_ENV = "HOROVOD_AIRFLOW_CHECKPOINT_DIR"
 """Environment variable that carries the checkpoint directory into every rank."""
@@ -48,19 +48,23 @@ _TEMP = re.compile(r"^\..+\.tmp-[0-9a-f]{12}$")
 _PREFIX = "airflow-provider-horovod:"
 
 
-class StopToGrow(BaseException):
+class StopAtCheckpoint(BaseException):
     """
-    Raised by :func:`save_checkpoint` on rank 0, after the checkpoint is saved, in an attempt that runs fewer ranks
-    than ``np`` (elastic ``min_np``) once the driver has said that all ``np`` slots are free again: it ends the
-    training function so that the job starts again with ``np`` ranks from this checkpoint. Not an error; a
-    ``BaseException`` so that an ``except Exception`` in the function lets it through (``finally`` blocks run).
+    Raised by :func:`save_checkpoint` on rank 0, after the checkpoint is saved, once the driver has asked the attempt
+    to stop at its next checkpoint: all ``np`` slots are free again for an attempt with fewer ranks (elastic
+    ``min_np``), or an executor of the attempt is being decommissioned (a spot node's termination notice). It ends the
+    training function so that the job starts again from this checkpoint, a restart ``max_restarts`` does not count.
+    Not an error; a ``BaseException`` so that an ``except Exception`` in the function lets it through (``finally``
+    blocks run).
 
     :param step: the step just saved.
+    :param reason: why the driver asked.
     """
 
-    def __init__(self, step: int) -> None:
-        super().__init__(f"stopped after saving checkpoint step {step}")
+    def __init__(self, step: int, reason: str) -> None:
+        super().__init__(f"stopped after saving checkpoint step {step}: {reason}")
         self.step = step
+        self.reason = reason
 
 
 def checkpoint_dir() -> str:
@@ -95,9 +99,9 @@ def try_number() -> int | None:
 def restart_count() -> int:
     """
     How many times the driver restarted this job within the try before the attempt running now: 0 on the first
-    attempt (and outside a job), 1 after the first restart (``max_restarts``), restarts to grow back (elastic
-    ``min_np``) included; torch ranks also get torchrun's ``TORCHELASTIC_RESTART_COUNT``, which counts only the
-    restarts after a failure. A restarted attempt resumes through :func:`load_checkpoint` like a retry does.
+    attempt (and outside a job), 1 after the first restart (``max_restarts``), planned restarts (at a checkpoint
+    the driver asked for) included; torch ranks also get torchrun's ``TORCHELASTIC_RESTART_COUNT``, which counts only
+    the restarts after a failure. A restarted attempt resumes through :func:`load_checkpoint` like a retry does.
     """
     value = os.environ.get(ENV_RESTART_COUNT, "")
     return int(value) if value.isdigit() else 0
@@ -188,9 +192,9 @@ def save_checkpoint(
     :raises ValueError: ``step`` or ``keep`` is out of range.
     :raises RuntimeError: no ``directory`` and no checkpoint directory set for the job (:func:`checkpoint_dir`).
     :raises OSError: the directory cannot be written (object storage: the SDK's own errors).
-    :raises StopToGrow: on rank 0 of an attempt with fewer ranks than ``np`` (elastic ``min_np``), once the driver has
-        said all ``np`` slots are free again: after saving, so that the job starts again from here with ``np`` ranks
-        (``docs/fault-tolerance.md``). Let it through.
+    :raises StopAtCheckpoint: on rank 0, after saving, once the driver has asked the attempt to stop at a checkpoint
+        (all ``np`` slots free again for a shrunk elastic attempt, an executor being decommissioned), so that the job
+        starts again from here (``docs/fault-tolerance.md``). Let it through.
     """
     step = _check_step(step)
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
@@ -222,10 +226,12 @@ def save_checkpoint(
         f"{store.where(name)}",
         flush=True,
     )
-    grow_flag = os.environ.get(ENV_GROW_FLAG)
-    if grow_flag and os.path.exists(grow_flag):
-        print(f"{_PREFIX} all np slots are free again: stopping after checkpoint step {step} to grow back", flush=True)
-        raise StopToGrow(step)
+    stop_flag = os.environ.get(ENV_STOP_FLAG)
+    if stop_flag and os.path.exists(stop_flag):
+        with open(stop_flag, encoding="utf-8", errors="replace") as f:
+            reason = f.read().strip() or "the driver asked"
+        print(f"{_PREFIX} stopping after checkpoint step {step}: {reason}", flush=True)
+        raise StopAtCheckpoint(step, reason)
     return store.where(name)
 
 

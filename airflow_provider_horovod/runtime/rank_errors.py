@@ -35,9 +35,10 @@ LOAD_ERROR = "airflow_provider_horovod.LoadError"
 """``exc_type`` of a rank that could not load (unpickle) the training function; the message is the cause."""
 PEER_LEFT = "airflow_provider_horovod.PeerLeft"
 """``exc_type`` of a rank stopped inside ``hvd.init()`` because another rank ended without ever calling it."""
-STOPPED_TO_GROW = "airflow_provider_horovod.StoppedToGrow"
-"""``exc_type`` of rank 0 when its ``save_checkpoint()`` stopped the function so that a shrunk attempt (elastic
-``min_np``) grows back to ``np`` (:class:`~airflow_provider_horovod.runtime.checkpoints.StopToGrow`): not a failure."""
+STOPPED_AT_CHECKPOINT = "airflow_provider_horovod.StoppedAtCheckpoint"
+"""``exc_type`` of rank 0 when its ``save_checkpoint()`` stopped the function because the driver asked (a shrunk attempt
+growing back, an executor being decommissioned:
+:class:`~airflow_provider_horovod.runtime.checkpoints.StopAtCheckpoint`): not a failure."""
 TIMEOUTS = (START_TIMEOUT, WAITING_FOR_PEERS, TRAINING_TIMEOUT)
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
@@ -154,8 +155,8 @@ class RankFailedError(HorovodRuntimeError):
             return f"{label} rank {self.rank}{where} timed out and was stopped: {self.exc_message}"
         if self.exc_type == PEER_LEFT:
             return f"{label} rank {self.rank}{where} was stopped: {self.exc_message}"
-        if self.exc_type == STOPPED_TO_GROW:  # not a failure: the job starts again with np ranks
-            return f"{label} rank {self.rank}{where} {self.exc_message} to grow back to np"
+        if self.exc_type == STOPPED_AT_CHECKPOINT:  # not a failure: the job starts again from that checkpoint
+            return f"{label} rank {self.rank}{where} {self.exc_message}"
         if self.exc_type == LOAD_ERROR:
             return (
                 f"{label} rank {self.rank}{where} could not load the training function ({self.exit_reason}): "
@@ -280,8 +281,8 @@ def root_cause(failures: list[RankFailedError]) -> RankFailedError:
 
     Primary failures (see :attr:`RankFailedError.is_secondary`) come first, then the earliest, then the lowest
     rank. Ranks fail together because Horovod shuts all of them down once one fails; the first to *exit*
-    is often a bystander, so exit order alone would blame the wrong rank. Rank 0's stop to grow back
-    (:data:`STOPPED_TO_GROW`) comes before everything: the others' errors are its consequences, whatever they say.
+    is often a bystander, so exit order alone would blame the wrong rank. Rank 0's stop at a checkpoint
+    (:data:`STOPPED_AT_CHECKPOINT`) comes before everything: the others' errors are its consequences, whatever they say.
 
     :raises ValueError: ``failures`` is empty.
     """
@@ -290,7 +291,7 @@ def root_cause(failures: list[RankFailedError]) -> RankFailedError:
     chosen = min(
         failures,
         key=lambda f: (
-            f.exc_type != STOPPED_TO_GROW,
+            f.exc_type != STOPPED_AT_CHECKPOINT,
             f.is_secondary,
             f.failed_at if f.failed_at is not None else float("inf"),
             f.rank,

@@ -758,18 +758,18 @@ def test_a_worker_lost_for_good_shrinks_the_job_to_min_np_and_a_new_worker_grows
     assert (value["restart_count"], value["size"], value["resumed_from_step"]) == (2, 2, stop), value
     assert value["weight"] == 2.0 * latest + 1.0 * INTERVAL + 2.0 * (STEPS - stop)  # every step counted once
     restarts = airflow.xcom(dag_id, run_id, "train", "restarts")
-    assert [(r["grow"], r["ranks"]) for r in restarts] == [(False, 2), (True, 1)], restarts  # the ranks that ended
+    assert [(r["planned"], r["ranks"]) for r in restarts] == [(False, 2), (True, 1)], restarts  # the ranks that ended
     assert re.match(r"executor \d+ on 127\.0\.0\.1 lost \(worker lost", restarts[0]["cause"]), restarts
-    assert restarts[1]["cause"] == f"all np slots are free again, rank 0 stopped after saving checkpoint step {stop}"
+    grown_back = "all np=2 task slots are free again"
+    assert restarts[1]["cause"] == f"rank 0 stopped after saving checkpoint step {stop}: {grown_back}", restarts
     log = _log(airflow, dag_id, run_id)
     shrunk = "restart 1: 1 of np=2 ranks (min_np=1): all 2 slots did not come back within elastic_wait_s=6 s"
     grown = (
-        "restart 2 (to grow back; not counted in max_restarts=1): all np slots are free again, rank 0 stopped after "
-        "saving "
-        f"checkpoint step {stop}; starting again now"
+        f"restart 2 (planned; not counted in max_restarts=1): rank 0 stopped after saving checkpoint step {stop}: "
+        f"{grown_back}; starting again now"
     )
     assert shrunk in log and grown in log, log[-4000:]
-    assert f"stopping after checkpoint step {stop} to grow back" in log, log[-4000:]  # rank 0's own line
+    assert f"stopping after checkpoint step {stop}: {grown_back}" in log, log[-4000:]  # rank 0's own line
 
 
 def test_a_lost_worker_fails_the_try_naming_the_executor_and_the_retry_resumes(airflow, cluster):

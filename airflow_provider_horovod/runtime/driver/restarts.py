@@ -11,10 +11,11 @@ fails at once, as it would fail again, unless its type is in ``restart_on``. Spa
 ResultStage; the driver submits the job again (torchrun's agent restarts its workers the same way, Ray Train its
 worker group), and the ranks resume through :func:`~airflow_provider_horovod.runtime.load_checkpoint`.
 
-One restart is not a failure: an attempt that ran fewer ranks than ``np`` (elastic ``min_np``) whose rank 0 stopped
-after a checkpoint because all ``np`` slots were free again (:data:`~airflow_provider_horovod.runtime.rank_errors.
-STOPPED_TO_GROW`) starts again with ``np`` ranks, without a back-off and without using up ``max_restarts`` (as
-torchrun's agent restarts its workers for a new node, and Ray Train resizes, without counting a failure).
+Some restarts are not failures: an attempt whose rank 0 stopped after a checkpoint because the driver asked
+(:data:`~airflow_provider_horovod.runtime.rank_errors.STOPPED_AT_CHECKPOINT`: all ``np`` slots free again for an
+attempt with fewer ranks, elastic ``min_np``; an executor of the attempt being decommissioned) starts again from that
+checkpoint, without a back-off and without using up ``max_restarts`` (as torchrun's agent restarts its workers for a
+new node, and Ray Train resizes, without counting a failure). These are *planned* restarts.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from airflow_provider_horovod.runtime.errors import ExecutorLostError
 from airflow_provider_horovod.runtime.rank_errors import (
-    STOPPED_TO_GROW,
+    STOPPED_AT_CHECKPOINT,
     RankFailedError,
     RankKilledError,
     RendezvousError,
@@ -66,8 +67,8 @@ def restart_cause(err: BaseException, restart_on: Sequence[str] = ()) -> str | N
     :param restart_on: exception type names of the training code that restart too (``ValueError``,
         ``torch.OutOfMemoryError``; a bare name matches any module's), or ``"*"`` for every one.
     """
-    if stopped_to_grow(err):
-        return f"all np slots are free again, rank 0 {err.exc_message}"  # type: ignore[attr-defined]
+    if stopped_at_checkpoint(err):
+        return f"rank 0 {err.exc_message}"  # type: ignore[attr-defined]  # "stopped after saving checkpoint step N: why"
     if isinstance(err, ExecutorLostError):
         where = f" on {err.host}" if err.host else ""
         why = f" ({err.reason})" if err.reason else ""
@@ -82,14 +83,14 @@ def restart_cause(err: BaseException, restart_on: Sequence[str] = ()) -> str | N
     return None
 
 
-def stopped_to_grow(err: BaseException) -> bool:
+def stopped_at_checkpoint(err: BaseException) -> bool:
     """
-    Whether ``err`` is a shrunk attempt's planned stop to grow back (rank 0's
-    :data:`~airflow_provider_horovod.runtime.rank_errors.STOPPED_TO_GROW`), not a failure.
+    Whether ``err`` is an attempt's planned stop at a checkpoint that the driver asked for (rank 0's
+    :data:`~airflow_provider_horovod.runtime.rank_errors.STOPPED_AT_CHECKPOINT`), not a failure.
 
     :param err: what the attempt raised.
     """
-    return isinstance(err, RankFailedError) and err.exc_type == STOPPED_TO_GROW
+    return isinstance(err, RankFailedError) and err.exc_type == STOPPED_AT_CHECKPOINT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,9 +106,10 @@ class Restart:
     :param backoff_s: the pause before the next attempt, seconds.
     :param step: the last step rank 0 reported before the failure (``report()``, a library's trainer), if any: the
         failed attempt trained up to it.
-    :param grow: a restart to grow back to ``np`` (:func:`stopped_to_grow`): not a failure, not counted in ``of``.
-    :param failure: which restart after a failure this is, from 1 (what ``of`` bounds; differs from ``number`` once
-        the job has grown back); ``None`` for a restart to grow back.
+    :param planned: a restart the driver asked for at a checkpoint (:func:`stopped_at_checkpoint`): not a failure, not
+        counted in ``of``.
+    :param failure: which restart after a failure this is, from 1 (what ``of`` bounds; differs from ``number`` after a
+        planned restart); ``None`` for a planned one.
     :param ranks: how many ranks the attempt that ended ran (fewer than ``np`` in a shrunk elastic attempt), if known.
     """
 
@@ -118,7 +120,7 @@ class Restart:
     at: float
     backoff_s: float
     step: int | None = None
-    grow: bool = False
+    planned: bool = False
     failure: int | None = None
     ranks: int | None = None
 
@@ -141,9 +143,9 @@ def restarted(err: BaseException, restarts: Sequence[Restart], max_restarts: int
     :param max_restarts: the budget, for the note.
     """
     if restarts:
-        grown = sum(r.grow for r in restarts)
-        counted = f"{len(restarts) - grown} time(s) of max_restarts={max_restarts}" + (
-            f" and {grown} time(s) to grow back" if grown else ""
+        planned = sum(r.planned for r in restarts)
+        counted = f"{len(restarts) - planned} time(s) of max_restarts={max_restarts}" + (
+            f" and {planned} time(s) at a checkpoint the driver asked for" if planned else ""
         )
         lines = [f"the job was restarted {counted} before this failure:"]
         lines += [f"  restart {r.number}: {r.cause}" for r in restarts]
@@ -184,8 +186,8 @@ class RestartBudget:
 
     @property
     def failures(self) -> int:
-        """Restarts made so far after a failure: what ``max_restarts`` bounds (growing back is not one)."""
-        return sum(not r.grow for r in self.restarts)
+        """Restarts made so far after a failure: what ``max_restarts`` bounds (a planned restart is not one)."""
+        return sum(not r.planned for r in self.restarts)
 
     def next_restart(self, err: BaseException, step: int | None = None, ranks: int | None = None) -> Restart | None:
         """
@@ -196,9 +198,9 @@ class RestartBudget:
         :param step: the last step rank 0 reported in the failed attempt, if any.
         :param ranks: how many ranks the failed attempt ran, if known.
         """
-        grow = stopped_to_grow(err)
+        planned = stopped_at_checkpoint(err)
         cause = restart_cause(err, self.restart_on)
-        if cause is None or (not grow and self.failures >= self.max_restarts):
+        if cause is None or (not planned and self.failures >= self.max_restarts):
             return None
         number = self.count + 1
         error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
@@ -208,10 +210,10 @@ class RestartBudget:
             cause=cause,
             error=error,
             at=self._clock(),
-            backoff_s=0.0 if grow else backoff_s(self.failures + 1),
+            backoff_s=0.0 if planned else backoff_s(self.failures + 1),
             step=step,
-            grow=grow,
-            failure=None if grow else self.failures + 1,
+            planned=planned,
+            failure=None if planned else self.failures + 1,
             ranks=ranks,
         )
         self.restarts.append(restart)

@@ -20,11 +20,12 @@ from airflow_provider_horovod.runtime.driver.restarts import Restart, RestartBud
 from airflow_provider_horovod.runtime.driver.shipping import runtime_zip, ship_runtime
 from airflow_provider_horovod.runtime.driver.slots import (
     LOG_PREFIX,
-    grow_when_free,
+    job_group_executors,
     local_master_slots,
     not_enough_slots,
     offers_renewed,
     own_slots,
+    stop_at_checkpoint_when,
     wait_for_slots,
 )
 from airflow_provider_horovod.runtime.errors import LaunchError, ReturnValueRefused, ReturnValueTooLargeError
@@ -45,7 +46,7 @@ from airflow_provider_horovod.runtime.settings import (
 from airflow_provider_horovod.runtime.task.gpus import check_gpu_conf
 from airflow_provider_horovod.runtime.task.launch import barrier_task, run_on_driver
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.logs import GROW, LogServer
+from airflow_provider_horovod.runtime.wire.logs import LogServer
 from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
 
 STAGE_FAILED_DRAIN_S = 15.0
@@ -251,11 +252,14 @@ class BarrierRunner:
         heartbeats = HeartbeatWatch(timeout_s) if timeout_s is not None else None
         watchdog: Watchdog | None = None
         with LogServer(host, on_metrics=metrics, on_heartbeat=heartbeats.record if heartbeats else None) as logs:
+            # a termination notice moves the job at a checkpoint only where the user opted in to restarts
+            decommission = spec.settings.max_restarts > 0 and _enabled(conf.get("spark.decommission.enabled", None))
             spec = dataclasses.replace(
                 spec,
                 log_address=logs.address,
                 log_token=logs.token,
                 executors_share_driver_stderr=master.startswith("local"),
+                stoppable=spec.grows_to is not None or decommission,
             )
             rdd = sc.parallelize(range(spec.np), spec.np).barrier().mapPartitions(functools.partial(barrier_task, spec))
             rdd.id()  # the stage's RDD (its pickled function included) exists in the JVM before the wait ...
@@ -277,13 +281,20 @@ class BarrierRunner:
                     locate=functools.partial(executor_of_task, sc),
                     replace=lambda executor: sc._jsc.sc().killAndReplaceExecutor(executor),
                 )
-            growing = (
-                grow_when_free(sc, spec.grows_to, functools.partial(logs.tell, GROW), log=waiting)
-                if spec.grows_to is not None
+            stopping = (
+                stop_at_checkpoint_when(
+                    sc,
+                    logs.tell,
+                    ranks=spec.np,
+                    grows_to=spec.grows_to,
+                    decommission=functools.partial(job_group_executors, sc, group, spec.np) if decommission else None,
+                    log=waiting,
+                )
+                if spec.stoppable
                 else contextlib.nullcontext()
             )
             try:
-                with watchdog or contextlib.nullcontext(), offers_renewed(sc, lambda: logs.accepted > 0), growing:
+                with watchdog or contextlib.nullcontext(), offers_renewed(sc, lambda: logs.accepted > 0), stopping:
                     results = rdd.collect()
             except KeyboardInterrupt:
                 sc.cancelJobGroup(group)
@@ -312,7 +323,7 @@ class BarrierRunner:
         ``elastic_wait_s`` (a restart after one with fewer ranks grows back), else ``spec`` with as many ranks as this
         application has slots, never fewer than ``min_np`` (waited for as at the start, up to
         ``slot_wait_timeout_s``), and ``grows_to`` set: the attempt grows back once all ``np`` slots are free
-        (:func:`~.slots.grow_when_free`).
+        (:func:`~.slots.stop_at_checkpoint_when`).
         """
         settings = spec.settings
 
@@ -470,6 +481,11 @@ class HorovodRunner(BarrierRunner):
         :raises: as :meth:`run_call` (``PayloadError``: ``main`` or ``kwargs`` cannot be pickled).
         """
         return self.run_call(main, (), kwargs)
+
+
+def _enabled(value: str | None) -> bool:
+    """A Spark boolean property's value read as Spark reads it (``true``, any case); unset: ``False``."""
+    return str(value or "").strip().lower() == "true"
 
 
 def _executor_host(sc: Any, executor_id: str) -> str | None:

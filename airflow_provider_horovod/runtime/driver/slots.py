@@ -281,52 +281,131 @@ def _while_the_body_runs(loop: Callable[[threading.Event], None], name: str) -> 
         thread.join(timeout=5.0)
 
 
-GROW_CHECK_S = 2.0
-"""How often :func:`grow_when_free` looks at the application's slots, seconds (a JVM call each)."""
+WATCH_INTERVAL_S = 2.0
+"""How often :func:`stop_at_checkpoint_when` looks at the application's executors, seconds (a few JVM calls)."""
+
+
+def job_group_executors(sc: Any, group: str, tasks: int) -> dict[str, str | None]:
+    """
+    The executors running a task of job group ``group`` (one attempt's barrier job), from the driver's status store
+    (the monitoring REST API's source): executor id -> host.
+
+    :param sc: the ``SparkContext`` (classic, on the driver).
+    :param group: the attempt's job group.
+    :param tasks: how many tasks its stage has (``np``).
+    """
+    tracker, store = sc.statusTracker(), sc._jsc.sc().statusStore()
+    found: dict[str, str | None] = {}
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info is not None else ():
+            listed = store.taskList(stage, 0, tasks + 64)
+            for i in range(listed.size()):
+                data = listed.apply(i)
+                if str(data.status()) == "RUNNING":
+                    found[str(data.executorId())] = str(data.host()) or None
+    return found
+
+
+def decommissioning_executors(sc: Any, executors: Mapping[str, str | None]) -> list[tuple[str, str | None]]:
+    """
+    Those of ``executors`` that Spark is decommissioning (``spark.decommission.enabled``: a spot node's termination
+    notice, a worker told to leave): ``(executor id, host)``.
+
+    :param sc: the ``SparkContext`` (classic, on the driver).
+    :param executors: executor id -> host (:func:`job_group_executors`).
+    """
+    scheduler = sc._jsc.sc().taskScheduler()
+    return [(e, host) for e, host in executors.items() if scheduler.getExecutorDecommissionState(e).isDefined()]
 
 
 @contextlib.contextmanager
-def grow_when_free(
+def stop_at_checkpoint_when(
     sc: Any,
-    np_: int,
-    tell: Callable[[], int],
+    tell: Callable[[str], int],
     *,
+    ranks: int,
+    grows_to: int | None,
+    decommission: Callable[[], Mapping[str, str | None]] | None,
     log: Callable[[str], None],
-    interval_s: float = GROW_CHECK_S,
+    interval_s: float = WATCH_INTERVAL_S,
 ) -> Iterator[threading.Event]:
     """
-    While the body runs an attempt with fewer ranks than ``np_`` (elastic ``min_np``), look every ``interval_s``
-    seconds whether this application has ``np_`` task slots again (:func:`own_slots`: a replacement worker's
-    executor has registered); once it has at two looks in a row (an executor that registers and dies at once does not
-    make the job stop and start again), ``tell()`` the attempt (rank 0 then stops after its next checkpoint and the
-    job starts again with ``np_`` ranks), log it, and stop looking. Ray Train looks every 60 s and restarts from
-    the latest checkpoint at once; torchrun restarts its workers as soon as a new node waits at the rendezvous; here
-    no step is trained twice.
+    While the body runs an attempt, look every ``interval_s`` seconds for a reason to end it at its next checkpoint
+    and start again from there; on the first, ``tell()`` the attempt (:func:`~..wire.logs.stop_message`: rank 0 stops
+    right after its next ``save_checkpoint()``), log it, and stop looking. The reasons:
+
+    - ``grows_to``: this application has that many task slots again (:func:`own_slots`: a new worker's executor has
+      registered) for an attempt with fewer ranks (elastic ``min_np``), at two looks in a row (an executor that
+      registers and dies at once does not make the job stop and start again). Ray Train looks every 60 s and
+      restarts from the latest checkpoint at once; torchrun restarts its workers as soon as a new node waits at the
+      rendezvous; here no step is trained twice;
+    - ``decommission``: an executor running one of the attempt's tasks is being decommissioned
+      (:func:`decommissioning_executors`): its machine is going, and the steps trained after the latest checkpoint
+      would be lost with it; acted on only while the application has ``ranks`` task slots without it (a spare
+      executor; Spark stops counting a decommissioning executor's slot), so that the next attempt starts at once.
+      Without one (a standalone master starts no executor in place of a decommissioned one before its machine goes)
+      the attempt trains on, and the line says so once.
+
+    A look that fails (a py4j error, the status store still filling) is skipped, said once; the watch goes on.
 
     :param sc: the ``SparkContext`` (classic, on the driver).
-    :param np_: the job's ``np``.
-    :param tell: sends the word to the attempt; returns how many of its tasks it reached (0: none listens yet: it
+    :param tell: sends a message to the attempt; returns how many of its tasks it reached (0: none listens yet: it
         tries again at the next look).
-    :param log: called with the line that says the job grows back.
+    :param ranks: how many ranks the attempt runs.
+    :param grows_to: the job's ``np`` for an attempt with fewer ranks; ``None``: no growing back.
+    :param decommission: the attempt's executors, id -> host (:func:`job_group_executors`), to look for
+        decommissioning ones among (the application's ``spark.decommission.enabled``); ``None``: not looked for.
+    :param log: called with the line that says why the attempt ends at its next checkpoint.
     :param interval_s: seconds between two looks.
     :return: a context whose value is set once the attempt was told.
     """
+    from airflow_provider_horovod.runtime.wire.logs import stop_message
+
     told = threading.Event()
+    after = "rank 0 stops after its next save_checkpoint() and the job starts again from there"
+
+    def reason(seen: list[int], said: set[str]) -> tuple[str, str] | None:
+        """(the reason the rank gets, the driver's line), or ``None``."""
+        if decommission is not None:
+            for executor, host in decommissioning_executors(sc, decommission()):
+                where = f" on {host}" if host else ""
+                why = f"executor {executor}{where} is being decommissioned"
+                slots = own_slots(sc)[0]  # without the decommissioning executors'
+                if slots >= ranks:
+                    return why, f"{why} (its machine is going): {after} on the other executors ({slots} task slots)"
+                if executor not in said:
+                    said.add(executor)
+                    log(
+                        f"{why} (its machine is going), but this application has {slots} other task slot(s) for "
+                        f"{ranks} ranks: the attempt trains on until it goes (a spare executor lets the job move at "
+                        "a checkpoint instead: spark.cores.max above np on a standalone cluster)"
+                    )
+        if grows_to is not None:
+            slots = own_slots(sc)[0]
+            seen[0] = seen[0] + 1 if slots >= grows_to else 0
+            if seen[0] >= 2:
+                why = f"all np={grows_to} task slots are free again"
+                return why, f"{why} ({slots} in this application): {after} with {grows_to} ranks"
+        return None
 
     def watch(done: threading.Event) -> None:
-        seen = 0  # looks in a row that found np_ slots
+        seen: list[int] = [0]  # looks in a row that found grows_to slots
+        said: set[str] = set()  # decommissioning executors already told of without a slot to move to
         while not done.wait(interval_s):
-            slots = own_slots(sc)[0]
-            seen = seen + 1 if slots >= np_ else 0
-            if seen >= 2 and tell() > 0:
+            try:
+                found = reason(seen, said)
+            except Exception as err:  # noqa: BLE001 - a look that failed (py4j, a status store still filling): skip it
+                if "error" not in said:
+                    said.add("error")
+                    log(f"could not look at this attempt's executors ({type(err).__name__}); looking again")
+                continue
+            if found is not None and tell(stop_message(found[0])) > 0:
                 told.set()
-                log(
-                    f"all np={np_} task slots are free again ({slots} in this application): rank 0 stops after "
-                    f"its next save_checkpoint() and the job starts again with {np_} ranks from there"
-                )
+                log(found[1])
                 return
 
-    with _while_the_body_runs(watch, "horovod-grow-when-free"):
+    with _while_the_body_runs(watch, "horovod-stop-at-checkpoint"):
         yield told
 
 

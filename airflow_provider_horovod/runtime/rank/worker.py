@@ -49,7 +49,7 @@ import traceback
 from pathlib import Path
 
 from airflow_provider_horovod.runtime import library_progress
-from airflow_provider_horovod.runtime.checkpoints import StopToGrow
+from airflow_provider_horovod.runtime.checkpoints import StopAtCheckpoint
 from airflow_provider_horovod.runtime.launchers import HOROVOD
 from airflow_provider_horovod.runtime.rank.backends import rank_backend_for
 from airflow_provider_horovod.runtime.rank.guards import Progress
@@ -60,7 +60,7 @@ from airflow_provider_horovod.runtime.rank.result import (
     qualname,
     write_atomic,
 )
-from airflow_provider_horovod.runtime.rank_errors import LOAD_ERROR, STOPPED_TO_GROW
+from airflow_provider_horovod.runtime.rank_errors import LOAD_ERROR, STOPPED_AT_CHECKPOINT
 from airflow_provider_horovod.runtime.wire.protocol import (
     ENV_CHECK_SIZE,
     ENV_ERROR,
@@ -157,8 +157,8 @@ def main() -> int:
     value = None
     try:
         value = fn(*args, **kwargs)
-    except StopToGrow as stop:  # not a failure: the driver starts the job again with np ranks
-        write_atomic(error_path, error_record(STOPPED_TO_GROW, str(stop), ""))
+    except StopAtCheckpoint as stop:  # not a failure: the driver starts the job again from that checkpoint
+        write_atomic(error_path, error_record(STOPPED_AT_CHECKPOINT, str(stop), ""))
         return 1
     except SystemExit as exit_:
         status = exit_status(exit_.code)
@@ -171,9 +171,9 @@ def main() -> int:
     except BaseException as err:  # noqa: BLE001 - KeyboardInterrupt too: every failure is reported
         tb = traceback.format_exc()
         sys.stderr.write(tb)
-        inner = _stop_to_grow_in(err)
+        inner = _stop_at_checkpoint_in(err)
         if inner is not None:  # a finally (or except) block raised while the stop went through it: still the stop
-            write_atomic(error_path, error_record(STOPPED_TO_GROW, str(inner), ""))
+            write_atomic(error_path, error_record(STOPPED_AT_CHECKPOINT, str(inner), ""))
             return 1
         write_atomic(error_path, error_record(qualname(err), str(err), tb))
         return 1
@@ -196,12 +196,12 @@ def main() -> int:
     return 0
 
 
-def _stop_to_grow_in(err: BaseException) -> StopToGrow | None:
-    """The :class:`StopToGrow` that ``err`` was raised while handling (``__context__``) or from, if any."""
+def _stop_at_checkpoint_in(err: BaseException) -> StopAtCheckpoint | None:
+    """The :class:`StopAtCheckpoint` that ``err`` was raised while handling (``__context__``) or from, if any."""
     seen: set[int] = set()
     cause: BaseException | None = err.__cause__ or err.__context__
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, StopToGrow):
+        if isinstance(cause, StopAtCheckpoint):
             return cause
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__

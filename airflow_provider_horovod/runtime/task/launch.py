@@ -38,7 +38,7 @@ from airflow_provider_horovod.runtime.task.rank_env import omp_threads
 from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
-from airflow_provider_horovod.runtime.wire.logs import GROW, ControlListener, Heartbeats, LogClient
+from airflow_provider_horovod.runtime.wire.logs import ControlListener, Heartbeats, LogClient, stop_reason
 
 
 def stderr_sink(slot: Slot, line: str) -> None:
@@ -222,14 +222,15 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
         beat = {"task": partition, "rank": slot.rank, "host": addresses[partition], "stage": ctx.stageId()}
         beats.enter_context(Heartbeats(client, {**beat, "pid": os.getpid()}))
 
-    def told(message: str) -> None:  # the driver's word (a shrunk attempt's rank 0 task only)
-        if message == GROW:
-            proc.request_grow()
+    def told(message: str) -> None:  # the driver's word (rank 0's task only)
+        reason = stop_reason(message)
+        if reason is not None:
+            proc.request_stop(reason)
 
     try:
         try:
             proc.start(deferred=True)
-            if spec.grows_to is not None and slot.rank == 0 and spec.log_address:  # rank 0 saves, so it stops to grow
+            if spec.stoppable and slot.rank == 0 and spec.log_address:  # rank 0 saves checkpoints: it stops at one
                 beats.enter_context(ControlListener(spec.log_address, spec.log_token or "", told))
             if partition == 0:
                 rendezvous = backend.open_rendezvous(plan, bind=addresses[0], peers=addresses)

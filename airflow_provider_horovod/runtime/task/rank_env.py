@@ -84,8 +84,8 @@ def worker_environ(
         extra[TRY_NUMBER_ENV] = str(spec.settings.try_number)
     extra[protocol.ENV_MAX_RESULT] = str(spec.settings.max_return_value_bytes)
     extra[protocol.ENV_RESTART_COUNT] = str(spec.restart_count)
-    if spec.grows_to is not None:
-        extra[protocol.ENV_GROW_FLAG] = os.path.join(rank_dir, protocol.RANK_GROW_FILE)
+    if spec.stoppable:  # the driver may ask the attempt to stop at a checkpoint
+        extra[protocol.ENV_STOP_FLAG] = os.path.join(rank_dir, protocol.RANK_STOP_FILE)
     if launcher.restart_variables:
         count, most = launcher.restart_variables
         # torchrun's agent counts the restarts after a failure (a membership change is not one): so do these

@@ -8,6 +8,7 @@ to the driver by a sink (:data:`Sink`; the executor's own copy: :func:`~.launch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -95,16 +96,25 @@ class RankProcess:
     def error_path(self) -> str:
         return os.path.join(self._dir, protocol.RANK_ERROR_FILE)
 
-    def request_grow(self) -> None:
+    def request_stop(self, reason: str) -> None:
         """
-        Tell the rank that all ``np`` slots are free again (the driver's :data:`~..wire.logs.GROW`): its
-        ``save_checkpoint()`` stops the function after the next save (rank 0). A no-op once its directory is gone.
+        Tell the rank to stop after its next checkpoint (the driver's :func:`~..wire.logs.stop_message`): rank 0's
+        ``save_checkpoint()`` then ends the function right after saving. A no-op once told, or once its directory is
+        gone.
+
+        :param reason: why, for the rank's own line in the log.
         """
+        final = os.path.join(self._dir, protocol.RANK_STOP_FILE)
+        partial = f"{final}.{os.getpid()}.tmp"
         try:
-            with open(os.path.join(self._dir, protocol.RANK_GROW_FILE), "x"):
-                pass
+            with open(partial, "w", encoding="utf-8") as f:
+                f.write(reason)
+            os.link(partial, final)  # whole or not at all, and only once (FileExistsError when told already)
         except OSError:  # told already, or the rank has ended
             pass
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
 
     @property
     def returncode(self) -> int | None:

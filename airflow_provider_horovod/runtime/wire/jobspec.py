@@ -28,12 +28,13 @@ class JobSpec:
         stderr is the driver's: forwarded lines are not echoed there a second time.
     :param restart_count: how many times the driver restarted the job before this attempt (0 on the first;
         ``max_restarts``).
-    :param failures: how many of those restarts followed a failure (what ``max_restarts`` bounds; a restart to grow
-        back is not one): torchrun's ``TORCHELASTIC_RESTART_COUNT``.
-    :param grows_to: in an attempt with fewer ranks than the job's ``np`` (elastic ``min_np``), that ``np``: rank 0's
-        task listens for the driver's word that all ``np`` slots are free again, and rank 0 then stops after its
-        next :func:`~airflow_provider_horovod.runtime.save_checkpoint` so that the job starts again with ``np``
-        ranks. ``None``: the attempt runs all ``np``.
+    :param failures: how many of those restarts followed a failure (what ``max_restarts`` bounds; a restart the
+        driver asked for at a checkpoint is not one): torchrun's ``TORCHELASTIC_RESTART_COUNT``.
+    :param stoppable: the driver may ask this attempt to stop at its next checkpoint (growing back, a decommissioning
+        executor): rank 0's task listens for it, and the ranks get ``HOROVOD_AIRFLOW_STOP_FLAG``.
+    :param grows_to: in an attempt with fewer ranks than the job's ``np`` (elastic ``min_np``), that ``np``: the
+        driver asks the attempt to stop at its next checkpoint once all ``np`` slots are free again, so that the job
+        starts again with ``np`` ranks. ``None``: the attempt runs all ``np``.
     """
 
     payload: bytes
@@ -45,6 +46,7 @@ class JobSpec:
     executors_share_driver_stderr: bool = False
     restart_count: int = 0
     failures: int = 0
+    stoppable: bool = False
     grows_to: int | None = None
 
     @property

@@ -8,10 +8,11 @@ to this job with a per-job token (compared in constant time), then sends length-
 The channel is best effort: a task that cannot reach it keeps its full copy in the executor's stderr and
 training goes on.
 
-The other way, from the driver to a task, there is one message: :data:`GROW`, which the driver sends
-(:meth:`LogServer.tell`) to the tasks that opened a :class:`ControlListener` (rank 0's task in an attempt with fewer
-ranks than ``np``) once all ``np`` slots are free again. A listener is a connection of its own, so the log connection
-stays one-way (:meth:`LogClient.wait_closed` reads its readability as its close).
+The other way, from the driver to a task, there is one message: :func:`stop_message`, which the driver sends
+(:meth:`LogServer.tell`) to the tasks that opened a :class:`ControlListener` (rank 0's task) when the attempt should
+end at its next checkpoint and start again: all ``np`` slots are free again for an attempt with fewer ranks, or an
+executor of the attempt is being decommissioned. A listener is a connection of its own, so the log connection stays
+one-way (:meth:`LogClient.wait_closed` reads its readability as its close).
 """
 
 from __future__ import annotations
@@ -37,9 +38,33 @@ _METRICS_PREFIX = "\x00metrics "
 _HEARTBEAT_PREFIX = "\x00heartbeat "
 _CONTROL = "\x00control"
 """The first frame after the token of a :class:`ControlListener`'s connection."""
-GROW = "grow"
-"""The driver's message to a shrunk attempt's rank 0 task: all ``np`` slots are free again, stop after the next
-checkpoint so that the job starts again with ``np`` ranks (:mod:`~airflow_provider_horovod.runtime.driver.runner`)."""
+STOP = "stop"
+"""The first word of the driver's message to rank 0's task: stop after the next checkpoint, so that the job starts
+again from it (:func:`stop_message`, :func:`stop_reason`)."""
+
+
+def stop_message(reason: str) -> str:
+    """
+    The driver's message that stops an attempt at its next checkpoint, with why (``all np=4 task slots are free
+    again``, ``executor 3 on 10.0.0.9 is being decommissioned``).
+
+    :param reason: why, in a few words for the task log.
+    """
+    return f"{STOP} {reason}"
+
+
+def stop_reason(message: str) -> str | None:
+    """
+    The reason in a :func:`stop_message`.
+
+    :param message: a message the driver sent.
+    :return: the reason (``""`` when it gave none), or ``None`` for any other message.
+    """
+    if message == STOP or message.startswith(STOP + " "):
+        return message[len(STOP) :].strip()
+    return None
+
+
 HEARTBEAT_INTERVAL_S = 2.0
 """How often a barrier task sends its heartbeat while its rank runs, seconds (:class:`Heartbeats`)."""
 MAX_FRAME_CHARS = MAX_LINE_CHARS + 1024
@@ -146,7 +171,7 @@ class LogServer:
 
     def tell(self, message: str) -> int:
         """
-        Send ``message`` (:data:`GROW`) to every :class:`ControlListener` connected now.
+        Send ``message`` (:func:`stop_message`) to every :class:`ControlListener` connected now.
 
         :param message: the message.
         :return: how many listeners it reached (0: none connected yet, or all gone).
@@ -391,8 +416,8 @@ class LogClient:
 
 class ControlListener:
     """
-    A barrier task's connection for the driver's messages (:data:`GROW`), read by a thread while the context is open;
-    best effort like the log channel: without a connection no message comes.
+    A barrier task's connection for the driver's messages (:func:`stop_message`), read by a thread while the context is
+    open; best effort like the log channel: without a connection no message comes.
 
     :param address: ``(host, port)`` of the driver's :class:`LogServer`.
     :param token: its token.
@@ -431,7 +456,8 @@ class ControlListener:
         except OSError as err:
             sys.stderr.write(
                 f"airflow-provider-horovod: cannot open the driver's control channel at "
-                f"{self._address[0]}:{self._address[1]} ({err}): this attempt does not grow back before it ends\n"
+                f"{self._address[0]}:{self._address[1]} ({err}): the driver cannot ask this attempt to stop at a "
+                "checkpoint\n"
             )
             return self
         self._sock = sock

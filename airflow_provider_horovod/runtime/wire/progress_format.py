@@ -70,11 +70,11 @@ def restart_line(restart: Mapping[str, Any]) -> str:
     """
     The line that says the job restarted within the try (``max_restarts``), e.g. ``restart 2/3: rank 1 killed by SIGKILL
     at step 12; starting again in 1 s`` (``starting again now`` without a back-off): what the driver prints, and a
-    cluster-mode wait logs from the snapshot. A restart to grow back (elastic ``min_np``) says so instead of counting
-    against ``max_restarts``: ``restart 2 (to grow back; not counted in max_restarts=1): all np slots are free again,
-    rank 0 stopped after saving checkpoint step 20; starting again now``.
+    cluster-mode wait logs from the snapshot. A planned restart (the driver asked the attempt to stop at a checkpoint)
+    says so instead of counting against ``max_restarts``: ``restart 2 (planned; not counted in max_restarts=1): rank 0
+    stopped after saving checkpoint step 20: all np=2 task slots are free again; starting again now``.
 
-    :param restart: one of the snapshot's ``restarts`` (``{"number", "of", "cause", "step", "backoff_s", "grow",
+    :param restart: one of the snapshot's ``restarts`` (``{"number", "of", "cause", "step", "backoff_s", "planned",
         ...}``).
     """
     backoff = float(restart.get("backoff_s") or 0)
@@ -84,12 +84,12 @@ def restart_line(restart: Mapping[str, Any]) -> str:
 
 def _restart_name(restart: Mapping[str, Any]) -> str:
     """
-    ``restart 2/3``; ``restart 2 (to grow back; not counted in max_restarts=3)``; after a restart to grow back, a
-    failure's restart with its place in the budget: ``restart 3 (2/3 of max_restarts)``.
+    ``restart 2/3``; ``restart 2 (planned; not counted in max_restarts=3)``; after a planned restart, a failure's
+    restart with its place in the budget: ``restart 3 (2/3 of max_restarts)``.
     """
     number, of, failure = restart.get("number"), restart.get("of"), restart.get("failure")
-    if restart.get("grow"):
-        return f"restart {number} (to grow back; not counted in max_restarts={of})"
+    if restart.get("planned"):
+        return f"restart {number} (planned; not counted in max_restarts={of})"
     if failure is not None and failure != number:
         return f"restart {number} ({failure}/{of} of max_restarts)"
     return f"restart {number}/{of}"
@@ -98,22 +98,22 @@ def _restart_name(restart: Mapping[str, Any]) -> str:
 def _cause_at_step(restart: Mapping[str, Any]) -> str:
     """A restart's cause and the step its failed attempt reached, e.g. ``rank 1 killed by SIGKILL at step 12``."""
     step = restart.get("step")
-    at_step = f" at step {step}" if step is not None and not restart.get("grow") else ""  # a grow names its checkpoint
+    at_step = f" at step {step}" if step is not None and not restart.get("planned") else ""  # it names its checkpoint
     return f"{restart.get('cause')}{at_step}"
 
 
 def restarts_summary(restarts: Sequence[Mapping[str, Any]]) -> str:
     """
     The job's restarts in one line, for the end of the task log: ``1 time(s) (max_restarts): rank 1 killed by SIGKILL
-    at step 12``; restarts to grow back (elastic ``min_np``) are told apart, as ``max_restarts`` does not count them:
-    ``2 time(s) (1 after a failure, of max_restarts; 1 to grow back): ...``.
+    at step 12``; planned restarts (at a checkpoint the driver asked for) are told apart, as ``max_restarts`` does not
+    count them: ``2 time(s) (1 after a failure, of max_restarts; 1 planned): ...``.
 
     :param restarts: the snapshot's (or the job result's) ``restarts``, in order.
     """
-    grown = sum(bool(r.get("grow")) for r in restarts)
+    planned = sum(bool(r.get("planned")) for r in restarts)
     count = f"{len(restarts)} time(s) " + (
-        f"({len(restarts) - grown} after a failure, of max_restarts; {grown} to grow back)"
-        if grown
+        f"({len(restarts) - planned} after a failure, of max_restarts; {planned} planned)"
+        if planned
         else "(max_restarts)"
     )
     return f"{count}: " + "; ".join(_cause_at_step(r) for r in restarts)

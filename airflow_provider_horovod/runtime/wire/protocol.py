@@ -37,12 +37,13 @@ variables (one JSON object, then end of file) before it loads the function; end 
 ENV_PREIMPORT = "HOROVOD_AIRFLOW_PREIMPORT"
 """Comma-separated modules such a rank imports while it waits (failures are ignored: the function's own import
 reports them)."""
-ENV_GROW_FLAG = "HOROVOD_AIRFLOW_GROW_FLAG"
-"""In an attempt that runs fewer ranks than ``np`` (elastic ``min_np``): the path of a file that the rank's task
-creates when the driver says all ``np`` slots are free again; :func:`~airflow_provider_horovod.runtime.save_checkpoint`
-on rank 0 then stops the function after saving (:class:`~airflow_provider_horovod.runtime.checkpoints.StopToGrow`)."""
-RANK_GROW_FILE = "grow"
-"""That file, in the rank's own directory (:data:`ENV_GROW_FLAG` names it)."""
+ENV_STOP_FLAG = "HOROVOD_AIRFLOW_STOP_FLAG"
+"""The path of a file that a barrier rank's task creates, holding the reason, when the driver asks the attempt to stop
+at its next checkpoint (all ``np`` slots free again for a shrunk attempt, an executor being decommissioned);
+:func:`~airflow_provider_horovod.runtime.save_checkpoint` on rank 0 then stops the function after saving
+(:class:`~airflow_provider_horovod.runtime.checkpoints.StopAtCheckpoint`)."""
+RANK_STOP_FILE = "stop"
+"""That file, in the rank's own directory (:data:`ENV_STOP_FLAG` names it)."""
 RANK_PAYLOAD_FILE = "payload.bin"
 """The rank's private copy of the payload, in the rank's own directory (the task's; :data:`ENV_PAYLOAD` names it)."""
 RANK_VALUE_FILE = "result.pkl"

@@ -138,8 +138,8 @@ resumable_dag("horovod_restart_deferred", retries=0, deploy_mode="cluster", defe
 # cluster deploy mode, sync: the restarted attempt holds until the retry has reattached to its driver
 resumable_dag("horovod_restart_reattach", retries=1, hold_in_restart=1, deploy_mode="cluster", max_restarts=1)
 # client deploy mode on a cluster of two one-core workers: restart 1 runs one rank (held until the test has started the
-# lost worker again and the driver has said it grows back), which stops after its next checkpoint; restart 2 (to grow
-# back, which max_restarts=1 does not count) runs two
+# lost worker again and the driver has said it grows back), which stops after its next checkpoint; restart 2 (planned,
+# which max_restarts=1 does not count) runs two
 resumable_dag(
     "horovod_elastic_worker",
     retries=0,

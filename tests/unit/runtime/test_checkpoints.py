@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from airflow_provider_horovod.runtime import checkpoint_dir, load_checkpoint, save_checkpoint, try_number
-from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV, StopToGrow
-from airflow_provider_horovod.runtime.wire.protocol import ENV_GROW_FLAG
+from airflow_provider_horovod.runtime.checkpoints import CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV, StopAtCheckpoint
+from airflow_provider_horovod.runtime.wire.protocol import ENV_STOP_FLAG
 from tests.s3_server import s3_server  # noqa: F401  (fixture)
 
 
 @pytest.fixture(autouse=True)
 def _rank_zero(monkeypatch):
-    for name in ("RANK", "HOROVOD_RANK", CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV, ENV_GROW_FLAG):
+    for name in ("RANK", "HOROVOD_RANK", CHECKPOINT_DIR_ENV, TRY_NUMBER_ENV, ENV_STOP_FLAG):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -111,18 +111,19 @@ def test_only_rank_zero_saves(tmp_path, monkeypatch, variable):
     assert load_checkpoint(directory=str(tmp_path))[1] == 1  # every rank loads
 
 
-def test_once_told_to_grow_rank_zero_stops_right_after_saving_and_other_ranks_go_on(tmp_path, monkeypatch, capsys):
-    ckpt, flag = tmp_path / "ckpt", tmp_path / "rank-0" / "grow"
-    monkeypatch.setenv(ENV_GROW_FLAG, str(flag))  # a shrunk attempt's rank: its task creates the file when told
+def test_once_asked_to_stop_rank_zero_stops_right_after_saving_and_other_ranks_go_on(tmp_path, monkeypatch, capsys):
+    ckpt, flag = tmp_path / "ckpt", tmp_path / "rank-0" / "stop"
+    monkeypatch.setenv(ENV_STOP_FLAG, str(flag))  # a barrier rank: its task creates the file when the driver asks
     flag.parent.mkdir()
     save_checkpoint(_state(1.0), step=5, directory=str(ckpt))  # not told yet: goes on
-    flag.touch()
-    with pytest.raises(StopToGrow, match=r"^stopped after saving checkpoint step 10$") as stop:
+    flag.write_text("all np=2 task slots are free again")  # what the task writes when the driver asks
+    with pytest.raises(StopAtCheckpoint, match=r"^stopped after saving checkpoint step 10: all np=2 task") as stop:
         save_checkpoint(_state(2.0), step=10, directory=str(ckpt))
     assert not isinstance(stop.value, Exception)  # an `except Exception` in the training function lets it through
     state, step = load_checkpoint(directory=str(ckpt))
     assert (step, float(state["model"]["w"][0])) == (10, 2.0)  # saved whole before it stopped
-    assert "all np slots are free again: stopping after checkpoint step 10 to grow back" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "stopping after checkpoint step 10: all np=2 task slots are free again" in out, out
     monkeypatch.setenv("HOROVOD_RANK", "1")
     assert save_checkpoint(_state(3.0), step=15, directory=str(ckpt)) is None  # only rank 0 saves, so only it stops
 

@@ -18,7 +18,12 @@ from airflow_provider_horovod.runtime.driver.restarts import (
     restarted,
 )
 from airflow_provider_horovod.runtime.errors import ExecutorLostError, JobCancelledError, LaunchError
-from airflow_provider_horovod.runtime.rank_errors import STOPPED_TO_GROW, WAITING_FOR_PEERS, rank_failed, root_cause
+from airflow_provider_horovod.runtime.rank_errors import (
+    STOPPED_AT_CHECKPOINT,
+    WAITING_FOR_PEERS,
+    rank_failed,
+    root_cause,
+)
 from airflow_provider_horovod.runtime.settings import JobSettings
 from airflow_provider_horovod.runtime.task.rank_env import RankPipes, worker_environ
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
@@ -96,12 +101,12 @@ def test_a_restarted_attempt_s_ranks_are_told_its_restart_count(launcher, torche
     assert env["HOROVOD_AIRFLOW_RESTART_COUNT"] == "2"
     expected = {"TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "3"} if torchelastic else {}
     assert {k: v for k, v in env.items() if k.startswith("TORCHELASTIC_") and "RESTART" in k} == expected
-    assert "HOROVOD_AIRFLOW_GROW_FLAG" not in env  # an attempt of all np ranks has nothing to grow to
-    shrunk = worker_environ(
-        dataclasses.replace(spec, grows_to=4), launch_env={}, devices={}, rank_dir=str(tmp_path),
+    assert "HOROVOD_AIRFLOW_STOP_FLAG" not in env  # an attempt the driver will not ask to stop
+    barrier = worker_environ(
+        dataclasses.replace(spec, stoppable=True), launch_env={}, devices={}, rank_dir=str(tmp_path),
         pipes=RankPipes(lifeline=3, progress=4),
     )  # fmt: skip
-    assert shrunk["HOROVOD_AIRFLOW_GROW_FLAG"] == str(tmp_path / "grow")
+    assert barrier["HOROVOD_AIRFLOW_STOP_FLAG"] == str(tmp_path / "stop")
     grown = worker_environ(
         dataclasses.replace(spec, restart_count=3, failures=2), launch_env={}, devices={}, rank_dir=str(tmp_path),
         pipes=RankPipes(lifeline=3, progress=4),
@@ -112,61 +117,62 @@ def test_a_restarted_attempt_s_ranks_are_told_its_restart_count(launcher, torche
 
 
 STOPPED = rank_failed(
-    rank=0, exit_code=1, exc_type=STOPPED_TO_GROW, exc_message="stopped after saving checkpoint step 20"
+    rank=0,
+    exit_code=1,
+    exc_type=STOPPED_AT_CHECKPOINT,
+    exc_message="stopped after saving checkpoint step 20: all np=2 task slots are free again",
 )
 
 
-def test_growing_back_restarts_at_once_without_using_max_restarts():
+def test_a_planned_restart_comes_at_once_without_using_max_restarts():
     budget = RestartBudget(max_restarts=1, clock=itertools.count(100).__next__)
     lost = budget.next_restart(LOST, step=17, ranks=4)
-    grow = budget.next_restart(STOPPED, step=20, ranks=3)
-    assert lost is not None and grow is not None
-    assert (grow.number, grow.grow, grow.backoff_s, grow.ranks, lost.ranks) == (2, True, 0.0, 3, 4)
-    assert grow.cause == "all np slots are free again, rank 0 stopped after saving checkpoint step 20"
-    assert grow.line() == (
-        "restart 2 (to grow back; not counted in max_restarts=1): all np slots are free again, rank 0 stopped after "
-        "saving "
-        "checkpoint step 20; starting again now"
+    planned = budget.next_restart(STOPPED, step=20, ranks=3)
+    assert lost is not None and planned is not None
+    assert (planned.number, planned.planned, planned.backoff_s, planned.ranks, lost.ranks) == (2, True, 0.0, 3, 4)
+    assert planned.cause == "rank 0 stopped after saving checkpoint step 20: all np=2 task slots are free again"
+    assert planned.line() == (
+        "restart 2 (planned; not counted in max_restarts=1): rank 0 stopped after saving checkpoint step 20: all np=2 "
+        "task slots are free again; starting again now"
     )
     assert budget.count == 2 and budget.failures == 1  # the next attempt is restart_count 2; one failure spent
     assert budget.next_restart(KILLED) is None  # max_restarts=1 is spent by the lost executor alone
     note = "\n".join(restarted(KILLED, budget.restarts, 1).__notes__)
-    assert "restarted 1 time(s) of max_restarts=1 and 1 time(s) to grow back before this failure" in note, note
+    assert (
+        "restarted 1 time(s) of max_restarts=1 and 1 time(s) at a checkpoint the driver asked for before this failure"
+    ) in note, note
 
 
-def test_a_failure_after_growing_back_backs_off_and_is_named_by_its_place_in_the_budget():
+def test_a_failure_after_a_planned_restart_backs_off_and_is_named_by_its_place_in_the_budget():
     budget = RestartBudget(max_restarts=2)
     budget.next_restart(LOST)
-    assert budget.next_restart(STOPPED).grow  # type: ignore[union-attr]
+    assert budget.next_restart(STOPPED).planned  # type: ignore[union-attr]
     second = budget.next_restart(KILLED, step=30)
     assert second is not None and (second.number, second.failure, second.backoff_s) == (3, 2, backoff_s(2))
     assert (
         second.line() == "restart 3 (2/2 of max_restarts): rank 1 killed by SIGKILL at step 30; starting again in 1 s"
     )
-    assert restart_cause(STOPPED) is not None and not restart_cause(USER_BUG)  # a stop to grow is no user bug
+    assert restart_cause(STOPPED) is not None and not restart_cause(USER_BUG)  # a planned stop is no user bug
 
 
-def test_the_stop_to_grow_is_the_attempt_s_account_whatever_the_other_ranks_raised():
+def test_the_stop_at_a_checkpoint_is_the_attempt_s_account_whatever_the_other_ranks_raised():
     """Rank 0 stops first, the others fail in their next collective: whatever their errors say (a Gloo error no
-    pattern knows, an earlier clock), the stop is the root cause, so the job grows back instead of failing."""
+    pattern knows, an earlier clock), the stop is the root cause, so the job starts again instead of failing."""
     stranger = rank_failed(rank=1, exit_code=1, exc_type="RuntimeError", exc_message="Broken pipe", failed_at=1.0)
+    message = "stopped after saving checkpoint step 20: executor 3 on 10.0.0.7 is being decommissioned"
     stop = rank_failed(
-        rank=0, exit_code=1, exc_type=STOPPED_TO_GROW, exc_message="stopped after saving checkpoint step 20",
-        failed_at=2.0, host="10.0.0.7",
-    )  # fmt: skip
+        rank=0, exit_code=1, exc_type=STOPPED_AT_CHECKPOINT, exc_message=message, failed_at=2.0, host="10.0.0.7"
+    )
     assert root_cause([stranger, stop]) is stop
-    assert stop.headline() == "Horovod rank 0 on 10.0.0.7 stopped after saving checkpoint step 20 to grow back to np"
+    assert stop.headline() == f"Horovod rank 0 on 10.0.0.7 {message}"
 
 
-def test_the_end_of_job_summary_tells_a_restart_to_grow_back_apart():
-    lost = {"number": 1, "of": 1, "cause": "executor 1 on 127.0.0.1 lost", "step": 14, "grow": False}
-    grow = {
-        "number": 2,
-        "of": 1,
-        "cause": "all np slots are free again, rank 0 stopped after saving checkpoint step 15",
-    }
+def test_the_end_of_job_summary_tells_a_planned_restart_apart():
+    lost = {"number": 1, "of": 1, "cause": "executor 1 on 127.0.0.1 lost", "step": 14, "planned": False}
+    planned = {"number": 2, "of": 1, "cause": "rank 0 stopped after saving checkpoint step 15: all np=2 task slots "
+               "are free again", "step": 15, "planned": True}  # fmt: skip
     assert restarts_summary([lost]) == "1 time(s) (max_restarts): executor 1 on 127.0.0.1 lost at step 14"
-    assert restarts_summary([lost, {**grow, "step": 15, "grow": True}]) == (
-        "2 time(s) (1 after a failure, of max_restarts; 1 to grow back): executor 1 on 127.0.0.1 lost at step 14; "
-        "all np slots are free again, rank 0 stopped after saving checkpoint step 15"
-    )  # a restart to grow back names its checkpoint, not the step again
+    assert restarts_summary([lost, planned]) == (
+        "2 time(s) (1 after a failure, of max_restarts; 1 planned): executor 1 on 127.0.0.1 lost at step 14; "
+        "rank 0 stopped after saving checkpoint step 15: all np=2 task slots are free again"
+    )  # a planned restart names its checkpoint, not the step again

@@ -316,27 +316,64 @@ def test_slot_wait_timeout_arguments():
     assert _settings(_parse([*base, "--slot-wait-timeout-s", "90"])[1]).slot_wait_timeout_s == 90.0
 
 
-def test_a_shrunk_attempt_is_told_to_grow_once_np_slots_stay_for_two_looks(monkeypatch):
-    """grow_when_free's rule (the real registration of a new worker's executor: tests/e2e/test_durable.py): slots that
-    show once and go (an executor that registers and dies) do not stop the attempt; np slots at two looks in a row
-    do, once a task listens (tell() reached one), and then it stops looking."""
+def test_a_shrunk_attempt_is_asked_to_stop_once_np_slots_stay_for_two_looks(monkeypatch):
+    """stop_at_checkpoint_when's growing rule (the real registration of a new worker's executor:
+    tests/e2e/test_durable.py): slots that show once and go (an executor that registers and dies) do not stop the
+    attempt; np slots at two looks in a row do, once a task listens (tell() reached one), and then it stops looking."""
     from airflow_provider_horovod.runtime.driver import slots
 
     counts = iter([1, 2, 1, 2, 2, 2, 7, 8, 9])  # own_slots at each look
     monkeypatch.setattr(slots, "own_slots", lambda sc: (next(counts), 0))
     reached = iter([0, 1])  # nobody listened at the first try
-    tells: list[int] = []
+    told: list[str] = []
     lines: list[str] = []
 
-    def tell() -> int:
-        tells.append(1)
+    def tell(message: str) -> int:
+        told.append(message)
         return next(reached)
 
-    with slots.grow_when_free(object(), 2, tell, log=lines.append, interval_s=0.01) as told:
-        assert told.wait(10)
-    assert len(tells) == 2  # the 5th look (2nd in a row) reached nobody; the 6th was heard
+    with slots.stop_at_checkpoint_when(
+        object(), tell, ranks=1, grows_to=2, decommission=None, log=lines.append, interval_s=0.01
+    ) as asked:
+        assert asked.wait(10)
+    assert told == ["stop all np=2 task slots are free again"] * 2  # the 5th look reached nobody; the 6th was heard
     assert lines == [
         "all np=2 task slots are free again (2 in this application): rank 0 stops after its next save_checkpoint() "
-        "and the job starts again with 2 ranks from there"
+        "and the job starts again from there with 2 ranks"
     ]
     assert next(counts) == 7  # it stopped looking after the 6th look
+
+
+def test_an_attempt_is_asked_to_stop_when_one_of_its_executors_is_being_decommissioned(monkeypatch):
+    """The decommissioning rule (Spark's own decommissioning on a real cluster: tests/integration/
+    test_decommission.py): an executor with a task being decommissioned stops the attempt at its next checkpoint as
+    soon as the application has the attempt's ranks' slots without it (a spare); until then it is said once and the
+    attempt trains on."""
+    from airflow_provider_horovod.runtime.driver import slots
+
+    found = iter([[], [("3", "10.0.0.9")], [("3", "10.0.0.9")], [("3", "10.0.0.9")]])
+    asked_about: list[dict] = []
+
+    def decommissioning(sc, executors):
+        asked_about.append(dict(executors))
+        return next(found)
+
+    monkeypatch.setattr(slots, "decommissioning_executors", decommissioning)
+    free = iter([1, 1, 2])  # own_slots without the decommissioning executor: a spare executor registers at last
+    monkeypatch.setattr(slots, "own_slots", lambda sc: (next(free), 0))
+    told: list[str] = []
+    lines: list[str] = []
+    with slots.stop_at_checkpoint_when(
+        object(), lambda m: told.append(m) or 1, ranks=2, grows_to=None, log=lines.append, interval_s=0.01,
+        decommission=lambda: {"3": "10.0.0.9", "4": "10.0.0.8"},  # the attempt's own executors
+    ) as asked:  # fmt: skip
+        assert asked.wait(10)
+    assert told == ["stop executor 3 on 10.0.0.9 is being decommissioned"]
+    assert lines == [
+        "executor 3 on 10.0.0.9 is being decommissioned (its machine is going), but this application has 1 other task "
+        "slot(s) for 2 ranks: the attempt trains on until it goes (a spare executor lets the job move at a checkpoint "
+        "instead: spark.cores.max above np on a standalone cluster)",
+        "executor 3 on 10.0.0.9 is being decommissioned (its machine is going): rank 0 stops after its next "
+        "save_checkpoint() and the job starts again from there on the other executors (2 task slots)",
+    ]
+    assert asked_about[0] == {"3": "10.0.0.9", "4": "10.0.0.8"}  # only the attempt's executors are looked at

@@ -129,19 +129,19 @@ def trains_and_checkpoints(raise_in_finally: bool):
 
 
 @pytest.mark.parametrize("raise_in_finally", [False, True])
-def test_a_rank_told_to_grow_stops_after_its_next_checkpoint_and_says_so(tmp_path, raise_in_finally):
-    """The real worker: the task's request_grow() before the first save_checkpoint() makes that save the last; the
+def test_a_rank_asked_to_stop_stops_after_its_next_checkpoint_and_says_so(tmp_path, raise_in_finally):
+    """The real worker: the task's request_stop() before the first save_checkpoint() makes that save the last; the
     rank reports the stop (not a failure of the code), also when a finally block raised on the way out."""
     from functools import partial
 
     from airflow_provider_horovod.runtime import load_checkpoint
-    from airflow_provider_horovod.runtime.rank_errors import STOPPED_TO_GROW
+    from airflow_provider_horovod.runtime.rank_errors import STOPPED_AT_CHECKPOINT
 
     ckpt = tmp_path / "ckpt"
     spec = JobSpec(
         payload=dumps_payload(partial(trains_and_checkpoints, raise_in_finally)),
         settings=JobSettings(np=1, start_timeout_s=60, checkpoint_dir=str(ckpt)),
-        grows_to=2,
+        stoppable=True,  # the driver may ask it to stop (the test holds the task's part)
     )
     proc = RankProcess(
         local_plan(1)[0], spec, {"HOROVOD_RANK": "0"}, str(tmp_path / "work"), lambda slot, line: None,
@@ -149,12 +149,12 @@ def test_a_rank_told_to_grow_stops_after_its_next_checkpoint_and_says_so(tmp_pat
     )  # fmt: skip
     proc.start(deferred=True)
     try:
-        proc.request_grow()  # the driver's word arrived while the rank was starting
+        proc.request_stop("executor 1 on 10.0.0.7 is being decommissioned")  # came while the rank was starting
         proc.release({"HOROVOD_RANK": "0"}, {"CUDA_VISIBLE_DEVICES": ""})
         err = proc.run_to_end()
     finally:
         proc.kill()
-    assert err is not None and err.exc_type == STOPPED_TO_GROW, err
-    assert err.exc_message == "stopped after saving checkpoint step 5"
-    assert err.headline() == "Horovod rank 0 stopped after saving checkpoint step 5 to grow back to np"
+    assert err is not None and err.exc_type == STOPPED_AT_CHECKPOINT, err
+    assert err.exc_message == "stopped after saving checkpoint step 5: executor 1 on 10.0.0.7 is being decommissioned"
+    assert err.headline() == f"Horovod rank 0 {err.exc_message}"
     assert load_checkpoint(directory=str(ckpt))[1] == 5  # saved whole; steps 10 and 15 were never reached

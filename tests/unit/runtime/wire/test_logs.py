@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import socket
 
-from airflow_provider_horovod.runtime.wire.logs import GROW, MAX_FRAME_CHARS, ControlListener, LogClient, LogServer
+from airflow_provider_horovod.runtime.wire.logs import (
+    MAX_FRAME_CHARS,
+    STOP,
+    ControlListener,
+    LogClient,
+    LogServer,
+    stop_message,
+    stop_reason,
+)
 
 
 def test_lines_arrive_in_order_and_strangers_are_ignored():
@@ -200,8 +208,9 @@ def _until(condition, timeout_s: float = 10.0) -> None:
 
 
 def test_the_driver_tells_listening_tasks_only_and_a_stranger_cannot_listen():
-    """The driver's word to a shrunk attempt (GROW) reaches the tasks that opened a control listener with the token,
-    over a connection of their own: a task's log connection stays one-way, and its lines still arrive."""
+    """The driver's word to an attempt (stop at the next checkpoint) reaches the tasks that opened a control listener
+    with the token, over a connection of their own: a task's log connection stays one-way, and its lines still
+    arrive."""
     import threading
 
     heard: list[str] = []
@@ -209,20 +218,22 @@ def test_the_driver_tells_listening_tasks_only_and_a_stranger_cannot_listen():
     got = threading.Event()
     lines: list[str] = []
     with LogServer("127.0.0.1", on_line=lines.append) as server:
-        assert server.tell(GROW) == 0  # nobody listens yet: the driver tries again at its next look
+        assert server.tell(STOP) == 0  # nobody listens yet: the driver tries again at its next look
         log = LogClient(server.address, server.token)
         log.send("[rank 0] before")
         with (
             ControlListener(server.address, "not-the-token", stranger_heard.append),
             ControlListener(server.address, server.token, lambda m: (heard.append(m), got.set())),
         ):
-            _until(lambda: server.tell(GROW) == 1)  # once its handler has read the token and the marker
+            _until(lambda: server.tell(STOP) == 1)  # once its handler has read the token and the marker
             assert got.wait(10)
             log.send("[rank 0] after")
             assert log.wait_closed(0.2) is False  # the word went to the listener, not to the log connection
-        _until(lambda: server.tell(GROW) == 0)  # the listener closed: its handler ended
+        _until(lambda: server.tell(STOP) == 0)  # the listener closed: its handler ended
         log.close()
-    assert heard[0] == GROW and stranger_heard == []
+    assert heard[0] == STOP and stranger_heard == []
+    assert stop_reason(stop_message("all np=2 task slots are free again")) == "all np=2 task slots are free again"
+    assert stop_reason(STOP) == "" and stop_reason("stopped") is None
     assert lines == ["[rank 0] before", "[rank 0] after"]
     assert server.accepted == 2  # the log connection and the listener (the stranger never got in)
 
