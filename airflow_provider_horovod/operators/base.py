@@ -156,7 +156,9 @@ class DistributedTrainingOperator(ResumableJobMixin, BaseOperator):
         attempt fails for a reason that is nobody's bug: a lost executor or host, a rank killed by a signal, a
         rendezvous that never completed (int from 0; default 0: never, as torchrun's ``--max-restarts``). The ranks
         resume through ``load_checkpoint()``; each restart is a line in the task log. Past it, the try fails with
-        every restart named. See :mod:`airflow_provider_horovod.runtime.driver.restarts`.
+        every restart named. With it, and ``spark.decommission.enabled`` in ``conf`` and on the workers, a spot node's
+        termination notice moves the job at its next ``save_checkpoint()`` when a spare executor is there (a planned
+        restart, not counted; ``docs/fault-tolerance.md``). See :mod:`airflow_provider_horovod.runtime.driver.restarts`.
     :param restart_on: exception types raised by the training code that restart the attempt too (classes or names
         such as ``"torch.OutOfMemoryError"``; ``"*"``: every one). Default none: the code's own exception fails at
         once, as it would fail again.

@@ -412,7 +412,10 @@ class HorovodRunner(BarrierRunner):
         never completed), at once the first time, then after a back-off of 1, 2, 4, ... s; the ranks resume through
         ``load_checkpoint()`` and
         see :func:`~airflow_provider_horovod.runtime.restart_count`. Default 0: never (torchrun's
-        ``--max-restarts``, Ray Train's ``max_failures``). See :mod:`~airflow_provider_horovod.runtime.driver.restarts`.
+        ``--max-restarts``, Ray Train's ``max_failures``). With it and the session's ``spark.decommission.enabled``, a
+        termination notice for an executor of the job moves it at rank 0's next ``save_checkpoint()`` when a spare
+        executor is there (a planned restart, not counted). See
+        :mod:`~airflow_provider_horovod.runtime.driver.restarts`.
     :param restart_on: exception types of the training code that restart an attempt too (classes or names,
         ``"*"``: every one); default none.
     :param heartbeat_timeout_s: seconds without a barrier task's heartbeat (every 2 s over the log channel) after

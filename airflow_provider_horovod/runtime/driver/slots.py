@@ -379,7 +379,8 @@ def stop_at_checkpoint_when(
                     log(
                         f"{why} (its machine is going), but this application has {slots} other task slot(s) for "
                         f"{ranks} ranks: the attempt trains on until it goes (a spare executor lets the job move at "
-                        "a checkpoint instead: spark.cores.max above np on a standalone cluster)"
+                        "a checkpoint instead: on a standalone cluster, spark.cores.max at least np plus one "
+                        "executor's cores)"
                     )
         if grows_to is not None:
             slots = own_slots(sc)[0]

@@ -8,7 +8,8 @@ The snapshot: ``{"time", "started_at", "state" ("running" | "finished" | "failed
 "slowest_rank", "resumed" (``{"step", "try_number", "saved_by", "location"}`` when rank 0 resumed from a checkpoint,
 else ``None``), "phase" (what the job did last before the ranks reported: ``waiting for 2 task slots: ...``,
 ``starting 2 ranks``, then the ranks' own milestones, :func:`rank_phase`; ``None`` before that), "restarts" (the job's
-restarts within the try, ``max_restarts``: ``[{"number", "cause", "error", "at", "backoff_s", "step"}]``), "error" (a
+restarts within the try, ``max_restarts``: ``[{"number", "of", "cause", "error", "at", "backoff_s", "step", "planned",
+"failure", "ranks"}]``, :class:`~airflow_provider_horovod.runtime.driver.restarts.Restart`), "error" (a
 failed job's headline, else ``None``)}``; times are Unix seconds, rates per second.
 """
 

@@ -372,7 +372,7 @@ def test_an_attempt_is_asked_to_stop_when_one_of_its_executors_is_being_decommis
     assert lines == [
         "executor 3 on 10.0.0.9 is being decommissioned (its machine is going), but this application has 1 other task "
         "slot(s) for 2 ranks: the attempt trains on until it goes (a spare executor lets the job move at a checkpoint "
-        "instead: spark.cores.max above np on a standalone cluster)",
+        "instead: on a standalone cluster, spark.cores.max at least np plus one executor's cores)",
         "executor 3 on 10.0.0.9 is being decommissioned (its machine is going): rank 0 stops after its next "
         "save_checkpoint() and the job starts again from there on the other executors (2 task slots)",
     ]
