@@ -144,6 +144,12 @@ class BackgroundScript:
         return self._outcome
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """The complete lines of a JSON-lines file that another process may be appending to (a line being written is left
+    out); ``[]`` before the file exists."""
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1]] if path.exists() else []
+
+
 def _text(output: bytes | str | None) -> str:
     """Captured output as text: a timeout's partial output is bytes even with ``text=True``."""
     return output.decode(errors="replace") if isinstance(output, bytes) else output or ""

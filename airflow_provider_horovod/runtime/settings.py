@@ -145,6 +145,17 @@ def validate_flag(name: str, value: object) -> bool:
     return value
 
 
+def spark_flag(conf: Any, key: str) -> bool:
+    """
+    A boolean Spark property read as Spark reads it: ``true`` in any case is true; unset, or anything else, false.
+
+    :param conf: Spark properties: a mapping (the operator's ``conf``) or a ``SparkConf`` (both have ``get``), or
+        ``None``.
+    :param key: the property, e.g. ``spark.decommission.enabled``.
+    """
+    return bool(conf) and str(conf.get(key, None) or "").strip().lower() == "true"
+
+
 def check_barrier_conf(conf: Mapping[str, Any] | None, *, source: str = "conf") -> None:
     """
     Refuse Spark properties under which no barrier stage can run.
@@ -154,7 +165,7 @@ def check_barrier_conf(conf: Mapping[str, Any] | None, *, source: str = "conf") 
     :raises ValueError: ``spark.dynamicAllocation.enabled`` is true: Spark refuses barrier stages with dynamic
         allocation (SPARK-24942).
     """
-    if conf and str(conf.get("spark.dynamicAllocation.enabled", "false")).strip().lower() == "true":
+    if spark_flag(conf, "spark.dynamicAllocation.enabled"):
         raise ValueError(
             f"{source}: spark.dynamicAllocation.enabled=true cannot be used; Spark refuses barrier "
             "stages with dynamic allocation (SPARK-24942). Allowed: false or unset"

@@ -31,6 +31,7 @@ import pytest
 
 from airflow_provider_horovod.runtime.wire.protocol import ENV_RESTART_COUNT
 from tests.airflow_deployment import DeploymentError, _poll, airflow_deployment, api_epoch, copy_dags
+from tests.client_script import read_jsonl
 from tests.s3_server import s3_server  # noqa: F401  (fixture)
 from tests.standalone import MARKER_ENV, standalone_cluster
 
@@ -475,9 +476,7 @@ def _rank_processes(cluster, restart: int | None = None) -> list[psutil.Process]
 def _steps(airflow, dag_id: str, run_id: str) -> list[dict]:
     """The function's own record of the steps rank 0 trained (``steps.jsonl`` next to the checkpoint directory)."""
     where = airflow.xcom(dag_id, run_id, "train", "checkpoint_dir", default=None)  # pushed before the submission
-    record = Path(where).parent / "steps.jsonl" if where else None
-    # complete lines only: the file may be read while rank 0 writes one
-    return [json.loads(line) for line in record.read_text().split("\n")[:-1]] if record and record.exists() else []
+    return read_jsonl(Path(where).parent / "steps.jsonl") if where else []  # complete lines: rank 0 may be writing
 
 
 STEPS, INTERVAL = 40, 5

@@ -11,14 +11,13 @@ a standalone master starts no executor in place of a decommissioned one before t
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.client_script import BackgroundScript
+from tests.client_script import BackgroundScript, read_jsonl
 from tests.standalone import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -60,10 +59,6 @@ spark.stop()
 """
 
 
-def _steps(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().split("\n")[:-1]] if path.exists() else []
-
-
 def test_a_termination_notice_stops_the_job_at_its_next_checkpoint_and_it_goes_on_without_that_machine(tmp_path: Path):
     decommission = {"spark.decommission.enabled": "true"}
     record = tmp_path / "steps.jsonl"
@@ -75,7 +70,7 @@ def test_a_termination_notice_stops_the_job_at_its_next_checkpoint_and_it_goes_o
             context=cluster.log_tail,
         ) as script:  # fmt: skip
             deadline = time.monotonic() + 240
-            while len(_steps(record)) < 12:
+            while len(read_jsonl(record)) < 12:
                 assert time.monotonic() < deadline, cluster.log_tail()
                 time.sleep(0.2)
             executor = cluster.rank_executor(1)
@@ -83,7 +78,7 @@ def test_a_termination_notice_stops_the_job_at_its_next_checkpoint_and_it_goes_o
             spot = cluster.worker_running(executor.pid)
             cluster.decommission_worker(spot)  # the termination notice
             deadline = time.monotonic() + 120
-            while not any(r["restart"] == 1 for r in _steps(record)):  # the restarted attempt trains
+            while not any(r["restart"] == 1 for r in read_jsonl(record)):  # the restarted attempt trains
                 assert time.monotonic() < deadline, cluster.log_tail()
                 time.sleep(0.2)
             moved = cluster.rank_executor(1)  # rank 1 of the restarted attempt
@@ -98,7 +93,7 @@ def test_a_termination_notice_stops_the_job_at_its_next_checkpoint_and_it_goes_o
     moving = r"executor \d+ on 127\.0\.0\.1 is being decommissioned \(its machine is going\): rank 0 stops"
     assert re.search(moving, stdout), stdout[-3000:]
     assert f"restart 1 (planned; not counted in max_restarts=1): {cause}; starting again now" in stdout, stdout[-3000:]
-    steps = _steps(record)
+    steps = read_jsonl(record)
     assert [r["step"] for r in steps if r["restart"] == 0] == list(range(1, stop + 1))  # to the checkpoint, no further
     assert [r["step"] for r in steps if r["restart"] == 1] == list(range(stop + 1, 41))  # from it: none trained twice
     assert result["value"] == {"restart_count": 1, "resumed_at": stop}

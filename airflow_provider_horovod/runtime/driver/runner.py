@@ -42,6 +42,7 @@ from airflow_provider_horovod.runtime.settings import (
     DEFAULT_START_TIMEOUT_S,
     JobSettings,
     check_barrier_conf,
+    spark_flag,
 )
 from airflow_provider_horovod.runtime.task.gpus import check_gpu_conf
 from airflow_provider_horovod.runtime.task.launch import barrier_task, run_on_driver
@@ -253,7 +254,7 @@ class BarrierRunner:
         watchdog: Watchdog | None = None
         with LogServer(host, on_metrics=metrics, on_heartbeat=heartbeats.record if heartbeats else None) as logs:
             # a termination notice moves the job at a checkpoint only where the user opted in to restarts
-            decommission = spec.settings.max_restarts > 0 and _enabled(conf.get("spark.decommission.enabled", None))
+            decommission = spec.settings.max_restarts > 0 and spark_flag(conf, "spark.decommission.enabled")
             spec = dataclasses.replace(
                 spec,
                 log_address=logs.address,
@@ -484,11 +485,6 @@ class HorovodRunner(BarrierRunner):
         :raises: as :meth:`run_call` (``PayloadError``: ``main`` or ``kwargs`` cannot be pickled).
         """
         return self.run_call(main, (), kwargs)
-
-
-def _enabled(value: str | None) -> bool:
-    """A Spark boolean property's value read as Spark reads it (``true``, any case); unset: ``False``."""
-    return str(value or "").strip().lower() == "true"
 
 
 def _executor_host(sc: Any, executor_id: str) -> str | None:
