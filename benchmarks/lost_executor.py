@@ -105,14 +105,13 @@ def executor_of(app: str, executor_id: str | None = None) -> list[psutil.Process
 
 
 def rank_executor(app: str, rank: int) -> psutil.Process:
-    """The executor JVM whose process tree runs Horovod rank ``rank`` (its ``HOROVOD_RANK`` environment)."""
+    """The executor JVM whose task runs Horovod rank ``rank`` (``tests.standalone.holds_rank``: in its process tree,
+    or forked for its task by the job's fork server)."""
+    from tests.standalone import holds_rank
+
     for jvm in executor_of(app):
-        for child in jvm.children(recursive=True):
-            try:
-                if child.environ().get("HOROVOD_RANK") == str(rank):
-                    return jvm
-            except psutil.Error:
-                continue
+        if holds_rank(jvm, rank):
+            return jvm
     raise LookupError(f"no executor of {app} runs rank {rank}")
 
 

@@ -181,12 +181,14 @@ def where_the_time_goes(b10: dict) -> list[str]:
         f"Where the in-job time goes (medians of the rounds): {_s(slot)} pass before the lost rank has a slot again, "
         "the time Spark's standalone master takes to start a replacement executor JVM (`spark.cores.max=2`: the "
         f"application has no spare slot); the other {_s(rest)} are the barrier stage's launch on that fresh "
-        "executor (its first Python worker), the ranks' imports of torch and Horovod, Gloo's rendezvous, the resume "
-        f"and one step. The goal allows {_s(allowed)} in all ({b10['ratio_goal']:.2f} x the script retry's median)"
+        "executor (its first Python worker), the ranks forked from the job's fork server on the host (torch and "
+        "Horovod imported there: `runtime/rank/fork_server.py`), the tasks' gather through the driver, Gloo's "
+        f"rendezvous, the resume and one step. The goal allows {_s(allowed)} in all ({b10['ratio_goal']:.2f} x the "
+        "script retry's median)"
         + (
             f". With a spare executor the restart took {_s(spare['to_first_step_s'])} (row above): no slot is "
-            "waited for, but the spare's first Python worker is as cold, and (seen in one traced restart) Spark "
-            "starts a replacement JVM beside it on the same 2 cores."
+            "waited for, but the spare's first Python worker is cold, and (seen in one traced restart) Spark starts "
+            "a replacement JVM beside it on the same 2 cores."
             if "to_first_step_s" in spare
             else "."
         )
@@ -270,8 +272,9 @@ def b10_section(results: dict, standalone_run: bool = False) -> list[str]:
         f"of its own, `spark.executor.cores=1`: one executor per rank) running `HorovodRunner(np=2, "
         f"checkpoint_dir=...)` on {b10['steps']} steps of one allreduce and {b10['step_s']} s of work, "
         f"`save_checkpoint` every {b10['interval']} steps; rank 0 appends each step with its attempt and time to a "
-        f"file. Once it shows step {b10['kill_at']}, the harness SIGKILLs the executor JVM whose process tree holds "
-        "rank 1. Retry path: B9's round (`benchmarks/lost_executor.py`); in-job path: the same script with "
+        f"file. Once it shows step {b10['kill_at']}, the harness SIGKILLs the executor JVM whose task runs rank 1 "
+        "(in its process tree, or forked for it by the job's fork server: `tests/standalone.holds_rank`). Retry "
+        "path: B9's round (`benchmarks/lost_executor.py`); in-job path: the same script with "
         "`max_restarts` (`benchmarks/in_job_restart.py`); kill -> first step = the first step recorded after the kill "
         "minus the kill's time."
         + (

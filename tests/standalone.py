@@ -128,8 +128,8 @@ class StandaloneCluster:
 
     def rank_executor(self, rank: int) -> psutil.Process | None:
         """
-        This cluster's executor JVM (``CoarseGrainedExecutorBackend``) whose process tree runs Horovod rank ``rank``
-        (its ``HOROVOD_RANK``), or ``None`` while there is none.
+        This cluster's executor JVM (``CoarseGrainedExecutorBackend``) whose task runs Horovod rank ``rank``
+        (:func:`holds_rank`), or ``None`` while there is none.
 
         :param rank: the Horovod rank.
         """
@@ -137,9 +137,7 @@ class StandaloneCluster:
             if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in (proc.info.get("cmdline") or []):
                 continue
             try:
-                if proc.environ().get(MARKER_ENV) == self.marker and any(
-                    child.environ().get("HOROVOD_RANK") == str(rank) for child in proc.children(recursive=True)
-                ):
+                if proc.environ().get(MARKER_ENV) == self.marker and holds_rank(proc, rank):
                     return proc
             except psutil.Error:
                 continue
@@ -264,6 +262,57 @@ class StandaloneCluster:
         assert not left, "processes of the standalone cluster survived: " + ", ".join(
             f"{p.pid} {' '.join(_cmdline(p))[:120]}" for p in left
         )
+
+
+def rank_of(proc: psutil.Process) -> int | None:
+    """
+    The rank a process runs, or ``None``: its ``HOROVOD_RANK`` (a rank started as a process of its own), else its
+    rank directory (``.../horovod-rank-*/rank-N``: a rank forked from the job's fork server, whose ``/proc`` environment
+    is the server's).
+
+    :param proc: the process.
+    :raises psutil.Error: it is gone or not readable.
+    """
+    rank = proc.environ().get("HOROVOD_RANK")
+    if rank is not None:
+        return int(rank)
+    cwd = Path(proc.cwd())
+    if cwd.name.startswith("rank-") and cwd.parent.name.startswith("horovod-rank"):
+        return int(cwd.name.removeprefix("rank-"))
+    return None
+
+
+def _pipes(proc: psutil.Process) -> set[str]:
+    found = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{proc.pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+                if target.startswith("pipe:"):
+                    found.add(target)
+    return found
+
+
+def holds_rank(jvm: psutil.Process, rank: int) -> bool:
+    """
+    Whether executor ``jvm``'s task runs ``rank``: the rank is in its process tree, or (forked from the job's fork
+    server, elsewhere in the tree of processes) holds a pipe whose other end a process of that tree holds (its task's
+    lifeline and output pipes).
+
+    :param jvm: an executor JVM.
+    :param rank: the rank.
+    """
+    tree = jvm.children(recursive=True)
+    for child in tree:
+        with contextlib.suppress(psutil.Error):
+            if rank_of(child) == rank:
+                return True
+    ours = set().union(*(_pipes(child) for child in tree)) if tree else set()
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc not in tree and rank_of(proc) == rank and _pipes(proc) & ours:
+                return True
+    return False
 
 
 def _alive(proc: psutil.Process) -> bool:

@@ -29,11 +29,10 @@ import httpx
 import psutil
 import pytest
 
-from airflow_provider_horovod.runtime.wire.protocol import ENV_RESTART_COUNT
 from tests.airflow_deployment import DeploymentError, _poll, airflow_deployment, api_epoch, copy_dags
 from tests.client_script import read_jsonl
 from tests.s3_server import s3_server  # noqa: F401  (fixture)
-from tests.standalone import MARKER_ENV, standalone_cluster
+from tests.standalone import MARKER_ENV, rank_of, standalone_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -459,18 +458,25 @@ def _rank_executor(cluster, rank: int) -> tuple[psutil.Process, str] | None:
     return (proc, cmd[cmd.index("--app-id") + 1]) if proc is not None and cmd else None
 
 
-def _rank_processes(cluster, restart: int | None = None) -> list[psutil.Process]:
-    """The rank processes running on ``cluster`` (of the job's attempt ``restart`` only, if given)."""
+def _rank_processes(cluster) -> list[psutil.Process]:
+    """The rank processes running on ``cluster`` (started by its executors' tasks, or forked for them by the job's
+    fork server: both carry the cluster's marker)."""
     found = []
     for proc in psutil.process_iter():
         try:
             env = proc.environ()
         except psutil.Error:
             continue
-        if env.get(MARKER_ENV) == cluster.marker and "HOROVOD_RANK" in env:
-            if restart is None or env.get(ENV_RESTART_COUNT) == str(restart):
-                found.append(proc)
+        if env.get(MARKER_ENV) == cluster.marker and _is_rank(proc):
+            found.append(proc)
     return found
+
+
+def _is_rank(proc: psutil.Process) -> bool:
+    try:
+        return rank_of(proc) is not None
+    except psutil.Error:
+        return False
 
 
 def _steps(airflow, dag_id: str, run_id: str) -> list[dict]:

@@ -45,7 +45,9 @@ def train_killed_once(steps: int, every: int, kill_at: int, out: str):
             with open(os.path.join(out, "child.pid"), "w") as f:
                 f.write(str(child.pid))
             os.kill(os.getpid(), signal.SIGKILL)
-    return {"restart_count": restart_count(), "resumed_at": start, "last_step": steps}
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:  # a restarted rank: forked by the job's fork server
+        forked_by = os.getppid() if b"runtime.rank.fork_server" in f.read() else None
+    return {"restart_count": restart_count(), "resumed_at": start, "last_step": steps, "forked_by": forked_by}
 
 
 def test_a_killed_rank_restarts_the_job_which_resumes_from_the_checkpoint(spark, tmp_path, capfd):
@@ -54,7 +56,13 @@ def test_a_killed_rank_restarts_the_job_which_resumes_from_the_checkpoint(spark,
         np=2, max_restarts=2, artifact_dir=str(artifacts), checkpoint_dir=str(checkpoints), start_timeout_s=120
     )
     value = runner.run(train_killed_once, steps=20, every=5, kill_at=12, out=str(tmp_path))
+    server = value.pop("forked_by")
     assert value == {"restart_count": 1, "resumed_at": 10, "last_step": 20}  # 2 steps trained again (< 5)
+    # the restarted rank was forked by the fork server the first attempt's task started (horovod.torch imported
+    # there), which went once the job succeeded
+    assert server is not None
+    psutil.wait_procs([psutil.Process(server)] if psutil.pid_exists(server) else [], timeout=30)
+    assert not psutil.pid_exists(server) or psutil.Process(server).status() == psutil.STATUS_ZOMBIE
     assert [(r.number, r.cause) for r in runner.restarts] == [(1, "rank 1 killed by SIGKILL")]
     out = capfd.readouterr().out
     # rank 0 reported step 12 last before its collective failed: the step the first attempt reached

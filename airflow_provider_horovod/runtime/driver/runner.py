@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -167,7 +168,16 @@ class BarrierRunner:
             if not self.mlflow_run
             else {**run_env(None if self.mlflow_run is True else self.mlflow_run), **self.env}
         )
-        spec = JobSpec(payload=payload, settings=self.settings, artifact_dir=self.artifact_dir, env=env)
+        # a job that may restart keeps a fork server per host for its next attempt's ranks (not with GPUs: a forked
+        # process must not inherit a framework's device state)
+        forks = self.settings.max_restarts > 0 and self.np > 0 and not self.settings.use_gpu
+        spec = JobSpec(
+            payload=payload,
+            settings=self.settings,
+            artifact_dir=self.artifact_dir,
+            env=env,
+            fork_key=secrets.token_hex(16) if forks else None,
+        )
         budget = RestartBudget(self.settings.max_restarts, self.settings.restart_on)
         self.restarts = budget.restarts
         with MetricsCollector(

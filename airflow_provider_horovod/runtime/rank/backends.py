@@ -35,6 +35,13 @@ class RankBackend:
         :param progress: where the join's milestones go.
         """
 
+    def preload(self) -> None:
+        """
+        In a fork server (:mod:`~airflow_provider_horovod.runtime.rank.fork_server`), before it imports the ranks'
+        framework: what must be in place before an import binds it. A forked rank's :meth:`on_start` and
+        :meth:`on_released` then point it at that rank.
+        """
+
     def on_released(self, expected_size: int | None, progress: Progress) -> None:
         """
         Once the rank has its whole environment (its devices included), before the payload is loaded.
@@ -48,6 +55,9 @@ class RankBackend:
 
 class HorovodRankBackend(RankBackend):
     """Horovod: ``hvd.init()`` is wrapped before anything can bind it, and the Timeline set up before it runs."""
+
+    def preload(self) -> None:
+        guard_init(None, Progress())  # before the server's import of horovod.torch binds hvd.init
 
     def on_start(self, rank: int, expected_size: int | None, progress: Progress) -> None:
         guard_init(expected_size, progress)  # before any import binds hvd.init

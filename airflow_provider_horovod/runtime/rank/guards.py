@@ -15,6 +15,11 @@ from airflow_provider_horovod.runtime.wire.protocol import ENV_PROGRESS, PROGRES
 
 _MARK = "__wrapped_by_airflow_provider_horovod__"
 
+_HOROVOD: dict[str, Any] = {"expected": None, "progress": None}
+_TORCH: dict[str, Any] = {"expected": None, "progress": None}
+"""What the wrappers report to and check against: set by each guard call, also when the wrapper is in place already
+(a rank forked from a fork server that installed it: :mod:`~airflow_provider_horovod.runtime.rank.fork_server`)."""
+
 
 class Progress:
     """
@@ -48,6 +53,7 @@ def guard_init(expected_size: int | None, progress: Progress) -> None:
     :param expected_size: the job's ``np``; ``None`` skips the size check.
     :param progress: where milestones go.
     """
+    _HOROVOD.update(expected=expected_size, progress=progress)
     try:
         from horovod.common.basics import HorovodBasics
     except ImportError:
@@ -57,6 +63,7 @@ def guard_init(expected_size: int | None, progress: Progress) -> None:
         return
 
     def init(self: Any, *args: Any, **kwargs: Any) -> Any:
+        progress, expected_size = _HOROVOD["progress"], _HOROVOD["expected"]
         progress.report(PROGRESS_INIT)
         value = original(self, *args, **kwargs)
         comm = args[0] if args else kwargs.get("comm")
@@ -86,12 +93,14 @@ def guard_process_group_init(expected_size: int | None, progress: Progress) -> N
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
+    _TORCH.update(expected=expected_size, progress=progress)
     original = distributed_c10d.init_process_group
     if getattr(original, _MARK, False):
         return
 
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        progress, expected_size = _TORCH["progress"], _TORCH["expected"]
         progress.report(PROGRESS_INIT)
         value = original(*args, **kwargs)
         size = dist.get_world_size()

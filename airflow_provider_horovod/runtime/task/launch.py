@@ -32,6 +32,7 @@ from airflow_provider_horovod.runtime.task.checks import (
     _rank_interface,
     _task_gpus,
 )
+from airflow_provider_horovod.runtime.task.fork_client import ForkServerLink, server_environ
 from airflow_provider_horovod.runtime.task.gpus import CUDA_VISIBLE_DEVICES, device_env, driver_owned_gpus
 from airflow_provider_horovod.runtime.task.plan import Slot, build_plan, local_plan
 from airflow_provider_horovod.runtime.task.rank_env import omp_threads
@@ -227,9 +228,12 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
         if reason is not None:
             proc.request_stop(reason)
 
+    link: ForkServerLink | None = None
     try:
         try:
-            proc.start(deferred=True)
+            proc.start(deferred=True, fork_key=spec.fork_key)
+            if spec.fork_key:  # a job that may restart: the next attempt's ranks fork from a server on this host
+                link = beats.enter_context(ForkServerLink(spec.fork_key, server_environ(proc.environ), proc.joined))
             if spec.stoppable and slot.rank == 0 and spec.log_address:  # rank 0 saves checkpoints: it stops at one
                 beats.enter_context(ControlListener(spec.log_address, spec.log_token or "", told))
             if partition == 0:
@@ -240,7 +244,10 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
                 "run_id": rendezvous.run_id if rendezvous else None,
                 "gpus": mine,
             }
-            infos = [json.loads(m) for m in ctx.allGather(json.dumps(mine_info))]
+            # over the driver's log channel when there is one (at once; Spark's allGather answers at a full second)
+            infos = client.gather(partition, spec.np, mine_info) if client is not None else None
+            if infos is None:
+                infos = [json.loads(m) for m in ctx.allGather(json.dumps(mine_info))]
             port = int(infos[0]["port"])
             proc.release(
                 launch_env(port, infos[0]["run_id"]),
@@ -273,6 +280,8 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
                     err.args = (f"{err}\n{err.marker()}",)
                 raise err
             result = proc.result()
+            if link is not None:
+                link.job_succeeded()
         finally:
             proc.kill()
             if rendezvous is not None:

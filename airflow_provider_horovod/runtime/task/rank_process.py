@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, cut
 from airflow_provider_horovod.runtime.rank_errors import RankFailedError
+from airflow_provider_horovod.runtime.task.fork_client import ForkedProcess, fork_rank
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
 from airflow_provider_horovod.runtime.task.rank_env import RankPipes, framework_error_path, worker_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
@@ -72,7 +73,7 @@ class RankProcess:
         self._sink = sink
         self._metrics = metrics
         self._dir = os.path.join(workdir, f"rank-{slot.rank}")
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | ForkedProcess | None = None
         self._lifeline: int | None = None
         self._release: int | None = None
         self._reader: threading.Thread | None = None
@@ -87,6 +88,18 @@ class RankProcess:
         ``ready`` (``hvd.init()`` returned); ``init``/``ready`` repeat for every ``hvd.init()``."""
         self.ever_initialized = False
         self.exited_at: float | None = None
+        self.forked = False
+        """Forked from the job's fork server (:meth:`start`'s ``fork_key``), not started as a new process."""
+        self.environ: dict[str, str] = {}
+        """The rank's environment (set by :meth:`start`)."""
+
+    _FD_VARIABLES = (protocol.ENV_LIFELINE, protocol.ENV_PROGRESS, protocol.ENV_METRICS, protocol.ENV_RELEASE)
+
+    def joined(self) -> bool:
+        """Wait until the rank has joined the others (its first ``hvd.init()`` returned): ``True``; or ended."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.ever_initialized or self._exited)
+            return self.ever_initialized
 
     @property
     def result_path(self) -> str:
@@ -120,7 +133,7 @@ class RankProcess:
     def returncode(self) -> int | None:
         return self._proc.returncode if self._proc else None
 
-    def start(self, deferred: bool = False) -> None:
+    def start(self, deferred: bool = False, fork_key: str | None = None) -> None:
         """
         Start the rank's process (returns at once).
 
@@ -129,6 +142,9 @@ class RankProcess:
             (:func:`~airflow_provider_horovod.runtime.launchers.preimports`; not with ``use_gpu``), then waits for
             :meth:`release` before loading the function. The launcher's ``allGather`` and the rank's imports then
             overlap. The start timeout counts from :meth:`release`.
+        :param fork_key: the job's fork key: fork the rank from the job's fork server on this host when there is one
+            (:mod:`~airflow_provider_horovod.runtime.rank.fork_server`: its framework imported already), else start
+            it as above. ``None``: start it.
         """
         os.makedirs(self._dir, mode=0o700)
         payload_path = os.path.join(self._dir, protocol.RANK_PAYLOAD_FILE)
@@ -151,10 +167,15 @@ class RankProcess:
             pipes=RankPipes(read_end, progress_write, metrics=metrics_write, release=release_read),
             threads=self._threads,
         )
+        env = child_environ(os.environ, extra, sys.path)
+        self.environ = env
         try:
-            self._proc = subprocess.Popen(
+            named = {name: int(extra[name]) for name in self._FD_VARIABLES if name in extra}
+            forked = fork_rank(fork_key, env, self._dir, named) if fork_key else None
+            self.forked = forked is not None
+            self._proc = forked or subprocess.Popen(
                 [sys.executable, "-m", protocol.WORKER_MODULE],
-                env=child_environ(os.environ, extra, sys.path),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -35,6 +35,9 @@ class JobSpec:
     :param grows_to: in an attempt with fewer ranks than the job's ``np`` (elastic ``min_np``), that ``np``: the
         driver asks the attempt to stop at its next checkpoint once all ``np`` slots are free again, so that the job
         starts again with ``np`` ranks. ``None``: the attempt runs all ``np``.
+    :param fork_key: a secret of the job (all its attempts), for a job that may restart: its tasks start a fork server
+        per host that a restarted attempt's ranks are forked from, their framework imported already
+        (:mod:`~airflow_provider_horovod.runtime.rank.fork_server`). ``None``: every rank starts as a new process.
     """
 
     payload: bytes
@@ -48,6 +51,7 @@ class JobSpec:
     failures: int = 0
     stoppable: bool = False
     grows_to: int | None = None
+    fork_key: str | None = None
 
     @property
     def np(self) -> int:

@@ -36,6 +36,7 @@ _LEN = struct.Struct(">I")
 _FAILURE_PREFIX = "\x00failure "
 _METRICS_PREFIX = "\x00metrics "
 _HEARTBEAT_PREFIX = "\x00heartbeat "
+_GATHER_PREFIX = "\x00gather "
 _CONTROL = "\x00control"
 """The first frame after the token of a :class:`ControlListener`'s connection."""
 STOP = "stop"
@@ -143,6 +144,7 @@ class LogServer:
         it starts; a :class:`ControlListener` counts too)."""
         self._controls: set[socket.socket] = set()  # the ControlListeners' connections
         self._closing = False
+        self._gathering: dict[int, tuple[socket.socket, Any]] = {}  # task -> (its connection, what it sent)
 
     def _opened(self, sock: socket.socket, reported: bool | None) -> None:
         """A task's connection opened (``False``), sent its failure report (``True``), or closed (``None``)."""
@@ -168,6 +170,19 @@ class LogServer:
         finally:
             with self._open_changed:
                 self._controls.discard(sock)
+
+    def _gather(self, sock: socket.socket, request: dict) -> None:
+        """A task's part of :meth:`LogClient.gather`: once all ``of`` tasks sent theirs, each gets them all."""
+        with self._open_changed:
+            self._gathering[int(request["task"])] = (sock, request.get("info"))
+            if len(self._gathering) < int(request["of"]):
+                return
+            parts = [self._gathering[task] for task in sorted(self._gathering)]
+            self._gathering = {}
+        frame = LogClient._frame(_GATHER_PREFIX + json.dumps([info for _sock, info in parts]), limit=_MAX_FRAME)
+        for task_sock, _info in parts:
+            with contextlib.suppress(OSError):
+                task_sock.sendall(frame)
 
     def tell(self, message: str) -> int:
         """
@@ -226,6 +241,12 @@ class LogServer:
                     if line == _CONTROL:
                         owner._listen(sock)
                         return
+                    if line.startswith(_GATHER_PREFIX):
+                        try:
+                            owner._gather(sock, json.loads(line[len(_GATHER_PREFIX) :]))
+                        except (ValueError, KeyError, TypeError):
+                            pass
+                        continue
                     if line.startswith(_HEARTBEAT_PREFIX):
                         try:
                             beat = json.loads(line[len(_HEARTBEAT_PREFIX) :])
@@ -350,6 +371,33 @@ class LogClient:
             text = _FAILURE_PREFIX + json.dumps(report)
         return self._send(self._frame(text, limit=_MAX_FRAME // 4))
 
+    def gather(self, task: int, of: int, info: Any) -> list[Any] | None:
+        """
+        Spark's ``BarrierTaskContext.allGather`` over this channel: send ``info`` and wait until every one of the
+        ``of`` tasks of the stage sent its own; return them all, in task order. The driver answers as soon as the last
+        one arrives. Spark's ``allGather`` answers only at the next full second after the call: its executor side
+        looks whether the driver's answer came once a second (``BarrierTaskContext.runBarrier``), which cost every
+        job's start and every restart a second.
+
+        :param task: this task's partition.
+        :param of: how many tasks the stage has.
+        :param info: this task's part (JSON-serializable).
+        :return: every task's part; ``None`` when the channel is not connected or closed before the answer (the
+            caller gathers with Spark then).
+        """
+        if not self._send(self._frame(_GATHER_PREFIX + json.dumps({"task": task, "of": of, "info": info}))):
+            return None
+        sock = self._sock
+        try:
+            frame = _read_frame(sock) if sock is not None else None
+        except OSError:
+            return None
+        text = frame.decode("utf-8", "replace") if frame is not None else ""
+        if not text.startswith(_GATHER_PREFIX):
+            return None
+        parts = json.loads(text[len(_GATHER_PREFIX) :])
+        return parts if isinstance(parts, list) and len(parts) == of else None
+
     def heartbeat(self, beat: dict) -> None:
         """Send one heartbeat (:class:`Heartbeats`); dropped once the channel is broken."""
         self._send(self._frame(_HEARTBEAT_PREFIX + json.dumps(beat, separators=(",", ":"))))
@@ -381,8 +429,9 @@ class LogClient:
         """
         Wait until the driver closes this connection, at most ``timeout_s`` seconds. Once the stage has failed, its
         :class:`LogServer` closes the connections of tasks that reported (a report is a task's last word) as soon as
-        every connected task has reported, or after its drain timeout. The server never writes to a task, so the
-        connection becoming readable means it was closed (or reset).
+        every connected task has reported, or after its drain timeout. The server writes to a task only the answer of
+        :meth:`gather`, which the task has read before, so the connection becoming readable means it was closed (or
+        reset).
 
         A bystander task uses it to end as soon as the driver knows the stage failed, instead of waiting for Spark to
         kill it: Spark's executor notices a killed Python task by polling every 2 s and then waits

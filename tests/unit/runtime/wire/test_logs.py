@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 from airflow_provider_horovod.runtime.wire.logs import (
     MAX_FRAME_CHARS,
@@ -265,3 +266,40 @@ def test_a_listener_without_a_driver_does_not_raise(capsys):
     with ControlListener(("127.0.0.1", port), "t", lambda message: None, connect_timeout_s=2):
         pass
     assert "cannot open the driver's control channel" in capsys.readouterr().err
+
+
+def test_tasks_gather_each_others_parts_in_task_order_and_a_bystander_still_sees_the_close():
+    """The driver answers every task's gather once the last part came, in task order, while their lines go on; after
+    it, a task's wait for the close still sees only the close (the answer was read)."""
+    lines: list[str] = []
+    server = LogServer("127.0.0.1", on_line=lines.append)
+    with server:
+        clients = [LogClient(server.address, server.token) for _ in range(3)]
+        answers: dict[int, list | None] = {}
+
+        def gather(task: int) -> None:
+            clients[task].send(f"line of task {task}")
+            answers[task] = clients[task].gather(task, 3, {"port": 1000 + task})
+
+        threads = [threading.Thread(target=gather, args=(task,)) for task in (2, 0)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(0.3)
+        assert answers == {}  # task 1 has not sent its part: nobody has an answer
+        gather(1)
+        for thread in threads:
+            thread.join(10)
+        assert answers == {task: [{"port": 1000}, {"port": 1001}, {"port": 1002}] for task in range(3)}
+        assert not clients[0].wait_closed(0.2)  # the answer is not mistaken for the driver's close
+        for client in clients:
+            client.close()
+    assert sorted(lines) == ["line of task 0", "line of task 1", "line of task 2"]
+
+
+def test_gathering_without_a_channel_says_so_at_once():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens on it once closed
+    client = LogClient(("127.0.0.1", port), "token", connect_timeout_s=1.0)
+    assert client.gather(0, 2, {"port": 1}) is None  # the task gathers with Spark instead
