@@ -142,7 +142,7 @@ def _f2(value: float) -> str:
 
 
 def _ratio(value: float) -> str:
-    return f"{value:.2f}x"
+    return f"{value:.3f}x"  # three places: a median at the goal must not read as 0.25x "missed"
 
 
 def _airflow_rounds(b10: dict) -> list[dict] | None:

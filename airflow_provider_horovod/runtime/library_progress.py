@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from airflow_provider_horovod.runtime.reports import report
-from airflow_provider_horovod.runtime.wire.protocol import ENV_LIBRARY_PROGRESS, ENV_METRICS
+from airflow_provider_horovod.runtime.wire.protocol import ENV_LIBRARY_PROGRESS, ENV_METRICS, switched_off
 
 _MARK = "_airflow_provider_horovod_progress"
 """Attribute set on what this module added, so it is added once however often a module is loaded."""
@@ -244,7 +244,7 @@ def enabled(environ: Mapping[str, str] = os.environ) -> bool:
     is ``0``/``false``/``no``/``off``."""
     if not environ.get(ENV_METRICS):
         return False
-    return environ.get(ENV_LIBRARY_PROGRESS, "1").strip().lower() not in ("0", "false", "no", "off")
+    return not switched_off(environ.get(ENV_LIBRARY_PROGRESS))
 
 
 def install() -> None:

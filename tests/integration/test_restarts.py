@@ -65,6 +65,8 @@ def test_a_killed_rank_restarts_the_job_which_resumes_from_the_checkpoint(spark,
     assert not psutil.pid_exists(server) or psutil.Process(server).status() == psutil.STATUS_ZOMBIE
     assert [(r.number, r.cause) for r in runner.restarts] == [(1, "rank 1 killed by SIGKILL")]
     out = capfd.readouterr().out
+    forked = "[rank 0] airflow-provider-horovod: forked from the job's fork server on this host (horovod.torch "
+    assert out.count(forked) == 1, out  # the restarted attempt's rank 0, not the first attempt's
     # rank 0 reported step 12 last before its collective failed: the step the first attempt reached
     assert "airflow-provider-horovod: restart 1/2: rank 1 killed by SIGKILL at step 12; starting again now" in out
     assert runner.restarts[0].step == 12
@@ -78,6 +80,19 @@ def test_a_killed_rank_restarts_the_job_which_resumes_from_the_checkpoint(spark,
     while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"the killed rank's child {child} outlived it"
         time.sleep(0.1)
+
+
+def test_the_job_s_environment_turns_the_fork_server_off(spark, tmp_path, capfd):
+    runner = HorovodRunner(
+        np=2,
+        max_restarts=1,
+        checkpoint_dir=str(tmp_path / "checkpoints"),
+        start_timeout_s=120,
+        env={"HOROVOD_AIRFLOW_FORK_SERVER": "off"},
+    )
+    value = runner.run(train_killed_once, steps=10, every=5, kill_at=7, out=str(tmp_path))
+    assert value["restart_count"] == 1 and value["forked_by"] is None  # the restarted ranks were started
+    assert "forked from the job's fork server" not in capfd.readouterr().out
 
 
 def torch_env_per_attempt(out: str):

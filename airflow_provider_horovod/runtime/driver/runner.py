@@ -50,6 +50,7 @@ from airflow_provider_horovod.runtime.task.launch import barrier_task, run_on_dr
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 from airflow_provider_horovod.runtime.wire.logs import LogServer
 from airflow_provider_horovod.runtime.wire.payload import LARGE_PAYLOAD_BYTES, dumps_payload
+from airflow_provider_horovod.runtime.wire.protocol import ENV_FORK_SERVER, switched_off
 
 STAGE_FAILED_DRAIN_S = 15.0
 """Once the barrier stage has failed, how long the driver waits for tasks still connected to the log channel that sent
@@ -169,8 +170,13 @@ class BarrierRunner:
             else {**run_env(None if self.mlflow_run is True else self.mlflow_run), **self.env}
         )
         # a job that may restart keeps a fork server per host for its next attempt's ranks (not with GPUs: a forked
-        # process must not inherit a framework's device state)
-        forks = self.settings.max_restarts > 0 and self.np > 0 and not self.settings.use_gpu
+        # process must not inherit a framework's device state), unless its environment turns it off
+        forks = (
+            self.settings.max_restarts > 0
+            and self.np > 0
+            and not self.settings.use_gpu
+            and not switched_off(env.get(ENV_FORK_SERVER))
+        )
         spec = JobSpec(
             payload=payload,
             settings=self.settings,

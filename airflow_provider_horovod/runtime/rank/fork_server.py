@@ -115,7 +115,12 @@ def _reply(sock: socket.socket, message: dict[str, Any]) -> None:
         sock.sendall(json.dumps(message).encode() + b"\n")
 
 
-def _same_user(sock: socket.socket) -> bool:
+def same_user(sock: socket.socket) -> bool:
+    """
+    Whether the process at the other end of the Unix socket ``sock`` runs as this process's user (``SO_PEERCRED``).
+
+    :param sock: a connected Unix socket.
+    """
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
     return uid == os.getuid()
@@ -163,7 +168,7 @@ class _Server:
             conn, _addr = self._listener.accept()
         except OSError:
             return
-        if not _same_user(conn):
+        if not same_user(conn):
             conn.close()
             return
         conn.settimeout(5.0)  # a request arrives whole at once; a client that stalls is dropped
@@ -223,6 +228,8 @@ class _Server:
                 os.setsid()
                 os.close(session_write)  # its session (and process group) exists: the task may kill the group now
                 code = _become_rank(request, fds)
+            except SystemExit as exit_:  # the worker's own end (it exits through exit_rank, so only from setup)
+                code = exit_.code if isinstance(exit_.code, int) else 1
             except BaseException:  # noqa: BLE001 - the rank's own errors are reported by the worker; this is setup
                 import traceback
 
@@ -237,8 +244,10 @@ class _Server:
         os.close(session_read)
         try:
             pidfd = os.pidfd_open(pid)
-        except OSError:  # cannot watch it: the task cannot be told its status; it gets none and sees EOF
-            _reply(conn, {"pid": pid})
+        except OSError as err:  # it could not be watched (its status would be lost): the task starts its rank itself
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            _reply(conn, {"error": f"cannot watch the forked rank: {err}"})
             conn.close()
             return
         self._children[pidfd] = (pid, conn)
@@ -250,15 +259,23 @@ class _Server:
         self._selector.unregister(pidfd)
         pid, conn = self._children.pop(pidfd)
         os.close(pidfd)
-        _pid, status = os.waitpid(pid, 0)
-        _reply(conn, {"status": os.waitstatus_to_exitcode(status)})
+        try:
+            _pid, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:  # reaped elsewhere: its status is lost
+            code = 1
+        _reply(conn, {"status": code})
         conn.close()
 
     def _close_in_child(self, keep: set[int]) -> None:
         """In a forked rank: close the server's sockets and pidfds (all but ``keep``, the rank's own descriptors)."""
         for key in list(self._selector.get_map().values()):
-            if key.fd not in keep:
-                with contextlib.suppress(OSError):
+            if key.fd in keep:
+                continue
+            with contextlib.suppress(OSError):
+                if isinstance(key.fileobj, socket.socket):
+                    key.fileobj.close()  # the object too: a later finalizer must not close a reused number
+                else:
                     os.close(key.fd)
         for _pid, waiting in self._children.values():  # the other ranks' tasks, waiting for their status
             waiting.close()
@@ -293,7 +310,7 @@ def _become_rank(request: dict[str, Any], fds: list[int]) -> int:
     before = os.environ.get("PYTHONPATH", "")
     os.environ.clear()
     os.environ.update(env)
-    _take_import_path(before, env.get("PYTHONPATH", ""))
+    _take_import_path(before, env.get("PYTHONPATH", ""), request["cwd"])
     _as_if_fresh(env)
     from airflow_provider_horovod.runtime.rank import worker
 
@@ -301,14 +318,18 @@ def _become_rank(request: dict[str, Any], fds: list[int]) -> int:
     return 0  # not reached: exit_rank ends the process
 
 
-def _take_import_path(before: str, after: str) -> None:
-    """Replace this server's ``PYTHONPATH`` entries on ``sys.path`` with the rank's (its executor's own files)."""
+def _take_import_path(before: str, after: str, cwd: str) -> None:
+    """
+    Make ``sys.path`` a started rank's: its working directory first (``python -m`` puts it there), then its
+    ``PYTHONPATH`` (its executor's own files) in place of this server's, then the rest (the standard library,
+    site-packages).
+    """
     import importlib
 
     old = {p for p in before.split(os.pathsep) if p}
     new = [p for p in after.split(os.pathsep) if p]
-    rest = [p for p in sys.path if p not in old and p not in new]
-    sys.path[:] = rest[:1] + new + rest[1:]
+    rest = [p for p in sys.path[1:] if p not in old and p not in new]
+    sys.path[:] = [cwd, *new, *rest]
     importlib.invalidate_caches()
 
 
@@ -353,6 +374,11 @@ def main() -> int:
         os._exit(0)
     os.chdir("/")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # its ranks' statuses are waited for (SIG_IGN would drop them)
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # a rank it forks is watched through a pidfd (Linux 5.3)
+    except (OSError, AttributeError):
+        return 0  # no server here: ranks start as processes, as without one
     _preload()
     # what is loaded now is shared by every rank forked from here: keep the collector off it, whose passes over these
     # objects in a rank would write to (and so copy) their pages

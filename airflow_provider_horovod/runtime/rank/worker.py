@@ -228,13 +228,16 @@ def exit_rank(status: int) -> None:
     Tearing down an interpreter that has loaded torch takes 0.5-0.6 s (module and native destructors), and the
     barrier task waits for it on every rank. What a normal exit does for the function is done first: ``atexit``
     handlers run (Horovod's own ``shutdown``, ``logging``'s, the function's) and every open Python file object is
-    flushed, so nothing the function wrote is lost. When the function left a non-daemon thread running, which a
-    normal exit waits for, the normal exit is taken.
+    flushed, so nothing the function wrote is lost. A non-daemon thread the function left running is waited for
+    before that, as a normal exit waits for it.
 
     :param status: the process exit status (what :func:`main` returned).
     """
-    if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
-        sys.exit(status)
+    while running := [
+        t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]:
+        for thread in running:  # it may start others before it ends: look again
+            thread.join()
     atexit._run_exitfuncs()  # noqa: SLF001 - the documented handlers, run as the interpreter would
     _flush_open_files()
     for stream in (sys.stdout, sys.stderr):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from airflow_provider_horovod.runtime.rank.fork_server import (
     ENV_LISTEN_FD,
     FORK,
     HOLD,
+    same_user,
     send_request,
     socket_name,
 )
@@ -61,11 +63,12 @@ class ForkedProcess:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         if code is None:  # the server went first: wait for the rank's own end, whose status is then unknown
-            with contextlib.suppress(OSError):
+            try:
                 pidfd = os.pidfd_open(self.pid)
+            except OSError:
+                pidfd = None  # gone already (or no pidfds here: the server would not have forked it)
+            if pidfd is not None:
                 with contextlib.suppress(OSError):
-                    import select
-
                     select.select([pidfd], [], [])
                 os.close(pidfd)
             code = 1  # not known: reported as a failure, with whatever error file the rank wrote
@@ -96,10 +99,28 @@ def _read_line(conn: socket.socket) -> bytes:
     return bytes(line)
 
 
+class Unanswered(Exception):  # noqa: N818 - an outcome, not a failure of the caller's
+    """The fork request went out but no rank came back in time: a late fork may still take the descriptors sent."""
+
+
+def _connect(key: str) -> socket.socket | None:
+    """A connection to the job's fork server on this host, run by this user; ``None`` when there is none."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(REPLY_TIMEOUT_S)
+        conn.connect(socket_name(key))
+        if same_user(conn):
+            return conn
+    except OSError:
+        pass
+    conn.close()  # none, or another user's process holds the job's socket name: send it nothing
+    return None
+
+
 def fork_rank(key: str, env: Mapping[str, str], cwd: str, fds: Mapping[str, int]) -> ForkedProcess | None:
     """
-    Ask the job's fork server on this host to fork a rank; ``None`` when there is none (or it does not answer within
-    :data:`REPLY_TIMEOUT_S`): the caller starts the rank itself.
+    Ask the job's fork server on this host to fork a rank; ``None`` when there is none, or it refused (nothing was
+    forked): the caller starts the rank itself.
 
     :param key: the job's fork key.
     :param env: the rank's whole environment (as it would be started with).
@@ -107,12 +128,11 @@ def fork_rank(key: str, env: Mapping[str, str], cwd: str, fds: Mapping[str, int]
     :param fds: the descriptors it inherits, by the variable that names each one (they stay open here; the rank gets
         copies).
     :return: the forked rank, whose stdout and stderr go to a new pipe (:attr:`ForkedProcess.stdout`).
+    :raises Unanswered: the request went out but no answer came within :data:`REPLY_TIMEOUT_S`: start the rank on
+        new descriptors.
     """
-    try:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.settimeout(REPLY_TIMEOUT_S)
-        conn.connect(socket_name(key))
-    except OSError:
+    conn = _connect(key)
+    if conn is None:
         return None
     read_end, write_end = os.pipe()
     try:
@@ -122,14 +142,21 @@ def fork_rank(key: str, env: Mapping[str, str], cwd: str, fds: Mapping[str, int]
             {"op": FORK, "key": key, "env": dict(env), "cwd": cwd, "fd_vars": names},
             [write_end, *fds.values()],
         )
-        reply = json.loads(_read_line(conn) or b"{}")
-        pid = int(reply["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+        line = _read_line(conn)
+    except OSError as err:
         os.close(read_end)
         conn.close()
-        return None
+        raise Unanswered(str(err)) from err
     finally:
         os.close(write_end)
+    try:
+        pid = int(json.loads(line)["pid"])
+    except (ValueError, KeyError, TypeError):  # refused ({"error": ...}), nothing forked; or closed without a word
+        os.close(read_end)
+        conn.close()
+        if not line:
+            raise Unanswered("the fork server closed the connection") from None
+        return None
     conn.settimeout(None)
     return ForkedProcess(pid, conn, os.fdopen(read_end, "rb"))
 
@@ -175,8 +202,9 @@ class ForkServerLink:
             return
         try:
             self._start_unless_running()
-            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            conn.connect(socket_name(self._key))
+            conn = _connect(self._key)
+            if conn is None:
+                return
             send_request(conn, {"op": HOLD, "key": self._key})
         except OSError:
             return
@@ -213,13 +241,11 @@ class ForkServerLink:
 
     def job_succeeded(self) -> None:
         """Tell the server the job succeeded: it forks nothing more and exits once its ranks have ended."""
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.settimeout(REPLY_TIMEOUT_S)
-                conn.connect(socket_name(self._key))
-                send_request(conn, {"op": END, "key": self._key})
-        except OSError:
-            pass  # none on this host
+        conn = _connect(self._key)
+        if conn is None:
+            return  # none on this host
+        with conn, contextlib.suppress(OSError):
+            send_request(conn, {"op": END, "key": self._key})
 
     def __exit__(self, *exc: object) -> None:
         with self._lock:

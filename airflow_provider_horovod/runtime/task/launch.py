@@ -40,6 +40,7 @@ from airflow_provider_horovod.runtime.task.rank_failure import FAILURE_GRACE_S
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess
 from airflow_provider_horovod.runtime.wire.jobspec import JobSpec
 from airflow_provider_horovod.runtime.wire.logs import ControlListener, Heartbeats, LogClient, stop_reason
+from airflow_provider_horovod.runtime.wire.protocol import ENV_PREIMPORT
 
 
 def stderr_sink(slot: Slot, line: str) -> None:
@@ -232,6 +233,13 @@ def barrier_task(spec: JobSpec, _rows: Iterable[object]) -> Iterator[bytes]:
     try:
         try:
             proc.start(deferred=True, fork_key=spec.fork_key)
+            if proc.forked:
+                imported = proc.environ.get(ENV_PREIMPORT) or "nothing the function names"
+                sink(
+                    slot,
+                    f"airflow-provider-horovod: forked from the job's fork server on this host ({imported} "
+                    "imported there)",
+                )
             if spec.fork_key:  # a job that may restart: the next attempt's ranks fork from a server on this host
                 link = beats.enter_context(ForkServerLink(spec.fork_key, server_environ(proc.environ), proc.joined))
             if spec.stoppable and slot.rank == 0 and spec.log_address:  # rank 0 saves checkpoints: it stops at one

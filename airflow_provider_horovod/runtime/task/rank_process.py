@@ -18,10 +18,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from airflow_provider_horovod.runtime.bounds import MAX_LINE_CHARS, cut
 from airflow_provider_horovod.runtime.rank_errors import RankFailedError
-from airflow_provider_horovod.runtime.task.fork_client import ForkedProcess, fork_rank
+from airflow_provider_horovod.runtime.task.fork_client import ForkedProcess, Unanswered, fork_rank
 from airflow_provider_horovod.runtime.task.plan import Slot, child_environ
 from airflow_provider_horovod.runtime.task.rank_env import RankPipes, framework_error_path, worker_environ
 from airflow_provider_horovod.runtime.task.rank_failure import exit_failure, next_deadline, timeout_failure
@@ -35,6 +36,30 @@ OUTPUT_TAIL_LINES = 100
 Sink = Callable[[Slot, str], None]
 MetricsSink = Callable[[dict], None]
 """Called with each record a rank's ``report()`` sent (a dict, see :mod:`~airflow_provider_horovod.runtime.reports`)."""
+
+
+@dataclass
+class _Pipes:
+    """
+    One set of a rank's pipes: the environment naming the rank's ends, those ends by variable (the rank inherits them;
+    this process closes them once it has started), and this process's ends.
+    """
+
+    env: dict[str, str]
+    named: dict[str, int]
+    lifeline: int
+    release: int | None
+    progress: int
+    metrics: int | None
+
+    def close(self, ours: bool) -> None:
+        """Close the rank's ends; with ``ours``, this process's too (the rank was not started on them)."""
+        fds = list(self.named.values())
+        if ours:
+            fds += [fd for fd in (self.lifeline, self.release, self.progress, self.metrics) if fd is not None]
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class RankProcess:
@@ -93,7 +118,32 @@ class RankProcess:
         self.environ: dict[str, str] = {}
         """The rank's environment (set by :meth:`start`)."""
 
-    _FD_VARIABLES = (protocol.ENV_LIFELINE, protocol.ENV_PROGRESS, protocol.ENV_METRICS, protocol.ENV_RELEASE)
+    def _open_pipes(self, deferred: bool) -> _Pipes:
+        """The rank's pipes (:class:`_Pipes`) and the environment that names its ends."""
+        read_end, lifeline = os.pipe()
+        progress_read, progress_write = os.pipe()
+        metrics_read, metrics_write = os.pipe() if self._metrics is not None else (None, None)
+        release_read, release = os.pipe() if deferred else (None, None)
+        extra = worker_environ(
+            self._spec,
+            launch_env=self._gloo,
+            devices=self._devices,
+            rank_dir=self._dir,
+            pipes=RankPipes(read_end, progress_write, metrics=metrics_write, release=release_read),
+            threads=self._threads,
+        )
+        named = {
+            name: fd
+            for name, fd in (
+                (protocol.ENV_LIFELINE, read_end),
+                (protocol.ENV_PROGRESS, progress_write),
+                (protocol.ENV_METRICS, metrics_write),
+                (protocol.ENV_RELEASE, release_read),
+            )
+            if fd is not None
+        }
+        env = child_environ(os.environ, extra, sys.path)
+        return _Pipes(env, named, lifeline, release, progress_read, metrics_read)
 
     def joined(self) -> bool:
         """Wait until the rank has joined the others (its first ``hvd.init()`` returned): ``True``; or ended."""
@@ -140,7 +190,7 @@ class RankProcess:
         :param deferred: start it before the rendezvous port (and, with ``use_gpu``, its devices) is known: it
             imports the Horovod frameworks its function names
             (:func:`~airflow_provider_horovod.runtime.launchers.preimports`; not with ``use_gpu``), then waits for
-            :meth:`release` before loading the function. The launcher's ``allGather`` and the rank's imports then
+            :meth:`release` before loading the function. The tasks' gather and the rank's imports then
             overlap. The start timeout counts from :meth:`release`.
         :param fork_key: the job's fork key: fork the rank from the job's fork server on this host when there is one
             (:mod:`~airflow_provider_horovod.runtime.rank.fork_server`: its framework imported already), else start
@@ -151,46 +201,34 @@ class RankProcess:
         fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(self._spec.payload)
-        read_end, self._lifeline = os.pipe()
-        progress_read, progress_write = os.pipe()
-        metrics_read, metrics_write = os.pipe() if self._metrics is not None else (None, None)
-        fds = [read_end, progress_write, *([metrics_write] if metrics_write is not None else [])]
-        release_read = None
-        if deferred:
-            release_read, self._release = os.pipe()
-            fds.append(release_read)
-        extra = worker_environ(
-            self._spec,
-            launch_env=self._gloo,
-            devices=self._devices,
-            rank_dir=self._dir,
-            pipes=RankPipes(read_end, progress_write, metrics=metrics_write, release=release_read),
-            threads=self._threads,
-        )
-        env = child_environ(os.environ, extra, sys.path)
-        self.environ = env
+        ends = self._open_pipes(deferred)
+        forked = None
+        if fork_key:
+            try:
+                forked = fork_rank(fork_key, ends.env, self._dir, ends.named)
+            except Unanswered:  # a late fork could still take these descriptors: start the rank on new ones
+                ends.close(ours=True)
+                ends = self._open_pipes(deferred)
+        self.environ = ends.env
+        self.forked = forked is not None
         try:
-            named = {name: int(extra[name]) for name in self._FD_VARIABLES if name in extra}
-            forked = fork_rank(fork_key, env, self._dir, named) if fork_key else None
-            self.forked = forked is not None
             self._proc = forked or subprocess.Popen(
                 [sys.executable, "-m", protocol.WORKER_MODULE],
-                env=env,
+                env=ends.env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                pass_fds=tuple(fds),
+                pass_fds=tuple(ends.named.values()),
                 cwd=self._dir,
             )
         except BaseException:
-            os.close(progress_read)
-            if metrics_read is not None:
-                os.close(metrics_read)
+            ends.close(ours=True)
             raise
         finally:
-            for fd in fds:
-                os.close(fd)
+            ends.close(ours=False)
+        self._lifeline, self._release = ends.lifeline, ends.release
+        progress_read, metrics_read = ends.progress, ends.metrics
         self._started_at = time.monotonic()
         self._reader = threading.Thread(target=self._pump, name=f"rank-{self.slot.rank}-output", daemon=True)
         self._reader.start()

@@ -66,6 +66,10 @@ def stop_reason(message: str) -> str | None:
     return None
 
 
+GATHER_WAIT_S = 15.0
+"""Seconds the driver waits, from a gather's first part, for every task's (:meth:`LogClient.gather`) before it tells
+them all to gather with Spark's ``allGather`` instead: a barrier stage's tasks are launched at once, and one that
+cannot reach the driver's channel has given up on it after its connect timeout (10 s)."""
 HEARTBEAT_INTERVAL_S = 2.0
 """How often a barrier task sends its heartbeat while its rank runs, seconds (:class:`Heartbeats`)."""
 MAX_FRAME_CHARS = MAX_LINE_CHARS + 1024
@@ -145,6 +149,8 @@ class LogServer:
         self._controls: set[socket.socket] = set()  # the ControlListeners' connections
         self._closing = False
         self._gathering: dict[int, tuple[socket.socket, Any]] = {}  # task -> (its connection, what it sent)
+        self._gather_fell_back = False  # the tasks were told to gather with Spark (all of them, late ones too)
+        self._gather_timer: threading.Timer | None = None
 
     def _opened(self, sock: socket.socket, reported: bool | None) -> None:
         """A task's connection opened (``False``), sent its failure report (``True``), or closed (``None``)."""
@@ -172,15 +178,43 @@ class LogServer:
                 self._controls.discard(sock)
 
     def _gather(self, sock: socket.socket, request: dict) -> None:
-        """A task's part of :meth:`LogClient.gather`: once all ``of`` tasks sent theirs, each gets them all."""
+        """
+        A task's part of :meth:`LogClient.gather`: once all ``of`` tasks sent theirs, each gets them all. When they
+        have not all come within :data:`GATHER_WAIT_S` of the first (a task that cannot reach this channel gathers
+        with Spark), every task, the late ones too, is told to gather with Spark: all or none gather here.
+        """
         with self._open_changed:
-            self._gathering[int(request["task"])] = (sock, request.get("info"))
-            if len(self._gathering) < int(request["of"]):
+            if self._gather_fell_back:
+                parts, answer = [(sock, None)], None
+            else:
+                self._gathering[int(request["task"])] = (sock, request.get("info"))
+                if len(self._gathering) < int(request["of"]):
+                    if self._gather_timer is None:
+                        self._gather_timer = threading.Timer(GATHER_WAIT_S, self._gather_with_spark)
+                        self._gather_timer.daemon = True
+                        self._gather_timer.start()
+                    return
+                parts = [self._gathering[task] for task in sorted(self._gathering)]
+                answer = [info for _sock, info in parts]
+                self._gathering = {}
+                if self._gather_timer is not None:
+                    self._gather_timer.cancel()
+        self._answer([task_sock for task_sock, _info in parts], answer)
+
+    def _gather_with_spark(self) -> None:
+        with self._open_changed:
+            if not self._gathering:
                 return
-            parts = [self._gathering[task] for task in sorted(self._gathering)]
+            self._gather_fell_back = True
+            waiting = [task_sock for task_sock, _info in self._gathering.values()]
             self._gathering = {}
-        frame = LogClient._frame(_GATHER_PREFIX + json.dumps([info for _sock, info in parts]), limit=_MAX_FRAME)
-        for task_sock, _info in parts:
+        self._answer(waiting, None)
+
+    @staticmethod
+    def _answer(socks: list[socket.socket], parts: list[Any] | None) -> None:
+        """Send the gather's answer: every task's part, or ``None`` (gather with Spark)."""
+        frame = LogClient._frame(_GATHER_PREFIX + json.dumps(parts), limit=_MAX_FRAME)
+        for task_sock in socks:
             with contextlib.suppress(OSError):
                 task_sock.sendall(frame)
 
@@ -294,6 +328,8 @@ class LogServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._gather_timer is not None:
+            self._gather_timer.cancel()
         if self._server is not None:
             self._server.shutdown()
             # A task that connected just before the end may still wait in the listen backlog: handle it.
@@ -382,15 +418,22 @@ class LogClient:
         :param task: this task's partition.
         :param of: how many tasks the stage has.
         :param info: this task's part (JSON-serializable).
-        :return: every task's part; ``None`` when the channel is not connected or closed before the answer (the
-            caller gathers with Spark then).
+        :return: every task's part; ``None``: gather with Spark. The driver says so to every task when they have not
+            all sent their part within :data:`GATHER_WAIT_S` (one that cannot reach the channel gathers with Spark,
+            so all do); ``None`` also when this channel is not connected, or closed or silent past that wait.
         """
         if not self._send(self._frame(_GATHER_PREFIX + json.dumps({"task": task, "of": of, "info": info}))):
             return None
         sock = self._sock
+        if sock is None:
+            return None
         try:
-            frame = _read_frame(sock) if sock is not None else None
-        except OSError:
+            with selectors.DefaultSelector() as selector:
+                selector.register(sock, selectors.EVENT_READ)
+                if not selector.select(GATHER_WAIT_S + 30.0):
+                    return None
+            frame = _read_frame(sock)
+        except (OSError, ValueError):
             return None
         text = frame.decode("utf-8", "replace") if frame is not None else ""
         if not text.startswith(_GATHER_PREFIX):

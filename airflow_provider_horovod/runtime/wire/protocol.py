@@ -31,6 +31,9 @@ ENV_RESTART_COUNT = "HOROVOD_AIRFLOW_RESTART_COUNT"
 ENV_LIBRARY_PROGRESS = "HOROVOD_AIRFLOW_LIBRARY_PROGRESS"
 """``0`` (or ``false``/``no``/``off``) in the job's environment: the rank does not add its progress callback to a
 Transformers or Lightning ``Trainer`` (:mod:`~airflow_provider_horovod.runtime.library_progress`); on otherwise."""
+ENV_FORK_SERVER = "HOROVOD_AIRFLOW_FORK_SERVER"
+"""``0`` (or ``false``/``no``/``off``) in the job's environment: no fork server for the job's restarts; every rank
+starts as a process of its own (:mod:`~airflow_provider_horovod.runtime.rank.fork_server`); on otherwise."""
 ENV_RELEASE = "HOROVOD_AIRFLOW_RELEASE_FD"
 """File descriptor of a pipe on which a rank started before the rendezvous port is known waits for its remaining
 variables (one JSON object, then end of file) before it loads the function; end of file without them: exit 1."""
@@ -60,3 +63,13 @@ WORKER_MODULE = "airflow_provider_horovod.runtime.rank.worker"
 """Run with ``python -m`` to start a rank."""
 RANK_ENV_NAMES = "HOROVOD_AIRFLOW_RANK_ENV"
 """Comma-separated names of the driver's environment variables that go on to every rank (operator ``env_vars``)."""
+
+
+def switched_off(value: str | None) -> bool:
+    """
+    How an on/off variable of the job's environment (:data:`ENV_LIBRARY_PROGRESS`, :data:`ENV_FORK_SERVER`) reads:
+    ``0``, ``false``, ``no`` or ``off`` in any case is off; unset or anything else, on.
+
+    :param value: the variable's value, or ``None`` when unset.
+    """
+    return (value or "").strip().lower() in ("0", "false", "no", "off")

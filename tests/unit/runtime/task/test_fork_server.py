@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import select
 import signal
 import socket
 import sys
@@ -20,6 +21,7 @@ import pytest
 
 from airflow_provider_horovod.runtime.rank.fork_server import FORK, send_request, socket_name
 from airflow_provider_horovod.runtime.settings import JobSettings
+from airflow_provider_horovod.runtime.task import fork_client
 from airflow_provider_horovod.runtime.task.fork_client import ForkServerLink, server_environ
 from airflow_provider_horovod.runtime.task.plan import local_plan
 from airflow_provider_horovod.runtime.task.rank_process import RankProcess
@@ -177,3 +179,91 @@ def test_a_second_task_on_the_host_holds_the_running_server_and_starts_none(tmp_
         second._thread.join(timeout=10)
         assert second._hold is not None  # it holds the server: the server stays up while either task runs
         assert _server_process(key).pid == found.pid  # the same one: the first to bind the socket serves
+
+
+def leaves_a_thread_that_writes_late(path: str):
+    import threading
+    import time
+
+    def later() -> None:
+        time.sleep(0.5)
+        with open(path, "w") as f:
+            f.write("done")
+
+    threading.Thread(target=later).start()  # not a daemon: the rank's exit waits for it, as Python's own does
+    return "returned"
+
+
+@pytest.mark.parametrize("forked", [True, False])
+def test_a_rank_waits_for_the_non_daemon_thread_its_function_left_and_succeeds(tmp_path, server, forked):
+    key, _link = server
+    out = tmp_path / "late.txt"
+    proc = RankProcess(
+        local_plan(1)[0],
+        JobSpec(payload=dumps_payload(leaves_a_thread_that_writes_late, (str(out),)), settings=JobSettings(np=1)),
+        {"HOROVOD_RANK": "0"},
+        str(tmp_path),
+        Lines(),
+        devices={},
+    )
+    proc.start(fork_key=key if forked else None)
+    try:
+        assert proc.run_to_end() is None
+    finally:
+        proc.kill()
+    assert proc.forked is forked
+    assert out.read_text() == "done" and cloudpickle.loads(proc.result()) == "returned"
+
+
+def test_a_fork_request_left_unanswered_starts_the_rank_on_new_pipes(tmp_path, monkeypatch):
+    """A server that takes the request but never answers (stalled): the task starts the rank itself, on pipes of its
+    own, so a fork that comes late would find its lifeline closed and end at once."""
+    monkeypatch.setattr(fork_client, "REPLY_TIMEOUT_S", 0.5)
+    key = secrets.token_hex(16)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stalled:
+        stalled.bind(socket_name(key))
+        stalled.listen(1)
+        proc = rank(tmp_path, sleeps)
+        proc.start(fork_key=key)
+        conn, _ = stalled.accept()
+        with conn:
+            _data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 8)
+        try:
+            assert not proc.forked and proc.returncode is None  # started as a process after the silence; running
+            lifeline = fds[1]  # the request's descriptors: the output pipe's write end, then the lifeline's read end
+            assert select.select([lifeline], [], [], 5.0)[0] and os.read(lifeline, 1) == b""  # a late fork would end
+        finally:
+            proc.kill()
+            for fd in fds:
+                os.close(fd)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run a process as another user")
+def test_a_socket_name_held_by_another_user_is_sent_nothing(tmp_path):
+    key = secrets.token_hex(16)
+    ready_read, ready_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # another user binds the job's name first and records whatever reaches it
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as squatter:
+                squatter.bind(socket_name(key))
+                squatter.listen(4)
+                os.write(ready_write, b"x")
+                squatter.settimeout(20)
+                conn, _ = squatter.accept()
+                received = conn.recv(65536)
+                os._exit(3 if received else 0)
+        finally:
+            os._exit(1)
+    assert os.read(ready_read, 1) == b"x"
+    proc = rank(tmp_path, exits_with_3)
+    proc.start(fork_key=key)
+    try:
+        proc.run_to_end()
+    finally:
+        proc.kill()
+    assert not proc.forked  # it started the rank itself
+    _pid, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # connected, then closed without sending a byte

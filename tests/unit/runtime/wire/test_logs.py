@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 
+from airflow_provider_horovod.runtime.wire import logs
 from airflow_provider_horovod.runtime.wire.logs import (
     MAX_FRAME_CHARS,
     STOP,
@@ -303,3 +304,25 @@ def test_gathering_without_a_channel_says_so_at_once():
         port = s.getsockname()[1]  # nothing listens on it once closed
     client = LogClient(("127.0.0.1", port), "token", connect_timeout_s=1.0)
     assert client.gather(0, 2, {"port": 1}) is None  # the task gathers with Spark instead
+
+
+def test_when_a_task_never_sends_its_part_every_task_is_told_to_gather_with_spark(monkeypatch):
+    """All or none gather through the driver: a task that could not reach the channel gathers with Spark, so once
+    the wait is over the others (and any late one) are told to do the same, instead of waiting for ever."""
+    monkeypatch.setattr(logs, "GATHER_WAIT_S", 0.3)
+    server = LogServer("127.0.0.1", on_line=lambda line: None)
+    with server:
+        clients = [LogClient(server.address, server.token) for _ in range(3)]
+        answers: dict[int, object] = {}
+        threads = [
+            threading.Thread(target=lambda t=task: answers.__setitem__(t, clients[t].gather(t, 3, {"port": t})))
+            for task in (0, 1)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert answers == {0: None, 1: None}  # task 2 never came: both were told to gather with Spark
+        assert clients[2].gather(2, 3, {"port": 2}) is None  # and so is a late one
+        for client in clients:
+            client.close()
