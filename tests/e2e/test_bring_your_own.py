@@ -78,10 +78,12 @@ def _install_airflow_and_dependencies(venv: Path) -> None:
 
 
 def _install_provider(venv: Path, wheel: Path, *, fresh: bool) -> None:
-    """The documented provider step, then the pyspark re-pin (pyspark-client overwrites pyspark's files)."""
+    """The documented provider step, then the pyspark re-pin (pyspark-client overwrites pyspark's files): in a kept
+    virtualenv made by this run, or one whose re-pin never finished (the run that made it was stopped in between:
+    no ``spark-submit``)."""
     _pip(venv, "uninstall", "-y", "airflow-provider-horovod")  # the same version may be there from a past run
     _pip(venv, "install", "-c", str(CONSTRAINTS), f"apache-airflow=={BYO_AIRFLOW}", str(wheel))
-    if fresh:
+    if fresh or not (venv / "bin" / "spark-submit").exists():
         _pip(venv, "install", "--force-reinstall", "--no-deps", "-c", str(CONSTRAINTS), "pyspark")
         _pip(venv, "install", "-c", str(CONSTRAINTS), "py4j")  # the docs' step 4: pyspark-client does not bring it
         _run([venv / "bin" / "python", "-m", "pip", "check"], timeout_s=120)
