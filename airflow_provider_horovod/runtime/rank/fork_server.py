@@ -355,13 +355,12 @@ def _preload() -> None:
     from airflow_provider_horovod.runtime.wire.protocol import ENV_LAUNCHER, ENV_PREIMPORT
 
     rank_backend_for(os.environ.get(ENV_LAUNCHER, HOROVOD)).preload()
-    for name in filter(None, os.environ.get(ENV_PREIMPORT, "").split(",")):
-        with contextlib.suppress(Exception):  # a rank that needs it reports the failed import itself
-            __import__(name)
     # the rank's own entry point and what it loads the function with: from this server's copy of the package, which
     # a forked rank keeps using (its executor's copy comes first on its sys.path for anything else)
-    import airflow_provider_horovod.runtime.rank.worker  # noqa: F401
     import airflow_provider_horovod.runtime.wire.payload  # noqa: F401
+    from airflow_provider_horovod.runtime.rank.worker import import_ahead
+
+    import_ahead(os.environ.get(ENV_PREIMPORT, ""))
 
 
 def main() -> int:

@@ -85,6 +85,21 @@ def _hold_lifeline(fd: int) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+def import_ahead(modules: str) -> None:
+    """
+    Import ``modules`` (comma-separated names) before the function asks for them: a started rank while it waits for
+    its release, the fork server once for all the ranks it forks. One that fails to import is skipped: the function's
+    own import reports it, where the user expects it.
+
+    :param modules: the names, as :data:`~airflow_provider_horovod.runtime.wire.protocol.ENV_PREIMPORT` holds them.
+    """
+    for name in filter(None, modules.split(",")):
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001,S110 - reported by the function's own import, not here
+            pass
+
+
 def wait_for_release(fd: int, modules: str) -> bool:
     """
     For a rank started ahead of its rendezvous port: import ``modules`` meanwhile, then read the remaining
@@ -95,11 +110,7 @@ def wait_for_release(fd: int, modules: str) -> bool:
         reports it, where the user expects it).
     :return: ``False`` when the launcher closed the pipe without releasing the rank (it is stopping).
     """
-    for name in filter(None, modules.split(",")):
-        try:
-            __import__(name)
-        except Exception:  # noqa: BLE001,S110 - reported by the function's own import, not here
-            pass
+    import_ahead(modules)
     chunks = []
     try:
         while chunk := os.read(fd, 65536):
